@@ -1,0 +1,89 @@
+"""Inputs and outputs of Stratagem's activities, shared by the workflow and the worker.
+
+Activity names are explicit and stable (`stratagem.<verb>`), so renaming a Python function
+never breaks a run in flight.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .ledger import StepRecord
+from .models.base import Usage
+from .plan import PlanDraft, Step
+from .tools.spec import ToolCatalog
+
+DESCRIBE_TOOLS = "stratagem.describe_tools"
+PLAN = "stratagem.plan"
+RUN_TOOL = "stratagem.run_tool"
+RUN_LLM = "stratagem.run_llm"
+SYNTHESIZE = "stratagem.synthesize"
+
+# Errors another attempt cannot fix. They fail the step (or the planning) at once.
+NON_RETRYABLE_ERRORS = [
+    "UnknownToolError",
+    "ToolArgumentsError",
+    "ReferenceResolutionError",
+    "ModelConfigError",
+    "ModelOutputError",
+    "PlanValidationError",
+    "NonRetryableToolError",
+]
+
+
+class PlanningInput(BaseModel):
+    goal: str
+    model: str
+    catalog: ToolCatalog
+    first_call_index: int = 0
+    max_repairs: int = 2
+    current: PlanDraft | None = Field(default=None, description="Set when replanning.")
+    records: dict[str, StepRecord] = Field(default_factory=dict)
+    failure: str | None = None
+    has_executor: bool = True
+
+
+class PlanningOutput(BaseModel):
+    draft: PlanDraft
+    model: str
+    calls: int
+    usage: Usage
+    rejected_attempts: list[list[str]] = Field(default_factory=list)
+
+
+class ToolStepInput(BaseModel):
+    run_id: str
+    step_id: str
+    revision: int
+    tool: str
+    args: dict[str, Any]
+
+
+class LlmStepInput(BaseModel):
+    run_id: str
+    revision: int
+    step: Step
+    instructions: str = Field(description="The step's instructions with references resolved.")
+    inputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the steps it depends on.")
+    model: str
+
+
+class StepOutput(BaseModel):
+    output: Any = None
+    attempt: int = 1
+    usage: Usage | None = None
+    model: str | None = None
+
+
+class SynthesisInput(BaseModel):
+    goal: str
+    model: str
+    outputs: dict[str, Any]
+
+
+class SynthesisOutput(BaseModel):
+    text: str
+    usage: Usage
+    model: str

@@ -1,0 +1,86 @@
+"""Client helpers: connect with the right data converter, start runs, and send decisions."""
+
+from __future__ import annotations
+
+import uuid
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from .config import Settings
+from .ledger import Ledger
+from .plan import Plan
+from .run import (
+    WORKFLOW_NAME,
+    AnswerInput,
+    ApproveInput,
+    DecisionOutcome,
+    PendingDecision,
+    RejectInput,
+    ReviseInput,
+    RunInput,
+    RunResult,
+    RunStatus,
+)
+
+
+async def connect(settings: Settings | None = None) -> Client:
+    settings = settings or Settings.from_env()
+    return await Client.connect(settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter)
+
+
+def new_run_id() -> str:
+    return f"run-{uuid.uuid4().hex[:12]}"
+
+
+class Run:
+    """A handle on one run, with typed decisions and queries."""
+
+    def __init__(self, handle: WorkflowHandle):
+        self.handle = handle
+
+    @property
+    def id(self) -> str:
+        return self.handle.id
+
+    async def approve(self, decision: ApproveInput) -> DecisionOutcome:
+        return await self.handle.execute_update("approve", decision, result_type=DecisionOutcome)
+
+    async def reject(self, decision: RejectInput) -> DecisionOutcome:
+        return await self.handle.execute_update("reject", decision, result_type=DecisionOutcome)
+
+    async def revise(self, decision: ReviseInput) -> DecisionOutcome:
+        return await self.handle.execute_update("revise", decision, result_type=DecisionOutcome)
+
+    async def answer(self, answer: AnswerInput) -> DecisionOutcome:
+        return await self.handle.execute_update("answer", answer, result_type=DecisionOutcome)
+
+    async def status(self) -> RunStatus:
+        return await self.handle.query("status", result_type=RunStatus)
+
+    async def plan(self) -> Plan | None:
+        return await self.handle.query("plan", result_type=Plan | None)  # type: ignore[arg-type]
+
+    async def ledger(self) -> Ledger:
+        return await self.handle.query("ledger", result_type=Ledger)
+
+    async def pending(self) -> list[PendingDecision]:
+        return await self.handle.query("pending", result_type=list[PendingDecision])
+
+    async def result(self) -> RunResult:
+        return await self.handle.result()
+
+    async def cancel(self) -> None:
+        await self.handle.cancel()
+
+
+async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None) -> Run:
+    workflow_id = run_id or run.run_id or new_run_id()
+    handle = await client.start_workflow(
+        WORKFLOW_NAME, run, id=workflow_id, task_queue=task_queue, result_type=RunResult
+    )
+    return Run(handle)
+
+
+def get_run(client: Client, run_id: str) -> Run:
+    return Run(client.get_workflow_handle(run_id, result_type=RunResult))

@@ -1,0 +1,65 @@
+"""Errors a user or a model can cause. Each message says what is wrong and what to do."""
+
+from __future__ import annotations
+
+
+class StratagemError(Exception):
+    """Base class for every error Stratagem raises on purpose."""
+
+
+class PlanValidationError(StratagemError):
+    """A plan broke one or more rules. `problems` lists each one, in plain words."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__(format_problems(self.problems))
+
+
+def format_problems(problems: list[str]) -> str:
+    if len(problems) == 1:
+        return f"invalid plan: {problems[0]}"
+    return "invalid plan:\n" + "\n".join(f"  - {p}" for p in problems)
+
+
+class PlanFileError(StratagemError):
+    """A plan file could not be read or parsed."""
+
+
+class ReferenceResolutionError(StratagemError):
+    """A `${step.field}` reference could not be resolved against the outputs at run time."""
+
+
+class ToolError(StratagemError):
+    """Raised by a tool to fail its step with a clear message.
+
+    `retryable=False` tells Temporal not to try again: use it when another attempt cannot help
+    (a refused host, a file outside the workspace, bad input).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True):
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class UnknownToolError(StratagemError):
+    """A plan or a worker named a tool that is not registered."""
+
+
+class ToolArgumentsError(StratagemError):
+    """Arguments did not match a tool's schema."""
+
+
+class ToolRegistrationError(StratagemError):
+    """A function could not be registered as a tool (a parameter without a type, a clash of names...)."""
+
+
+class ModelConfigError(StratagemError):
+    """A model string or a model's configuration is wrong (unknown provider, missing script file...)."""
+
+
+class ModelOutputError(StratagemError):
+    """A model's output could not be used even after the allowed repair attempts."""
+
+
+class ConfigError(StratagemError):
+    """Configuration from the environment is invalid."""

@@ -1,0 +1,167 @@
+"""The progress ledger: what was done, what failed, who decided what, and every event in order.
+
+The ledger is part of the workflow's durable state, so it is written only by workflow code
+(deterministically, with workflow time) and read by queries and the audit export.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any, Iterator
+
+from pydantic import BaseModel, Field
+
+from .plan import Author, Plan
+
+
+class StepStatus(str, Enum):
+    pending = "pending"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    skipped = "skipped"
+    cancelled = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (StepStatus.succeeded, StepStatus.failed, StepStatus.skipped, StepStatus.cancelled)
+
+
+class StepRecord(BaseModel):
+    step_id: str
+    status: StepStatus = StepStatus.pending
+    attempts: int = Field(default=0, description="Attempts made, over every revision the step ran under.")
+    output: Any = None
+    error: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    revision: int | None = Field(default=None, description="The plan revision the step last ran under.")
+
+
+class DecisionAction(str, Enum):
+    approve = "approve"
+    reject = "reject"
+    revise = "revise"
+
+
+class Decision(BaseModel):
+    action: DecisionAction
+    by: str
+    at: datetime
+    revision: int
+    comment: str = ""
+    step_id: str | None = Field(default=None, description="Set when the decision is about one gated step.")
+    via: str = Field(default="update", description="update, signal, or auto (auto_approve).")
+
+
+class EventKind(str, Enum):
+    run_started = "run_started"
+    planning_attempt_invalid = "planning_attempt_invalid"
+    plan_proposed = "plan_proposed"
+    plan_approved = "plan_approved"
+    plan_rejected = "plan_rejected"
+    review_escalated = "review_escalated"
+    review_timed_out = "review_timed_out"
+    step_awaiting_approval = "step_awaiting_approval"
+    step_approved = "step_approved"
+    step_rejected = "step_rejected"
+    step_awaiting_answer = "step_awaiting_answer"
+    answer_received = "answer_received"
+    step_started = "step_started"
+    step_succeeded = "step_succeeded"
+    step_failed = "step_failed"
+    step_skipped = "step_skipped"
+    step_cancelled = "step_cancelled"
+    replan_requested = "replan_requested"
+    replan_cap_reached = "replan_cap_reached"
+    signal_ignored = "signal_ignored"
+    continued_as_new = "continued_as_new"
+    run_succeeded = "run_succeeded"
+    run_failed = "run_failed"
+    run_rejected = "run_rejected"
+    run_cancelled = "run_cancelled"
+
+
+class LedgerEvent(BaseModel):
+    seq: int
+    at: datetime
+    kind: EventKind
+    revision: int | None = None
+    step_id: str | None = None
+    actor: str | None = None
+    message: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Ledger(BaseModel):
+    run_id: str
+    revisions: list[Plan] = Field(default_factory=list, description="Every plan revision, oldest first.")
+    decisions: list[Decision] = Field(default_factory=list)
+    steps: dict[str, StepRecord] = Field(default_factory=dict)
+    replans: int = 0
+    auto_approved: bool = Field(default=False, description="True if any decision was taken by auto_approve.")
+    events: list[LedgerEvent] = Field(default_factory=list, description="Append-only.")
+
+    def record(
+        self,
+        kind: EventKind,
+        at: datetime,
+        *,
+        revision: int | None = None,
+        step_id: str | None = None,
+        actor: str | None = None,
+        message: str = "",
+        **data: Any,
+    ) -> LedgerEvent:
+        event = LedgerEvent(
+            seq=len(self.events) + 1,
+            at=at,
+            kind=kind,
+            revision=revision,
+            step_id=step_id,
+            actor=actor,
+            message=message,
+            data=data,
+        )
+        self.events.append(event)
+        return event
+
+    def add_revision(self, plan: Plan) -> None:
+        self.revisions.append(plan)
+        for step in plan.steps:
+            self.steps.setdefault(step.id, StepRecord(step_id=step.id))
+
+    def step(self, step_id: str) -> StepRecord:
+        return self.steps[step_id]
+
+    def outputs(self) -> dict[str, Any]:
+        """Outputs of every succeeded step, for reference resolution."""
+        return {sid: rec.output for sid, rec in self.steps.items() if rec.status is StepStatus.succeeded}
+
+    def revision(self, number: int) -> Plan:
+        for plan in self.revisions:
+            if plan.revision == number:
+                return plan
+        raise KeyError(number)
+
+    def authors(self) -> Iterator[tuple[int, Author, str]]:
+        for plan in self.revisions:
+            yield plan.revision, plan.author, plan.reason
+
+    def audit_records(self) -> Iterator[dict[str, Any]]:
+        """One JSON-ready record per plan revision, decision and event, in time order."""
+        rows: list[tuple[datetime, int, dict[str, Any]]] = []
+        for plan in self.revisions:
+            created = next(
+                (e.at for e in self.events if e.kind is EventKind.plan_proposed and e.revision == plan.revision),
+                None,
+            )
+            rows.append((created or datetime.min, 0, {"type": "plan_revision", **plan.model_dump(mode="json")}))
+        for decision in self.decisions:
+            rows.append((decision.at, 1, {"type": "decision", **decision.model_dump(mode="json")}))
+        for event in self.events:
+            rows.append((event.at, 2, {"type": "event", **event.model_dump(mode="json")}))
+        rows.sort(key=lambda r: (r[0].replace(tzinfo=None), r[1]))
+        for _, _, row in rows:
+            yield row

@@ -1,0 +1,67 @@
+"""Plans written by people, as YAML or JSON files. A human is a planner too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import ValidationError
+
+from .errors import PlanFileError
+from .plan import PlanDraft
+
+
+def load_plan_file(path: str | Path) -> PlanDraft:
+    """Read a plan draft from a .yaml/.yml/.json file, with an exact message for each problem."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanFileError(f"plan file '{file}' does not exist") from None
+    except OSError as exc:
+        raise PlanFileError(f"cannot read plan file '{file}': {exc.strerror}") from None
+    try:
+        data = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise PlanFileError(f"plan file '{file}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PlanFileError(f"plan file '{file}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    return parse_plan_data(data, source=f"plan file '{file}'")
+
+
+def parse_plan_data(data: Any, *, source: str = "plan") -> PlanDraft:
+    if not isinstance(data, dict):
+        raise PlanFileError(f"{source} must hold a mapping with 'goal' and 'steps', not a {type(data).__name__}")
+    try:
+        return PlanDraft.model_validate(data)
+    except ValidationError as exc:
+        problems = describe_draft_errors(exc)
+        raise PlanFileError(f"{source} is invalid: " + "; ".join(problems)) from None
+
+
+def describe_draft_errors(exc: ValidationError) -> list[str]:
+    return [_describe(error) for error in exc.errors()]
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    loc = list(error["loc"])
+    if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+        where = f"step #{loc[1] + 1}"
+        rest = ".".join(str(p) for p in loc[2:])
+        if rest:
+            where += f" field '{rest}'"
+    elif loc:
+        where = f"field '{'.'.join(str(p) for p in loc)}'"
+    else:
+        where = "the plan"
+    return f"{where}: {error['msg']}"
+
+
+def dump_plan(plan: PlanDraft) -> str:
+    """A plan as YAML a person can edit and load again."""
+    data = plan.model_dump(mode="json", exclude_defaults=True)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

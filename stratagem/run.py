@@ -1,0 +1,184 @@
+"""The run: its options, its durable state, the decisions people send it, and its result.
+
+Every workflow entry point takes one of these models and returns one, so fields can be added
+later without breaking runs already in flight.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+from .ledger import Ledger
+from .plan import Author, Plan, PlanDraft
+from .tools.spec import ToolCatalog
+
+WORKFLOW_NAME = "StratagemRun"
+
+
+class ReviewTimeoutAction(str, Enum):
+    fail = "fail"
+    """End the run as failed."""
+    escalate = "escalate"
+    """Record an escalation, flag the pending decision, and keep waiting."""
+
+
+class RunOptions(BaseModel):
+    planner: str | None = Field(default=None, description="Model string of the planner, e.g. scripted:script.yaml.")
+    executor: str | None = Field(default=None, description="Model string for llm steps.")
+    synthesizer: str | None = Field(default=None, description="Model string for the final synthesis; none skips it.")
+    auto_approve: bool = Field(default=False, description="Approve every plan and gated step without a person.")
+    replan_requires_approval: bool = Field(default=True, description="Revisions from replanning wait for approval.")
+    max_parallel: int = Field(default=4, ge=1, le=256, description="Tool and llm steps running at once.")
+    max_replans: int = Field(default=3, ge=0)
+    max_plan_repairs: int = Field(default=2, ge=0, le=10)
+    review_timeout_seconds: float | None = Field(default=None, gt=0)
+    on_review_timeout: ReviewTimeoutAction = ReviewTimeoutAction.fail
+    step_timeout_seconds: float = Field(default=300, gt=0, description="Default per-attempt limit of a step.")
+    step_max_attempts: int = Field(default=3, ge=1, le=20)
+    continue_as_new_after_events: int | None = Field(
+        default=None,
+        ge=10,
+        description="Continue as new past this many history events. None: when Temporal suggests it.",
+    )
+
+
+class RunInput(BaseModel):
+    run_id: str | None = Field(default=None, description="Filled by the workflow from its id when empty.")
+    goal: str | None = None
+    plan: PlanDraft | None = Field(default=None, description="A plan written by a person; skips planning.")
+    author: Author | None = Field(default=None, description="Who wrote `plan`.")
+    options: RunOptions = Field(default_factory=RunOptions)
+    state: RunState | None = Field(default=None, description="Carried by continue-as-new; never set by callers.")
+
+    @model_validator(mode="after")
+    def _goal_or_plan(self) -> RunInput:
+        if self.state is None and self.plan is None and not self.goal:
+            raise ValueError("a run needs a goal (to plan) or a plan")
+        if self.state is None and self.plan is None and not self.options.planner:
+            raise ValueError("a run with only a goal needs a planner model (options.planner)")
+        return self
+
+
+class Phase(str, Enum):
+    planning = "planning"
+    awaiting_approval = "awaiting_approval"
+    running = "running"
+    replanning = "replanning"
+    succeeded = "succeeded"
+    failed = "failed"
+    rejected = "rejected"
+    cancelled = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (Phase.succeeded, Phase.failed, Phase.rejected, Phase.cancelled)
+
+
+class DecisionKind(str, Enum):
+    plan_approval = "plan_approval"
+    step_approval = "step_approval"
+    human_answer = "human_answer"
+
+
+class PendingDecision(BaseModel):
+    kind: DecisionKind
+    revision: int
+    since: datetime
+    step_id: str | None = None
+    prompt: str = ""
+    escalated: bool = False
+
+
+class RunState(BaseModel):
+    """Everything the run knows. Continue-as-new carries exactly this."""
+
+    run_id: str
+    goal: str
+    options: RunOptions
+    phase: Phase = Phase.planning
+    plan: Plan | None = None
+    approved_revision: int | None = None
+    ledger: Ledger
+    catalog: ToolCatalog = Field(default_factory=ToolCatalog)
+    pending: list[PendingDecision] = Field(default_factory=list)
+    step_approvals: dict[str, bool] = Field(
+        default_factory=dict, description="Gated steps decided for the current revision: True approved, False rejected."
+    )
+    answers: dict[str, Any] = Field(default_factory=dict, description="Human answers not yet consumed by their step.")
+    planner_calls: int = 0
+    failure: str | None = Field(default=None, description="Why the last step failed, for the next replan.")
+    reason: str | None = Field(default=None, description="Why the run ended, when it did not succeed.")
+    continued: int = Field(default=0, description="How many times this run continued as new.")
+
+
+RunInput.model_rebuild()
+
+
+class ApproveInput(BaseModel):
+    by: str = Field(min_length=1)
+    revision: int | None = Field(default=None, description="Refuse if the pending revision is not this one.")
+    step_id: str | None = Field(default=None, description="Approve one gated step instead of the plan.")
+    comment: str = ""
+
+
+class RejectInput(BaseModel):
+    by: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    revision: int | None = None
+    step_id: str | None = None
+
+
+class ReviseInput(BaseModel):
+    by: str = Field(min_length=1)
+    plan: PlanDraft
+    reason: str = ""
+
+
+class AnswerInput(BaseModel):
+    step_id: str
+    answer: Any
+    by: str = Field(min_length=1)
+
+
+class DecisionOutcome(BaseModel):
+    accepted: bool = True
+    revision: int
+    phase: Phase
+    message: str = ""
+
+
+class StepCounts(BaseModel):
+    pending: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    skipped: int = 0
+    cancelled: int = 0
+
+
+class RunStatus(BaseModel):
+    run_id: str
+    goal: str
+    phase: Phase
+    revision: int | None
+    approved_revision: int | None
+    steps: StepCounts
+    pending: list[PendingDecision]
+    replans: int
+    max_replans: int
+    reason: str | None = None
+    continued: int = 0
+
+
+class RunResult(BaseModel):
+    run_id: str
+    status: Phase
+    revision: int | None
+    outputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the plan's sink steps.")
+    synthesis: str | None = None
+    reason: str | None = None
+    replans: int = 0

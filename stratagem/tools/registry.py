@@ -1,0 +1,232 @@
+"""Tools are plain Python functions registered with `@tool`.
+
+The function's typed parameters become its JSON schema (through pydantic), which is what the
+planner sees and what plans are validated against. A parameter annotated `ToolContext` is not
+part of the schema: the worker fills it with the run, step, revision and idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
+from .spec import ToolCatalog, ToolSpec
+
+_MARK = "__stratagem_tool__"
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool knows about the call it serves.
+
+    `idempotency_key` is `<run_id>/<step_id>/r<revision>`: the same for every retry of a step
+    within one plan revision, including retries after a worker crash, and different when a
+    revision deliberately runs the step again. Tools with side effects should pass it on
+    (as an `Idempotency-Key` header, a request id, a row key) so a repeated attempt has no
+    repeated effect.
+    """
+
+    run_id: str
+    step_id: str
+    revision: int
+    attempt: int
+    workspace: Path
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.run_id, self.step_id, self.revision)
+
+
+def idempotency_key(run_id: str, step_id: str, revision: int) -> str:
+    return f"{run_id}/{step_id}/r{revision}"
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    name: str
+    description: str
+    function: Callable[..., Any]
+    arguments: type[BaseModel]
+    context_parameter: str | None
+    side_effects: bool
+
+    def spec(self) -> ToolSpec:
+        schema = self.arguments.model_json_schema()
+        schema.pop("title", None)
+        return ToolSpec(name=self.name, description=self.description, parameters=schema, side_effects=self.side_effects)
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effects: bool = True,
+) -> Any:
+    """Register a function as a tool. Use bare (`@tool`) or with options (`@tool(name=...)`)."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(fn, _MARK, define_tool(fn, name=name, description=description, side_effects=side_effects))
+        return fn
+
+    return mark(function) if function is not None else mark
+
+
+def define_tool(
+    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None, side_effects: bool = True
+) -> ToolDefinition:
+    tool_name = name or fn.__name__
+    try:
+        hints = get_type_hints(fn)
+    except Exception as exc:  # an annotation that does not evaluate
+        raise ToolRegistrationError(f"tool '{tool_name}': cannot read its type hints ({exc})") from exc
+    fields: dict[str, Any] = {}
+    context_parameter = None
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolRegistrationError(f"tool '{tool_name}': *args and **kwargs are not allowed; name each parameter")
+        annotation = hints.get(param.name)
+        if annotation is ToolContext:
+            context_parameter = param.name
+            continue
+        if annotation is None:
+            raise ToolRegistrationError(
+                f"tool '{tool_name}': parameter '{param.name}' needs a type annotation, which becomes its schema"
+            )
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    arguments = create_model(  # type: ignore[call-overload]
+        f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    doc = inspect.getdoc(fn) or ""
+    return ToolDefinition(
+        name=tool_name,
+        description=description if description is not None else doc,
+        function=fn,
+        arguments=arguments,
+        context_parameter=context_parameter,
+        side_effects=side_effects,
+    )
+
+
+class ToolRegistry:
+    """The tools one worker can run."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolDefinition] = {}
+        self._origins: dict[str, str] = {}
+
+    @classmethod
+    def from_modules(cls, modules: list[str], *, builtins: bool = True) -> ToolRegistry:
+        registry = cls()
+        if builtins:
+            registry.load_module("stratagem.tools.builtin")
+        for module in modules:
+            registry.load_module(module)
+        return registry
+
+    def register(self, fn: Callable[..., Any] | ToolDefinition, *, origin: str = "") -> ToolDefinition:
+        definition = fn if isinstance(fn, ToolDefinition) else getattr(fn, _MARK, None) or define_tool(fn)
+        if definition.name in self._tools and self._tools[definition.name].function is not definition.function:
+            raise ToolRegistrationError(
+                f"two tools are named '{definition.name}' ({self._origins[definition.name]} and {origin or 'another'}); "
+                "rename one with @tool(name=...)"
+            )
+        self._tools[definition.name] = definition
+        self._origins[definition.name] = origin or getattr(definition.function, "__module__", "?")
+        return definition
+
+    def load_module(self, module: str) -> list[str]:
+        """Import a module by dotted name or file path and register every `@tool` in it."""
+        loaded = _import(module)
+        names = []
+        for value in vars(loaded).values():
+            definition = getattr(value, _MARK, None)
+            if isinstance(definition, ToolDefinition):
+                self.register(definition, origin=module)
+                names.append(definition.name)
+        if not names:
+            raise ToolRegistrationError(f"tool module '{module}' defines no @tool functions")
+        return names
+
+    def get(self, name: str) -> ToolDefinition:
+        try:
+            return self._tools[name]
+        except KeyError:
+            available = ", ".join(sorted(self._tools)) or "none"
+            raise UnknownToolError(f"unknown tool '{name}' (this worker has: {available})") from None
+
+    def catalog(self) -> ToolCatalog:
+        return ToolCatalog(tools=[t.spec() for t in sorted(self._tools.values(), key=lambda t: t.name)])
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    async def invoke(self, name: str, args: dict[str, Any], context: ToolContext) -> Any:
+        """Check the arguments, call the tool, and return its output as a JSON-ready value."""
+        definition = self.get(name)
+        try:
+            parsed = definition.arguments.model_validate(args)
+        except ValidationError as exc:
+            raise ToolArgumentsError(f"tool '{name}': {_validation_summary(exc)}") from None
+        kwargs = {field: getattr(parsed, field) for field in type(parsed).model_fields}
+        if definition.context_parameter:
+            kwargs[definition.context_parameter] = context
+        if inspect.iscoroutinefunction(definition.function):
+            result = await definition.function(**kwargs)
+        else:
+            # A blocking tool must not stall the worker's event loop (and with it heartbeats
+            # and every other activity), so it runs in a thread.
+            result = await asyncio.to_thread(definition.function, **kwargs)
+        try:
+            return to_jsonable_python(result)
+        except PydanticSerializationError as exc:
+            raise ToolError(
+                f"tool '{name}' returned a {type(result).__name__}, which is not JSON-serializable: {exc}",
+                retryable=False,
+            ) from None
+
+
+def _validation_summary(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "arguments"
+        parts.append(f"'{where}' {error['msg'].lower()}")
+    return "; ".join(parts)
+
+
+def _import(module: str) -> Any:
+    if module.endswith(".py") or "/" in module or "\\" in module:
+        path = Path(module).resolve()
+        if not path.is_file():
+            raise ToolRegistrationError(f"tool module file '{module}' does not exist")
+        name = f"stratagem_user_tools_{path.stem}_{abs(hash(str(path)))}"
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ToolRegistrationError(f"cannot load tool module file '{module}'")
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[name] = loaded
+        try:
+            spec.loader.exec_module(loaded)
+        except Exception as exc:
+            del sys.modules[name]
+            raise ToolRegistrationError(f"tool module '{module}' failed to import: {exc}") from exc
+        return loaded
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ToolRegistrationError(f"cannot import tool module '{module}': {exc}") from exc
+    except Exception as exc:
+        raise ToolRegistrationError(f"tool module '{module}' failed to import: {exc}") from exc

@@ -1,0 +1,133 @@
+"""Plan validation: every rule a plan must meet before it can be approved or run.
+
+`plan_problems` returns plain-English messages, one per broken rule, so a person editing a
+plan file and a planner model repairing its output get the same exact feedback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .errors import PlanValidationError
+from .graph import ancestors, find_cycles
+from .plan import PlanDraft, Step, StepKind
+from .references import find_references, references_in
+from .tools.spec import ToolCatalog
+
+
+def plan_problems(plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool = True) -> list[str]:
+    """Every broken rule, as a message. `has_executor=False` refuses llm steps (no model to run them)."""
+    problems: list[str] = []
+    counts = Counter(step.id for step in plan.steps)
+    for step_id, count in counts.items():
+        if count > 1:
+            problems.append(f"duplicate step id '{step_id}' ({count} steps share it); step ids must be unique")
+
+    known = set(counts)
+    for step in plan.steps:
+        problems.extend(_kind_problems(step, catalog))
+        if step.kind is StepKind.llm and not has_executor:
+            problems.append(f"step '{step.id}' is an llm step, but the run has no executor model; set one or use a tool step")
+        for dep in step.depends_on:
+            if dep == step.id:
+                problems.append(f"step '{step.id}' depends on itself")
+            elif dep not in known:
+                problems.append(f"step '{step.id}' depends on missing step '{dep}'{_did_you_mean(dep, known)}")
+
+    edges = {step.id: [d for d in step.depends_on if d != step.id] for step in plan.steps}
+    cycles = find_cycles(edges)
+    for cycle in cycles:
+        problems.append(f"dependency cycle: {' -> '.join(cycle)}")
+
+    if not cycles:
+        reachable = ancestors(edges)
+        for step in plan.steps:
+            for ref in references_in(step.instructions, step.args):
+                if ref.step_id not in known:
+                    problems.append(
+                        f"step '{step.id}' references {ref}, but there is no step '{ref.step_id}'"
+                        f"{_did_you_mean(ref.step_id, known)}"
+                    )
+                elif ref.step_id == step.id:
+                    problems.append(f"step '{step.id}' references its own output {ref}")
+                elif ref.step_id not in reachable.get(step.id, set()):
+                    problems.append(
+                        f"step '{step.id}' references {ref}, but '{ref.step_id}' is not among its dependencies; "
+                        f"add '{ref.step_id}' to depends_on (directly or through another step)"
+                    )
+    return problems
+
+
+def validate_plan(plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool = True) -> None:
+    """Raise `PlanValidationError` listing every problem, or return if the plan is valid."""
+    problems = plan_problems(plan, catalog, has_executor=has_executor)
+    if problems:
+        raise PlanValidationError(problems)
+
+
+def _kind_problems(step: Step, catalog: ToolCatalog) -> list[str]:
+    if step.kind is StepKind.tool:
+        if not step.tool:
+            return [f"step '{step.id}' is a tool step but names no tool"]
+        spec = catalog.get(step.tool)
+        if spec is None:
+            hint = _did_you_mean(step.tool, catalog.names)
+            available = ", ".join(sorted(catalog.names)) or "none"
+            return [f"step '{step.id}' uses unknown tool '{step.tool}'{hint} (available: {available})"]
+        return [f"step '{step.id}': {p}" for p in argument_problems(step.args, spec.parameters, tool=step.tool)]
+
+    problems = []
+    if step.tool is not None:
+        problems.append(f"step '{step.id}' is a {step.kind.value} step but names tool '{step.tool}'; only tool steps call tools")
+    if step.args:
+        problems.append(f"step '{step.id}' is a {step.kind.value} step but has args; put inputs in its instructions")
+    if not step.instructions.strip():
+        what = "the question to ask" if step.kind is StepKind.human else "what the executor should do"
+        problems.append(f"step '{step.id}' is a {step.kind.value} step with no instructions; say {what}")
+    return problems
+
+
+def argument_problems(args: dict[str, Any], schema: dict[str, Any], *, tool: str) -> list[str]:
+    """Schema errors for a tool's arguments. Values that hold a reference are checked at run time."""
+    validator = Draft202012Validator(schema)
+    problems = []
+    for error in sorted(validator.iter_errors(args), key=lambda e: [str(p) for p in e.absolute_path]):
+        path = list(error.absolute_path)
+        if _holds_reference(args, path):
+            continue
+        where = ".".join(str(p) for p in path)
+        if error.validator == "required":
+            missing = error.message.split(" is a required property")[0]
+            inside = f" in '{where}'" if where else ""
+            problems.append(f"tool '{tool}' is missing required argument {missing}{inside}")
+        elif error.validator == "additionalProperties" and not where:
+            allowed = ", ".join(sorted(schema.get("properties", {}))) or "none"
+            problems.append(f"tool '{tool}' got unexpected arguments: {error.message} (it takes: {allowed})")
+        else:
+            location = f"argument '{where}'" if where else "arguments"
+            problems.append(f"{location} of tool '{tool}' is invalid: {error.message}")
+    return problems
+
+
+def _holds_reference(args: Any, path: list[Any]) -> bool:
+    """True if the value at the error's path, or any value above it, is a string with a reference.
+
+    Such a value only gets its real type at run time, when the tool checks it again."""
+    node = args
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+        if isinstance(node, str):
+            return bool(find_references(node))
+    return isinstance(node, str) and bool(find_references(node))
+
+
+def _did_you_mean(name: str, candidates: Any) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""

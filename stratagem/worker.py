@@ -1,0 +1,50 @@
+"""Building and running a Stratagem worker: the run workflow plus the planning and execution activities."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from .client import connect
+from .config import Settings
+from .tools import ToolRegistry
+
+# Pure modules the workflow imports. Passing them through the sandbox keeps one copy of the
+# pydantic models (and their validators) instead of re-importing them per workflow task.
+PASSTHROUGH_MODULES = ("stratagem", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "yaml", "attrs")
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
+
+
+def build_worker(
+    client: Client,
+    *,
+    task_queue: str,
+    registry: ToolRegistry,
+    workspace: Path,
+    max_concurrent_activities: int | None = None,
+) -> Worker:
+    from activities import build_activities
+    from workflows import StratagemRun
+
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[StratagemRun],
+        activities=build_activities(registry, workspace),
+        workflow_runner=workflow_runner(),
+        max_concurrent_activities=max_concurrent_activities,
+    )
+
+
+async def run_worker(settings: Settings, tool_modules: Sequence[str] = ()) -> None:
+    registry = ToolRegistry.from_modules(list(tool_modules))
+    client = await connect(settings)
+    worker = build_worker(client, task_queue=settings.task_queue, registry=registry, workspace=settings.workspace)
+    await worker.run()

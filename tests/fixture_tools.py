@@ -1,0 +1,73 @@
+"""Tools for the tests. Each leaves evidence in the workspace that the tests read back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from stratagem.errors import ToolError
+from stratagem.tools import ToolContext, tool
+
+
+def _log(ctx: ToolContext, record: dict) -> None:
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    with (ctx.workspace / "calls.jsonl").open("a") as f:
+        f.write(json.dumps({**record, "step": ctx.step_id, "revision": ctx.revision, "attempt": ctx.attempt, "key": ctx.idempotency_key}) + "\n")
+
+
+@tool
+def record(label: str, ctx: ToolContext) -> str:
+    """Record that this step ran (a visible side effect)."""
+    _log(ctx, {"tool": "record", "label": label})
+    return label
+
+
+@tool
+async def slow(label: str, seconds: float, ctx: ToolContext) -> dict:
+    """Sleep, and record wall-clock start and end times."""
+    start = time.time()
+    await asyncio.sleep(seconds)
+    end = time.time()
+    _log(ctx, {"tool": "slow", "label": label, "start": start, "end": end})
+    return {"label": label, "start": start, "end": end}
+
+
+@tool(side_effects=False)
+def fetch_profile(user: str) -> dict:
+    """Look up a user's profile."""
+    return {"name": user.title(), "email": f"{user}@example.com", "tags": ["new", "vip"]}
+
+
+@tool(side_effects=False)
+def greet(name: str, greeting: str = "Hello") -> str:
+    """Make a greeting."""
+    return f"{greeting}, {name}!"
+
+
+@tool(side_effects=False)
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def flaky(label: str, failures: int, ctx: ToolContext) -> str:
+    """Fail the first `failures` attempts of this step, then succeed."""
+    _log(ctx, {"tool": "flaky", "label": label})
+    if ctx.attempt <= failures:
+        raise RuntimeError(f"transient trouble on attempt {ctx.attempt}")
+    return label
+
+
+@tool
+def broken(reason: str, ctx: ToolContext) -> str:
+    """Always fails, permanently."""
+    _log(ctx, {"tool": "broken", "reason": reason})
+    raise ToolError(reason, retryable=False)
+
+
+@tool
+def unserializable(ctx: ToolContext) -> object:
+    """Returns something that is not JSON."""
+    return object()

@@ -1,0 +1,473 @@
+"""The built-in tools, called the way the worker calls them: through `ToolRegistry.invoke`."""
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from stratagem.errors import ToolArgumentsError, ToolError
+from stratagem.tools import builtin
+from stratagem.tools.registry import ToolContext, ToolRegistry
+
+ALLOWLIST = "STRATAGEM_HTTP_ALLOWLIST"
+
+
+@pytest.fixture(scope="module")
+def registry() -> ToolRegistry:
+    return ToolRegistry.from_modules([])
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> ToolContext:
+    return ToolContext(run_id="run-1", step_id="step-a", revision=0, attempt=1, workspace=tmp_path / "ws")
+
+
+@pytest.fixture(autouse=True)
+def no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A proxy from the environment would send requests for 127.0.0.1 elsewhere.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+# --- a local HTTP server that records what reaches it -------------------------------------------
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, list[str]]
+    body: bytes
+
+
+@dataclass
+class LocalServer:
+    port: int
+    received: list[Received] = field(default_factory=list)
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+
+@pytest.fixture
+def server() -> Iterator[LocalServer]:
+    state = LocalServer(port=0)
+
+    class Handler(BaseHTTPRequestHandler):
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            headers: dict[str, list[str]] = {}
+            for name, value in self.headers.items():
+                headers.setdefault(name.lower(), []).append(value)
+            body = self.rfile.read(length)
+            state.received.append(Received(self.command, self.path, headers, body))
+            if self.path == "/json":
+                self._reply(200, "application/json", json.dumps({"ok": True, "items": [1, 2]}))
+            elif self.path == "/echo":
+                self._reply(201, "application/json; charset=utf-8", json.dumps({"got": json.loads(body or "null")}))
+            elif self.path == "/text":
+                self._reply(200, "text/plain", "x" * 150_000)
+            elif self.path == "/fail":
+                self._reply(500, "text/plain", "database on fire")
+            elif self.path == "/busy":
+                self._reply(429, "text/plain", "slow down")
+            elif self.path == "/missing":
+                self._reply(404, "text/plain", "no such invoice")
+            elif self.path == "/slow":
+                time.sleep(1.0)
+                self._reply(200, "text/plain", "late")
+            elif self.path == "/to-localhost":
+                self.send_response(302)
+                self.send_header("Location", state.url("/json", host="localhost"))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                self._reply(404, "text/plain", "unknown path")
+
+        def _reply(self, status: int, content_type: str, text: str) -> None:
+            data = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    state.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+async def _refused(registry: ToolRegistry, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolError:
+    with pytest.raises(ToolError) as info:
+        await registry.invoke(name, args, ctx)
+    return info.value
+
+
+# --- http_request -------------------------------------------------------------------------------
+
+
+async def test_get_returns_parsed_json(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    result = await registry.invoke("http_request", {"method": "GET", "url": server.url("/json")}, ctx)
+    assert result == {
+        "status": 200,
+        "headers": {"content-type": "application/json"},
+        "json": {"ok": True, "items": [1, 2]},
+        "text": '{"ok": true, "items": [1, 2]}',
+    }
+    [request] = server.received
+    assert request.method == "GET"
+    assert "idempotency-key" not in request.headers
+
+
+async def test_post_sends_the_steps_idempotency_key_and_json_body(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    args = {"method": "POST", "url": server.url("/echo"), "json_body": {"amount": 12}}
+    result = await registry.invoke("http_request", args, ctx)
+    assert result["status"] == 201
+    assert result["json"] == {"got": {"amount": 12}}
+    [request] = server.received
+    assert request.headers["idempotency-key"] == [ctx.idempotency_key] == ["run-1/step-a/r0"]
+    assert json.loads(request.body) == {"amount": 12}
+
+
+async def test_callers_own_idempotency_key_is_kept(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    args = {"method": "PUT", "url": server.url("/echo"), "headers": {"idempotency-key": "mine"}, "body": "1"}
+    await registry.invoke("http_request", args, ctx)
+    assert server.received[0].headers["idempotency-key"] == ["mine"]
+
+
+async def test_long_text_is_truncated_and_non_json_has_no_json(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
+    result = await registry.invoke("http_request", {"method": "GET", "url": server.url("/text")}, ctx)
+    assert result["json"] is None
+    assert len(result["text"]) == 100_000
+
+
+@pytest.mark.parametrize("allowlist", ["example.com", "localhost", "*.0.0.1", "127.0.0.1:1"])
+async def test_host_not_in_allowlist_is_refused_before_any_request(registry, ctx, server, monkeypatch, allowlist):
+    monkeypatch.setenv(ALLOWLIST, allowlist)
+    error = await _refused(registry, "http_request", {"method": "GET", "url": server.url("/json")}, ctx)
+    assert error.retryable is False
+    assert "'127.0.0.1" in str(error) and ALLOWLIST in str(error)
+    assert server.received == []
+
+
+@pytest.mark.parametrize("value", [None, "", " , "])
+async def test_unset_or_empty_allowlist_refuses_every_host(registry, ctx, server, monkeypatch, value):
+    if value is None:
+        monkeypatch.delenv(ALLOWLIST, raising=False)
+    else:
+        monkeypatch.setenv(ALLOWLIST, value)
+    error = await _refused(registry, "http_request", {"method": "POST", "url": server.url("/echo")}, ctx)
+    assert error.retryable is False and ALLOWLIST in str(error)
+    assert server.received == []
+
+
+@pytest.mark.parametrize(
+    ("allowlist", "url", "allowed"),
+    [
+        ("*.example.com", "https://api.example.com/x", True),
+        ("*.example.com", "https://a.b.example.com/x", True),
+        ("*.example.com", "https://example.com/x", False),
+        ("*.example.com", "https://evilexample.com/x", False),
+        ("other.org, Example.com", "https://example.com/x", True),
+        ("example.com:8443", "https://example.com:8443/x", True),
+        ("example.com:8443", "https://example.com/x", False),
+        ("example.com:443", "https://example.com/x", True),
+        ("example.com", "https://example.com.evil.net/x", False),
+        ("example.com", "https://example.com@evil.net/x", False),
+    ],
+)
+def test_allowlist_matching(monkeypatch, allowlist, url, allowed):
+    monkeypatch.setenv(ALLOWLIST, allowlist)
+    check = lambda: builtin._check_allowed(httpx.URL(url), builtin._http_allowlist())  # noqa: E731
+    if allowed:
+        check()
+    else:
+        with pytest.raises(ToolError):
+            check()
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/file", "file:///etc/passwd", "127.0.0.1/json"])
+async def test_only_http_and_https_schemes(registry, ctx, monkeypatch, url):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    error = await _refused(registry, "http_request", {"method": "GET", "url": url}, ctx)
+    assert error.retryable is False
+    assert "only http and https" in str(error)
+
+
+async def test_redirect_to_a_host_outside_the_allowlist_is_refused(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    error = await _refused(registry, "http_request", {"method": "GET", "url": server.url("/to-localhost")}, ctx)
+    assert error.retryable is False and "'localhost" in str(error)
+    assert [r.path for r in server.received] == ["/to-localhost"]
+
+
+async def test_redirect_within_the_allowlist_is_followed(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1,localhost")
+    result = await registry.invoke("http_request", {"method": "GET", "url": server.url("/to-localhost")}, ctx)
+    assert result["json"] == {"ok": True, "items": [1, 2]}
+
+
+@pytest.mark.parametrize(("path", "status"), [("/fail", 500), ("/busy", 429)])
+async def test_server_errors_and_429_are_retryable(registry, ctx, server, monkeypatch, path, status):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    error = await _refused(registry, "http_request", {"method": "POST", "url": server.url(path)}, ctx)
+    assert error.retryable is True
+    assert str(status) in str(error)
+
+
+async def test_client_errors_are_not_retryable_and_show_the_body(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    error = await _refused(registry, "http_request", {"method": "GET", "url": server.url("/missing")}, ctx)
+    assert error.retryable is False
+    assert "404" in str(error) and "no such invoice" in str(error)
+
+
+async def test_connection_refused_is_retryable(registry, ctx, monkeypatch):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    error = await _refused(registry, "http_request", {"method": "GET", "url": f"http://127.0.0.1:{port}/"}, ctx)
+    assert error.retryable is True
+
+
+async def test_timeout_is_retryable(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    args = {"method": "GET", "url": server.url("/slow"), "timeout_seconds": 0.2}
+    error = await _refused(registry, "http_request", args, ctx)
+    assert error.retryable is True and "timed out" in str(error)
+
+
+async def test_unknown_method_is_rejected_by_the_schema(registry, ctx):
+    with pytest.raises(ToolArgumentsError):
+        await registry.invoke("http_request", {"method": "TRACE", "url": "http://127.0.0.1/"}, ctx)
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+async def test_write_then_read(registry, ctx):
+    result = await registry.invoke("write_file", {"path": "notes/a.txt", "content": "héllo\n"}, ctx)
+    assert result == {"path": "notes/a.txt", "bytes": len("héllo\n".encode())}
+    assert (ctx.workspace / "notes" / "a.txt").read_text(encoding="utf-8") == "héllo\n"
+    assert await registry.invoke("read_file", {"path": "notes/a.txt"}, ctx) == "héllo\n"
+
+    await registry.invoke("write_file", {"path": "notes/a.txt", "content": "second"}, ctx)
+    assert await registry.invoke("read_file", {"path": "notes/a.txt"}, ctx) == "second"
+    assert sorted(p.name for p in (ctx.workspace / "notes").iterdir()) == ["a.txt"]  # no temp files left
+
+
+async def test_read_missing_file(registry, ctx):
+    error = await _refused(registry, "read_file", {"path": "nope.txt"}, ctx)
+    assert error.retryable is False
+    assert "no file 'nope.txt' in the workspace" in str(error)
+
+
+async def test_read_refuses_files_over_1_mb(registry, ctx):
+    ctx.workspace.mkdir()
+    (ctx.workspace / "big.txt").write_bytes(b"x" * (1024 * 1024 + 1))
+    error = await _refused(registry, "read_file", {"path": "big.txt"}, ctx)
+    assert error.retryable is False and "1 MB" in str(error)
+
+
+@pytest.mark.parametrize("path", ["../x", "/etc/passwd", "a/../../x", ".."])
+@pytest.mark.parametrize(
+    ("tool", "extra"), [("read_file", {}), ("write_file", {"content": "x"}), ("append_csv_row", {"row": {"a": 1}})]
+)
+async def test_paths_outside_the_workspace_are_refused(registry, ctx, tmp_path, path, tool, extra):
+    error = await _refused(registry, tool, {"path": path, **extra}, ctx)
+    assert error.retryable is False
+    assert "outside the workspace" in str(error) or "absolute" in str(error)
+    assert not (tmp_path / "x").exists()
+
+
+async def test_symlinks_pointing_outside_are_refused(registry, ctx, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret")
+    ctx.workspace.mkdir()
+    (ctx.workspace / "link").symlink_to(outside, target_is_directory=True)
+    (ctx.workspace / "secret-link.txt").symlink_to(outside / "secret.txt")
+
+    for args in ({"path": "link/secret.txt"}, {"path": "secret-link.txt"}):
+        error = await _refused(registry, "read_file", args, ctx)
+        assert error.retryable is False and "outside the workspace" in str(error)
+    error = await _refused(registry, "write_file", {"path": "link/new.txt", "content": "x"}, ctx)
+    assert error.retryable is False
+    error = await _refused(registry, "write_file", {"path": "secret-link.txt", "content": "overwritten"}, ctx)
+    assert error.retryable is False
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "secret"
+    assert await registry.invoke("list_files", {}, ctx) == []
+
+
+async def test_stratagem_folder_is_reserved_for_writes(registry, ctx):
+    error = await _refused(registry, "write_file", {"path": ".stratagem/idempotency/x.json", "content": "{}"}, ctx)
+    assert error.retryable is False and "reserve" in str(error)
+
+
+async def test_list_files(registry, ctx):
+    for name in ("b.txt", "a.txt", "sub/c.csv", "sub/deeper/d.csv", ".stratagem/idempotency/k.json"):
+        await asyncio.to_thread(_write, ctx.workspace / name)
+    (ctx.workspace / "empty-folder").mkdir()
+
+    assert await registry.invoke("list_files", {}, ctx) == ["a.txt", "b.txt", "sub/c.csv", "sub/deeper/d.csv"]
+    assert await registry.invoke("list_files", {"pattern": "*.txt"}, ctx) == ["a.txt", "b.txt"]
+    assert await registry.invoke("list_files", {"pattern": "**/*.csv"}, ctx) == ["sub/c.csv", "sub/deeper/d.csv"]
+    for pattern in ("../*", "/etc/*"):
+        error = await _refused(registry, "list_files", {"pattern": pattern}, ctx)
+        assert error.retryable is False
+
+
+def _write(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("x")
+
+
+# --- append_csv_row -----------------------------------------------------------------------------
+
+
+def _csv_text(ctx: ToolContext, path: str = "out.csv") -> str:
+    return (ctx.workspace / path).read_text(encoding="utf-8")
+
+
+async def test_append_csv_row_is_idempotent_per_step_revision(registry, ctx):
+    args = {"path": "out.csv", "row": {"name": "Ada", "amount": 12.5, "paid": True, "note": None}}
+    first = await registry.invoke("append_csv_row", args, ctx)
+    assert first == {"path": "out.csv", "rows": 1, "repeated": False}
+    second = await registry.invoke("append_csv_row", args, ctx)
+    assert second == {"path": "out.csv", "rows": 1, "repeated": True}
+    assert _csv_text(ctx) == "name,amount,paid,note\nAda,12.5,true,\n"
+
+    revised = ToolContext(run_id="run-1", step_id="step-a", revision=1, attempt=1, workspace=ctx.workspace)
+    third = await registry.invoke("append_csv_row", args, revised)
+    assert third == {"path": "out.csv", "rows": 2, "repeated": False}
+    assert _csv_text(ctx) == "name,amount,paid,note\nAda,12.5,true,\nAda,12.5,true,\n"
+
+
+async def test_append_follows_the_existing_header(registry, ctx):
+    ctx.workspace.mkdir()
+    (ctx.workspace / "out.csv").write_text("id,name,city\n1,Ada,London")  # no final newline
+    result = await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"name": "Bo, Jr.", "id": 2}}, ctx)
+    assert result["rows"] == 2
+    assert _csv_text(ctx) == 'id,name,city\n1,Ada,London\n2,"Bo, Jr.",\n'
+
+
+async def test_append_refuses_an_unknown_column(registry, ctx):
+    ctx.workspace.mkdir()
+    (ctx.workspace / "out.csv").write_text("id,name\n")
+    error = await _refused(registry, "append_csv_row", {"path": "out.csv", "row": {"id": 1, "email": "x"}}, ctx)
+    assert error.retryable is False and "'email'" in str(error)
+    assert _csv_text(ctx) == "id,name\n"
+    # The refusal is not recorded as applied: a corrected retry of the same step appends.
+    assert (await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"id": 1}}, ctx))["repeated"] is False
+
+
+async def test_parallel_appends_do_not_interleave(registry, ctx):
+    contexts = [ToolContext("run-1", f"step-{i}", 0, 1, ctx.workspace) for i in range(20)]
+    await asyncio.gather(
+        *(registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": i}}, c) for i, c in enumerate(contexts))
+    )
+    lines = _csv_text(ctx).splitlines()
+    assert lines[0] == "n"
+    assert sorted(int(x) for x in lines[1:]) == list(range(20))
+
+
+async def test_crash_after_append_before_record_does_not_append_again(registry, ctx, monkeypatch):
+    real_write_record = builtin._write_record
+
+    def crash_on_done(path: Path, record: dict[str, Any]) -> None:
+        if record["state"] == "done":
+            raise OSError("worker died")
+        real_write_record(path, record)
+
+    monkeypatch.setattr(builtin, "_write_record", crash_on_done)
+    with pytest.raises(OSError):
+        await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": 1}}, ctx)
+    monkeypatch.setattr(builtin, "_write_record", real_write_record)
+
+    result = await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": 1}}, ctx)
+    assert result == {"path": "out.csv", "rows": 1, "repeated": True}
+    assert _csv_text(ctx) == "n\n1\n"
+
+
+async def test_crash_before_append_appends_on_retry(registry, ctx, monkeypatch):
+    real_write_record = builtin._write_record
+
+    def crash_after_pending(path: Path, record: dict[str, Any]) -> None:
+        real_write_record(path, record)
+        raise OSError("worker died")
+
+    monkeypatch.setattr(builtin, "_write_record", crash_after_pending)
+    with pytest.raises(OSError):
+        await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": 1}}, ctx)
+    monkeypatch.setattr(builtin, "_write_record", real_write_record)
+    assert _csv_text(ctx) == ""
+
+    result = await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": 1}}, ctx)
+    assert result == {"path": "out.csv", "rows": 1, "repeated": False}
+    assert _csv_text(ctx) == "n\n1\n"
+
+
+# --- render_template ----------------------------------------------------------------------------
+
+
+async def test_render_template(registry, ctx):
+    args = {
+        "template": "Dear $name, you owe ${amount} $$ (late: $late)",
+        "values": {"name": "Ada", "amount": 12.5, "late": True},
+    }
+    assert await registry.invoke("render_template", args, ctx) == "Dear Ada, you owe 12.5 $ (late: true)"
+
+
+async def test_render_template_names_the_missing_value(registry, ctx):
+    args = {"template": "Dear $name, you owe $amount", "values": {"name": "Ada"}}
+    error = await _refused(registry, "render_template", args, ctx)
+    assert error.retryable is False
+    assert "'amount'" in str(error)
+
+
+# --- schemas ------------------------------------------------------------------------------------
+
+
+def test_catalog_describes_the_builtin_tools(registry):
+    catalog = registry.catalog()
+    expected = {"http_request", "read_file", "write_file", "list_files", "append_csv_row", "render_template"}
+    assert expected <= set(catalog.names)
+    for name in expected:
+        assert catalog.get(name).description, name
+        assert "ctx" not in json.dumps(catalog.get(name).parameters), name
+
+    http = catalog.get("http_request").parameters
+    assert http["properties"]["method"]["enum"] == ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    assert set(http["required"]) == {"method", "url"}
+    assert "ctx" not in http["properties"]
+
+    read_only = {name for name in expected if not catalog.get(name).side_effects}
+    assert read_only == {"read_file", "list_files", "render_template"}

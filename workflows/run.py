@@ -1,0 +1,774 @@
+"""The Stratagem run: plan -> review gate -> execute ready steps in parallel -> record -> replan -> finish.
+
+This is workflow code: deterministic, no I/O. Everything that touches the world happens in
+activities. The plan, the ledger and every pending decision live in one `RunState`, which
+continue-as-new carries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError as TemporalCancelledError
+
+with workflow.unsafe.imports_passed_through():
+    # Pure, deterministic modules shared with the worker. Passing them through avoids
+    # re-importing pydantic models inside the sandbox for every workflow task.
+    from stratagem import activity_io as io
+    from stratagem.errors import ReferenceResolutionError
+    from stratagem.ledger import Decision, DecisionAction, EventKind, Ledger, StepRecord, StepStatus
+    from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
+    from stratagem.references import resolve
+    from stratagem.run import (
+        WORKFLOW_NAME,
+        AnswerInput,
+        ApproveInput,
+        DecisionKind,
+        DecisionOutcome,
+        PendingDecision,
+        Phase,
+        RejectInput,
+        ReviewTimeoutAction,
+        ReviseInput,
+        RunInput,
+        RunResult,
+        RunState,
+        RunStatus,
+        StepCounts,
+    )
+    from stratagem.scheduling import Reconciliation, all_succeeded, ready_steps, reconcile, sink_steps
+    from stratagem.tools.spec import ToolCatalog
+    from stratagem.validation import plan_problems
+
+# Planning and synthesis are a few model calls; these bound one attempt, not the whole run.
+PLANNING_TIMEOUT = timedelta(minutes=10)
+PLANNING_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=5,
+    non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
+)
+CATALOG_TIMEOUT = timedelta(seconds=30)
+CATALOG_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
+HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+
+
+class DecisionRefused(ApplicationError):
+    def __init__(self, message: str):
+        super().__init__(message, type="DecisionRefused", non_retryable=True)
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class StratagemRun:
+    @workflow.init
+    def __init__(self, input: RunInput) -> None:
+        # Built in __init__ so queries and updates that arrive before run() starts see a state.
+        if input.state is not None:
+            self.state = input.state
+        else:
+            run_id = input.run_id or workflow.info().workflow_id
+            self.state = RunState(
+                run_id=run_id,
+                goal=input.goal or (input.plan.goal if input.plan else ""),
+                options=input.options,
+                ledger=Ledger(run_id=run_id),
+            )
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._busy_slots = 0
+        self._draining = False
+        self._finished_here = 0
+        self._rejection: str | None = None
+
+    # ------------------------------------------------------------------ the loop
+
+    @workflow.run
+    async def run(self, input: RunInput) -> RunResult:
+        try:
+            if input.state is None:
+                await self._start(input)
+            while not self.state.phase.finished:
+                if self._continue_as_new_due():
+                    await self._continue_as_new()
+                if self.state.phase is Phase.awaiting_approval:
+                    await self._review()
+                elif self.state.phase is Phase.running:
+                    if await self._execute():
+                        break  # every step succeeded
+                elif self.state.phase is Phase.replanning:
+                    await self._replan()
+                else:  # planning only happens in _start; reaching it here is a bug
+                    raise ApplicationError(f"run is in unexpected phase {self.state.phase.value}", non_retryable=True)
+        except (asyncio.CancelledError, TemporalCancelledError):
+            await self._on_cancel()
+            raise
+        return await self._finish()
+
+    async def _start(self, input: RunInput) -> None:
+        ledger = self.state.ledger
+        ledger.record(EventKind.run_started, self._now(), message=self.state.goal, auto_approve=self.state.options.auto_approve)
+        self.state.catalog = await workflow.execute_activity(
+            io.DESCRIBE_TOOLS,
+            result_type=ToolCatalog,
+            start_to_close_timeout=CATALOG_TIMEOUT,
+            retry_policy=CATALOG_RETRY,
+            summary="describe tools",
+        )
+        if input.plan is not None:
+            author = input.author or Author(kind=AuthorKind.human, name="unknown")
+            problems = self._problems(input.plan)
+            if problems:
+                return self._fail("the supplied plan is invalid: " + "; ".join(problems))
+            self._adopt(Reconciliation(draft=input.plan), author, input.plan.reason or "supplied plan")
+            self.state.phase = Phase.awaiting_approval
+            return
+        planned = await self._call_planner(current=None)
+        if planned is not None:
+            self.state.phase = Phase.awaiting_approval
+
+    async def _call_planner(self, current: Plan | None) -> Plan | None:
+        options = self.state.options
+        assert options.planner is not None
+        request = io.PlanningInput(
+            goal=self.state.goal,
+            model=options.planner,
+            catalog=self.state.catalog,
+            first_call_index=self.state.planner_calls,
+            max_repairs=options.max_plan_repairs,
+            current=current.draft() if current else None,
+            records={sid: self.state.ledger.steps[sid] for sid in current.step_ids} if current else {},
+            failure=self.state.failure,
+            has_executor=bool(options.executor),
+        )
+        try:
+            out = await workflow.execute_activity(
+                io.PLAN,
+                request,
+                result_type=io.PlanningOutput,
+                start_to_close_timeout=PLANNING_TIMEOUT,
+                retry_policy=PLANNING_RETRY,
+                summary="revise plan" if current else "plan",
+            )
+        except ActivityError as exc:
+            self._fail(f"planning failed: {_cause_message(exc)}")
+            return None
+        self.state.planner_calls += out.calls
+        for number, problems in enumerate(out.rejected_attempts, start=1):
+            self.state.ledger.record(
+                EventKind.planning_attempt_invalid, self._now(), actor=out.model,
+                message=f"planner attempt {number} was invalid and sent back for repair", problems=problems,
+            )
+        # The activity validated the draft against the same catalogue; checking again here
+        # keeps "no invalid plan reaches execution" true even for a misbehaving worker.
+        merged = reconcile(current, out.draft, self.state.ledger.steps)
+        problems = merged.problems or self._problems(merged.draft)
+        if problems:
+            self._fail("the planner's plan is invalid: " + "; ".join(problems))
+            return None
+        reason = out.draft.reason or ("revised after: " + (self.state.failure or "") if current else "initial plan")
+        return self._adopt(merged, Author(kind=AuthorKind.model, name=out.model), reason)
+
+    def _problems(self, draft: PlanDraft) -> list[str]:
+        return plan_problems(draft, self.state.catalog, has_executor=bool(self.state.options.executor))
+
+    def _adopt(self, merged: Reconciliation, author: Author, reason: str) -> Plan:
+        """Make a reconciled draft the next revision and bring the ledger in line with it."""
+        state, ledger, now = self.state, self.state.ledger, self._now()
+        revision = (state.plan.revision + 1) if state.plan else 1
+        plan = Plan.from_draft(merged.draft, revision=revision, author=author, reason=reason)
+        for sid in merged.dropped:
+            self._close_step(ledger.steps[sid], StepStatus.skipped, f"dropped by revision {revision}")
+        for sid in merged.retried:
+            record = ledger.steps[sid]
+            record.status, record.error, record.output = StepStatus.pending, None, None
+        state.plan = plan
+        ledger.add_revision(plan)
+        state.step_approvals = {}
+        state.failure = None
+        ledger.record(
+            EventKind.plan_proposed, now, revision=revision, actor=str(author), message=reason,
+            steps=len(plan.steps), carried=merged.carried, dropped=merged.dropped, retried=merged.retried,
+        )
+        return plan
+
+    # ------------------------------------------------------------------ review gate
+
+    async def _review(self) -> None:
+        state = self.state
+        assert state.plan is not None
+        revision = state.plan.revision
+        is_replan = state.ledger.replans > 0 and revision > 1
+        if state.options.auto_approve or (is_replan and not state.options.replan_requires_approval):
+            by = "auto_approve" if state.options.auto_approve else "policy:replan_without_approval"
+            self._approve_plan(ApproveInput(by=by, revision=revision, comment="approved by the run's policy"), via="auto")
+            return
+        state.pending = [
+            PendingDecision(
+                kind=DecisionKind.plan_approval, revision=revision, since=self._now(),
+                prompt=f"approve revision {revision} ({len(state.plan.steps)} steps)",
+            )
+        ]
+        timeout = state.options.review_timeout_seconds
+
+        def decided() -> bool:
+            return state.phase is not Phase.awaiting_approval or state.plan is None
+
+        while not decided():
+            try:
+                await workflow.wait_condition(
+                    decided, timeout=timedelta(seconds=timeout) if timeout else None, timeout_summary="review timeout"
+                )
+            except asyncio.TimeoutError:
+                current = state.plan.revision
+                if state.options.on_review_timeout is ReviewTimeoutAction.fail:
+                    state.ledger.record(
+                        EventKind.review_timed_out, self._now(), revision=current,
+                        message=f"no decision within {timeout:g} s",
+                    )
+                    state.pending = []
+                    self._fail(f"no decision on revision {current} within {timeout:g} seconds")
+                    return
+                for pending in state.pending:
+                    pending.escalated = True
+                state.ledger.record(
+                    EventKind.review_escalated, self._now(), revision=current,
+                    message=f"no decision within {timeout:g} s; escalated, still waiting",
+                )
+                timeout = None
+
+    # ------------------------------------------------------------------ execution
+
+    async def _execute(self) -> bool:
+        """Run steps as soon as they are ready. True when every step succeeded; otherwise the
+        phase says what comes next (replanning, rejected, failed), or a continue-as-new is due."""
+        state = self.state
+        assert state.plan is not None
+        self._draining = False
+        self._rejection = None
+        while True:
+            if not self._draining and self._finished_here > 0 and self._continue_as_new_due():
+                self._draining = True  # let running steps finish, start nothing new
+            if not self._draining:
+                for step in ready_steps(state.plan, state.ledger):
+                    if step.id not in self._tasks:
+                        self._tasks[step.id] = asyncio.create_task(self._run_step(step))
+            if not self._tasks:
+                break
+            await workflow.wait_condition(lambda: any(t.done() for t in self._tasks.values()))
+            for sid, task in list(self._tasks.items()):
+                if task.done():
+                    del self._tasks[sid]
+                    task.result()  # a bug in step handling must fail the task loudly, not vanish
+
+        if self._rejection is not None:
+            self._close_open_steps(StepStatus.skipped, "run rejected")
+            self._end(Phase.rejected, self._rejection, EventKind.run_rejected)
+        elif state.failure is not None:
+            state.phase = Phase.replanning
+        elif all_succeeded(state.plan, state.ledger):
+            return True
+        elif not self._draining:
+            blocked = [s.id for s in state.plan.steps if state.ledger.steps[s.id].status is StepStatus.pending]
+            self._fail(f"no step can run: {', '.join(blocked)} wait on steps that did not succeed")
+        return False
+
+    async def _run_step(self, step: Step) -> None:
+        state = self.state
+        plan = state.plan
+        assert plan is not None
+        record = state.ledger.steps[step.id]
+        if step.needs_step_approval and not await self._step_gate(step):
+            return
+        if step.kind is StepKind.human:
+            await self._ask_human(step)
+            return
+        await workflow.wait_condition(lambda: self._busy_slots < state.options.max_parallel or self._draining)
+        if self._draining:
+            return  # stays pending; it runs after the replan or the continue-as-new
+        self._busy_slots += 1
+        try:
+            try:
+                outputs = state.ledger.outputs()
+                args = resolve(step.args, outputs)
+                instructions = resolve(step.instructions, outputs)
+            except ReferenceResolutionError as exc:
+                self._step_started(record, plan.revision)
+                self._step_failed(step, record, str(exc), attempts=0)
+                return
+            self._step_started(record, plan.revision)
+            try:
+                result = await self._dispatch(step, plan.revision, args, str(instructions), outputs)
+            except ActivityError as exc:
+                self._step_failed(step, record, _cause_message(exc), attempts=_cause_attempts(exc, self._max_attempts(step)))
+                return
+            record.attempts += result.attempt
+            record.output = result.output
+            self._close_step(record, StepStatus.succeeded, None)
+            state.ledger.record(
+                EventKind.step_succeeded, self._now(), revision=plan.revision, step_id=step.id,
+                attempt=result.attempt, model=result.model,
+            )
+        except (asyncio.CancelledError, TemporalCancelledError):
+            self._close_step(record, StepStatus.cancelled, "cancelled")
+            raise
+        finally:
+            self._busy_slots -= 1
+            self._finished_here += 1
+
+    async def _dispatch(
+        self, step: Step, revision: int, args: Any, instructions: str, outputs: dict[str, Any]
+    ) -> io.StepOutput:
+        options = self.state.options
+        timeout = timedelta(seconds=step.timeout_seconds or options.step_timeout_seconds)
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=self._max_attempts(step),
+            non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
+        )
+        common: dict[str, Any] = dict(
+            result_type=io.StepOutput,
+            start_to_close_timeout=timeout,
+            heartbeat_timeout=min(HEARTBEAT_TIMEOUT, timeout),
+            retry_policy=retry,
+            summary=f"{step.id}: {step.title}"[:200],
+        )
+        if step.kind is StepKind.tool:
+            assert step.tool is not None
+            request: Any = io.ToolStepInput(
+                run_id=self.state.run_id, step_id=step.id, revision=revision, tool=step.tool, args=args
+            )
+            return await workflow.execute_activity(io.RUN_TOOL, request, **common)
+        assert options.executor, "validation refuses llm steps when no executor is configured"
+        request = io.LlmStepInput(
+            run_id=self.state.run_id, revision=revision, step=step, instructions=instructions,
+            inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=options.executor,
+        )
+        return await workflow.execute_activity(io.RUN_LLM, request, **common)
+
+    def _max_attempts(self, step: Step) -> int:
+        return step.max_attempts or self.state.options.step_max_attempts
+
+    async def _step_gate(self, step: Step) -> bool:
+        """Wait for a person to approve a gated step. False: rejected, or the run is draining."""
+        state = self.state
+        assert state.plan is not None
+        if step.id not in state.step_approvals:
+            if state.options.auto_approve:
+                self._decide_step(ApproveInput(by="auto_approve", step_id=step.id, comment="auto_approve"), via="auto")
+            else:
+                state.pending.append(
+                    PendingDecision(
+                        kind=DecisionKind.step_approval, revision=state.plan.revision, since=self._now(),
+                        step_id=step.id, prompt=f"approve step '{step.id}' ({step.title}), risk {step.risk.value}",
+                    )
+                )
+                state.ledger.record(EventKind.step_awaiting_approval, self._now(), revision=state.plan.revision, step_id=step.id)
+                await workflow.wait_condition(lambda: step.id in state.step_approvals or self._draining)
+                self._remove_pending(step.id)
+        return state.step_approvals.get(step.id, False) and not self._draining
+
+    async def _ask_human(self, step: Step) -> None:
+        state = self.state
+        assert state.plan is not None
+        record = state.ledger.steps[step.id]
+        revision = state.plan.revision
+        if step.id not in state.answers:
+            try:
+                question = str(resolve(step.instructions, state.ledger.outputs()))
+            except ReferenceResolutionError as exc:
+                self._step_started(record, revision)
+                self._step_failed(step, record, str(exc), attempts=0)
+                return
+            self._step_started(record, revision)
+            state.pending.append(
+                PendingDecision(kind=DecisionKind.human_answer, revision=revision, since=self._now(), step_id=step.id, prompt=question)
+            )
+            state.ledger.record(EventKind.step_awaiting_answer, self._now(), revision=revision, step_id=step.id, message=question)
+            timeout = timedelta(seconds=step.timeout_seconds) if step.timeout_seconds else None
+            try:
+                await workflow.wait_condition(
+                    lambda: step.id in state.answers or self._draining, timeout=timeout, timeout_summary=f"answer {step.id}"
+                )
+            except asyncio.TimeoutError:
+                self._remove_pending(step.id)
+                self._step_failed(step, record, f"no answer within {step.timeout_seconds:g} seconds", attempts=1)
+                return
+            except (asyncio.CancelledError, TemporalCancelledError):
+                self._remove_pending(step.id)
+                self._close_step(record, StepStatus.cancelled, "cancelled")
+                raise
+            finally:
+                self._finished_here += 1
+            self._remove_pending(step.id)
+            if step.id not in state.answers:  # draining: ask again after the replan or continue-as-new
+                record.status, record.started_at = StepStatus.pending, None
+                return
+        else:
+            self._step_started(record, revision)
+        answer = state.answers.pop(step.id)
+        record.attempts += 1
+        record.output = answer
+        self._close_step(record, StepStatus.succeeded, None)
+        state.ledger.record(EventKind.step_succeeded, self._now(), revision=revision, step_id=step.id)
+
+    def _step_started(self, record: StepRecord, revision: int) -> None:
+        record.status = StepStatus.running
+        record.started_at = self._now()
+        record.ended_at = None
+        record.revision = revision
+        self.state.ledger.record(EventKind.step_started, self._now(), revision=revision, step_id=record.step_id)
+
+    def _step_failed(self, step: Step, record: StepRecord, error: str, *, attempts: int) -> None:
+        record.attempts += attempts
+        self._close_step(record, StepStatus.failed, error)
+        revision = self.state.plan.revision if self.state.plan else None
+        self.state.ledger.record(
+            EventKind.step_failed, self._now(), revision=revision, step_id=step.id, message=error, attempts=attempts
+        )
+        if self.state.failure is None:
+            self.state.failure = f"step '{step.id}' failed: {error}"
+        self._draining = True
+
+    def _close_step(self, record: StepRecord, status: StepStatus, error: str | None) -> None:
+        record.status = status
+        record.error = error
+        record.ended_at = self._now()
+        if status in (StepStatus.skipped, StepStatus.cancelled):
+            kind = EventKind.step_skipped if status is StepStatus.skipped else EventKind.step_cancelled
+            self.state.ledger.record(kind, self._now(), step_id=record.step_id, message=error or "")
+
+    def _close_open_steps(self, status: StepStatus, why: str) -> None:
+        for record in self.state.ledger.steps.values():
+            if record.status in (StepStatus.pending, StepStatus.running):
+                self._close_step(record, status, why)
+
+    # ------------------------------------------------------------------ replanning
+
+    async def _replan(self) -> None:
+        state = self.state
+        assert state.plan is not None
+        failure = state.failure or "a step failed"
+        if state.ledger.replans >= state.options.max_replans:
+            state.ledger.record(
+                EventKind.replan_cap_reached, self._now(), revision=state.plan.revision,
+                message=f"{state.ledger.replans} of {state.options.max_replans} replans used",
+            )
+            return self._fail(f"{failure}; the replan limit ({state.options.max_replans}) is reached")
+        if not state.options.planner:
+            return self._fail(f"{failure}; no planner model is configured to revise the plan")
+        state.ledger.replans += 1
+        state.ledger.record(
+            EventKind.replan_requested, self._now(), revision=state.plan.revision, message=failure,
+            replan=state.ledger.replans,
+        )
+        if await self._call_planner(current=state.plan) is not None:
+            state.phase = Phase.awaiting_approval
+
+    # ------------------------------------------------------------------ finishing
+
+    async def _finish(self) -> RunResult:
+        state = self.state
+        if state.phase is Phase.running and state.plan is not None:
+            outputs = {sid: state.ledger.steps[sid].output for sid in sink_steps(state.plan)}
+            synthesis = None
+            if state.options.synthesizer:
+                try:
+                    out = await workflow.execute_activity(
+                        io.SYNTHESIZE,
+                        io.SynthesisInput(goal=state.goal, model=state.options.synthesizer, outputs=outputs),
+                        result_type=io.SynthesisOutput,
+                        start_to_close_timeout=PLANNING_TIMEOUT,
+                        retry_policy=PLANNING_RETRY,
+                        summary="synthesis",
+                    )
+                    synthesis = out.text
+                except ActivityError as exc:
+                    self._fail(f"every step succeeded, but the final synthesis failed: {_cause_message(exc)}")
+            if state.phase is Phase.running:
+                self._end(Phase.succeeded, None, EventKind.run_succeeded)
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                return RunResult(
+                    run_id=state.run_id, status=Phase.succeeded, revision=state.plan.revision,
+                    outputs=outputs, synthesis=synthesis, replans=state.ledger.replans,
+                )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if state.phase is Phase.rejected:
+            return RunResult(
+                run_id=state.run_id, status=Phase.rejected, revision=state.plan.revision if state.plan else None,
+                reason=state.reason, replans=state.ledger.replans,
+            )
+        # A failed business process is a failed workflow, so the Temporal UI tells the truth.
+        raise ApplicationError(state.reason or "the run failed", type="RunFailed", non_retryable=True)
+
+    def _fail(self, reason: str) -> None:
+        self._close_open_steps(StepStatus.skipped, "run failed")
+        self._end(Phase.failed, reason, EventKind.run_failed)
+
+    def _end(self, phase: Phase, reason: str | None, kind: EventKind) -> None:
+        self.state.phase = phase
+        self.state.reason = reason
+        self.state.pending = []
+        revision = self.state.plan.revision if self.state.plan else None
+        self.state.ledger.record(kind, self._now(), revision=revision, message=reason or "")
+
+    async def _on_cancel(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        # Each step task marks its own record cancelled as the cancellation reaches it.
+        await workflow.wait_condition(lambda: all(t.done() for t in self._tasks.values()))
+        self._tasks.clear()
+        self._close_open_steps(StepStatus.cancelled, "run cancelled")
+        self._end(Phase.cancelled, "cancelled", EventKind.run_cancelled)
+
+    # ------------------------------------------------------------------ continue-as-new
+
+    def _continue_as_new_due(self) -> bool:
+        info = workflow.info()
+        limit = self.state.options.continue_as_new_after_events
+        if limit is not None:
+            return info.get_current_history_length() >= limit
+        return info.is_continue_as_new_suggested()
+
+    async def _continue_as_new(self) -> None:
+        # Handlers may still be mutating the state; carry it only once they are done.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self.state.continued += 1
+        self.state.ledger.record(
+            EventKind.continued_as_new, self._now(), revision=self.state.plan.revision if self.state.plan else None,
+            history_events=workflow.info().get_current_history_length(),
+        )
+        workflow.continue_as_new(RunInput(state=self.state, options=self.state.options))
+
+    # ------------------------------------------------------------------ decisions
+
+    @workflow.update
+    async def approve(self, decision: ApproveInput) -> DecisionOutcome:
+        return self._apply_approve(decision, via="update")
+
+    @approve.validator
+    def _validate_approve(self, decision: ApproveInput) -> None:
+        self._check_approve(decision)
+
+    @workflow.signal(name="approve_signal")
+    def approve_signal(self, decision: ApproveInput) -> None:
+        self._signal(lambda: self._check_approve(decision), lambda: self._apply_approve(decision, via="signal"), decision.by)
+
+    @workflow.update
+    async def reject(self, decision: RejectInput) -> DecisionOutcome:
+        return self._apply_reject(decision, via="update")
+
+    @reject.validator
+    def _validate_reject(self, decision: RejectInput) -> None:
+        self._check_reject(decision)
+
+    @workflow.signal(name="reject_signal")
+    def reject_signal(self, decision: RejectInput) -> None:
+        self._signal(lambda: self._check_reject(decision), lambda: self._apply_reject(decision, via="signal"), decision.by)
+
+    @workflow.update
+    async def revise(self, decision: ReviseInput) -> DecisionOutcome:
+        return self._apply_revise(decision, via="update")
+
+    @revise.validator
+    def _validate_revise(self, decision: ReviseInput) -> None:
+        self._check_revise(decision)
+
+    @workflow.signal(name="revise_signal")
+    def revise_signal(self, decision: ReviseInput) -> None:
+        self._signal(lambda: self._check_revise(decision), lambda: self._apply_revise(decision, via="signal"), decision.by)
+
+    @workflow.update
+    async def answer(self, answer: AnswerInput) -> DecisionOutcome:
+        return self._apply_answer(answer)
+
+    @answer.validator
+    def _validate_answer(self, answer: AnswerInput) -> None:
+        self._check_answer(answer)
+
+    @workflow.signal(name="answer_signal")
+    def answer_signal(self, answer: AnswerInput) -> None:
+        self._signal(lambda: self._check_answer(answer), lambda: self._apply_answer(answer), answer.by)
+
+    def _signal(self, check: Any, apply: Any, by: str) -> None:
+        """Signals cannot be refused, so a refused one is recorded instead of applied."""
+        try:
+            check()
+        except DecisionRefused as exc:
+            self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=by, message=str(exc))
+            return
+        apply()
+
+    def _check_open(self) -> None:
+        if self.state.phase.finished:
+            raise DecisionRefused(f"run {self.state.run_id} has finished ({self.state.phase.value}); it takes no decisions")
+
+    def _check_revision(self, revision: int | None) -> None:
+        current = self.state.plan.revision if self.state.plan else None
+        if revision is not None and revision != current:
+            raise DecisionRefused(f"revision {revision} is stale: the current plan is revision {current}")
+
+    def _pending_for(self, kind: DecisionKind, step_id: str | None) -> PendingDecision | None:
+        return next((p for p in self.state.pending if p.kind is kind and p.step_id == step_id), None)
+
+    def _check_approve(self, decision: ApproveInput) -> None:
+        self._check_open()
+        self._check_revision(decision.revision)
+        if decision.step_id is not None:
+            if self._pending_for(DecisionKind.step_approval, decision.step_id) is None:
+                raise DecisionRefused(f"step '{decision.step_id}' is not waiting for approval")
+        elif self.state.phase is not Phase.awaiting_approval:
+            raise DecisionRefused(f"no plan is waiting for approval (the run is {self.state.phase.value})")
+
+    def _check_reject(self, decision: RejectInput) -> None:
+        self._check_approve(ApproveInput(by=decision.by, revision=decision.revision, step_id=decision.step_id))
+
+    def _check_revise(self, decision: ReviseInput) -> None:
+        self._check_open()
+        if self.state.phase is not Phase.awaiting_approval:
+            raise DecisionRefused(f"a plan can only be revised while it awaits approval (the run is {self.state.phase.value})")
+        merged = reconcile(self.state.plan, decision.plan, self.state.ledger.steps)
+        problems = merged.problems or self._problems(merged.draft)
+        if problems:
+            raise DecisionRefused("the revised plan is invalid: " + "; ".join(problems))
+
+    def _check_answer(self, answer: AnswerInput) -> None:
+        self._check_open()
+        if self._pending_for(DecisionKind.human_answer, answer.step_id) is None:
+            raise DecisionRefused(f"step '{answer.step_id}' is not waiting for an answer")
+
+    def _apply_approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
+        if decision.step_id is not None:
+            self._decide_step(decision, via=via)
+        else:
+            self._approve_plan(decision, via=via)
+        return self._outcome("approved")
+
+    def _approve_plan(self, decision: ApproveInput, *, via: str) -> None:
+        state = self.state
+        assert state.plan is not None
+        revision = state.plan.revision
+        state.ledger.decisions.append(
+            Decision(action=DecisionAction.approve, by=decision.by, at=self._now(), revision=revision, comment=decision.comment, via=via)
+        )
+        state.ledger.auto_approved |= via == "auto"
+        state.ledger.record(EventKind.plan_approved, self._now(), revision=revision, actor=decision.by, message=decision.comment, via=via)
+        state.approved_revision = revision
+        state.pending = []
+        state.phase = Phase.running
+
+    def _decide_step(self, decision: ApproveInput | RejectInput, *, via: str) -> None:
+        state = self.state
+        assert state.plan is not None and decision.step_id is not None
+        approved = isinstance(decision, ApproveInput)
+        comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
+        state.ledger.decisions.append(
+            Decision(
+                action=DecisionAction.approve if approved else DecisionAction.reject, by=decision.by, at=self._now(),
+                revision=state.plan.revision, comment=comment, step_id=decision.step_id, via=via,
+            )
+        )
+        state.ledger.auto_approved |= via == "auto"
+        state.ledger.record(
+            EventKind.step_approved if approved else EventKind.step_rejected, self._now(), revision=state.plan.revision,
+            step_id=decision.step_id, actor=decision.by, message=comment, via=via,
+        )
+        state.step_approvals[decision.step_id] = approved
+        if not approved:
+            self._rejection = f"step '{decision.step_id}' rejected by {decision.by}: {comment}"
+            self._draining = True
+
+    def _apply_reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
+        state = self.state
+        assert state.plan is not None
+        if decision.step_id is not None:
+            self._decide_step(decision, via=via)
+            return self._outcome("step rejected; the run ends once running steps finish")
+        state.ledger.decisions.append(
+            Decision(action=DecisionAction.reject, by=decision.by, at=self._now(), revision=state.plan.revision, comment=decision.reason, via=via)
+        )
+        state.ledger.record(EventKind.plan_rejected, self._now(), revision=state.plan.revision, actor=decision.by, message=decision.reason, via=via)
+        self._close_open_steps(StepStatus.skipped, "plan rejected")
+        self._end(Phase.rejected, f"rejected by {decision.by}: {decision.reason}", EventKind.run_rejected)
+        return self._outcome("rejected")
+
+    def _apply_revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:
+        state = self.state
+        merged = reconcile(state.plan, decision.plan, state.ledger.steps)
+        plan = self._adopt(merged, Author(kind=AuthorKind.human, name=decision.by), decision.reason or decision.plan.reason or "edited by a reviewer")
+        state.ledger.decisions.append(
+            Decision(action=DecisionAction.revise, by=decision.by, at=self._now(), revision=plan.revision, comment=decision.reason, via=via)
+        )
+        state.pending = [
+            PendingDecision(
+                kind=DecisionKind.plan_approval, revision=plan.revision, since=self._now(),
+                prompt=f"approve revision {plan.revision} ({len(plan.steps)} steps)",
+            )
+        ]
+        return self._outcome(f"revision {plan.revision} awaits approval")
+
+    def _apply_answer(self, answer: AnswerInput) -> DecisionOutcome:
+        self.state.answers[answer.step_id] = answer.answer
+        revision = self.state.plan.revision if self.state.plan else None
+        self.state.ledger.record(EventKind.answer_received, self._now(), revision=revision, step_id=answer.step_id, actor=answer.by)
+        return self._outcome(f"answer recorded for step '{answer.step_id}'")
+
+    def _remove_pending(self, step_id: str) -> None:
+        self.state.pending = [p for p in self.state.pending if p.step_id != step_id]
+
+    def _outcome(self, message: str) -> DecisionOutcome:
+        revision = self.state.plan.revision if self.state.plan else 0
+        return DecisionOutcome(revision=revision, phase=self.state.phase, message=message)
+
+    # ------------------------------------------------------------------ queries
+
+    @workflow.query
+    def status(self) -> RunStatus:
+        state = self.state
+        counts = StepCounts()
+        if state.plan is not None:
+            for step in state.plan.steps:
+                status = state.ledger.steps[step.id].status.value
+                setattr(counts, status, getattr(counts, status) + 1)
+        return RunStatus(
+            run_id=state.run_id, goal=state.goal, phase=state.phase,
+            revision=state.plan.revision if state.plan else None, approved_revision=state.approved_revision,
+            steps=counts, pending=state.pending, replans=state.ledger.replans,
+            max_replans=state.options.max_replans, reason=state.reason, continued=state.continued,
+        )
+
+    @workflow.query
+    def plan(self) -> Plan | None:
+        return self.state.plan
+
+    @workflow.query
+    def ledger(self) -> Ledger:
+        return self.state.ledger
+
+    @workflow.query
+    def pending(self) -> list[PendingDecision]:
+        return self.state.pending
+
+    def _now(self) -> Any:
+        return workflow.now()
+
+
+def _cause_message(exc: ActivityError) -> str:
+    cause = exc.cause
+    while cause is not None and not isinstance(cause, ApplicationError) and cause.cause is not None:
+        cause = cause.cause
+    if cause is None:
+        return str(exc)
+    return cause.message if isinstance(cause, ApplicationError) else str(cause)
+
+
+def _cause_attempts(exc: ActivityError, max_attempts: int) -> int:
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
+        attempt = cause.details[0].get("attempt")
+        if isinstance(attempt, int):
+            return attempt
+    return max_attempts
