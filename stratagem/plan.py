@@ -120,7 +120,7 @@ class Plan(PlanDraft):
 
     @classmethod
     def from_draft(cls, draft: PlanDraft, *, revision: int, author: Author, reason: str | None = None) -> Plan:
-        data = draft.model_dump()
+        data = draft.model_dump(include=set(PlanDraft.model_fields))  # a Plan's revision/author are replaced
         if reason is not None and not data.get("reason"):
             data["reason"] = reason
         return cls(**data, revision=revision, author=author)

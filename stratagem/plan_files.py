@@ -63,5 +63,6 @@ def _describe(error: Mapping[str, Any]) -> str:
 
 def dump_plan(plan: PlanDraft) -> str:
     """A plan as YAML a person can edit and load again."""
-    data = plan.model_dump(mode="json", exclude_defaults=True)
+    # Only the draft's fields: a Plan's revision and author are not part of a plan file.
+    data = plan.model_dump(mode="json", exclude_defaults=True, include=set(PlanDraft.model_fields))
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

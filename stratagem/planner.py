@@ -34,7 +34,7 @@ Rules:
 - kind "llm" steps give instructions for an executor model; kind "human" steps ask a person.
 - depends_on lists the steps that must succeed first. Independent steps run in parallel,
   so only add a dependency when a step really needs the other one's result. No cycles.
-- A step may use an ancestor's output by writing ${step_id} or ${step_id.field} inside a
+- A step may use an ancestor's output by writing ${{step_id}} or ${{step_id.field}} inside a
   string argument or its instructions. Only steps it depends on (directly or transitively).
 - Mark steps that move money, contact outsiders or change records with risk "high".
 
@@ -159,8 +159,11 @@ async def plan_with_repairs(
         usage = usage + response.usage
         draft, problems = parse_plan_output(response.text)
         if draft is not None:
-            problems = plan_problems(draft, catalog, has_executor=has_executor)
-            if not problems and progress is not None:
+            if progress is None:
+                problems = plan_problems(draft, catalog, has_executor=has_executor)
+            else:
+                # Validate the draft as the run will adopt it: with the succeeded steps it left
+                # out carried in, so later steps may still depend on and reference them.
                 merged = reconcile(progress.plan, draft, progress.records)
                 problems = merged.problems or plan_problems(merged.draft, catalog, has_executor=has_executor)
         if draft is not None and not problems:

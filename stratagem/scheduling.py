@@ -51,7 +51,8 @@ class Reconciliation:
     dropped: list[str] = field(default_factory=list)
     """Unfinished steps the draft removed; they will be marked skipped."""
     retried: list[str] = field(default_factory=list)
-    """Failed or cancelled steps the draft keeps; they will run again under the new revision."""
+    """Failed, cancelled or skipped steps the draft keeps (or brings back); they will run again
+    under the new revision."""
     problems: list[str] = field(default_factory=list)
 
 
@@ -62,7 +63,8 @@ def reconcile(current: PlanDraft | None, draft: PlanDraft, records: Mapping[str,
       is carried into the new revision unchanged. If the draft changes what it does, that is
       a problem: the planner must give the new work a new id instead.
     - Pending, failed and cancelled steps may be kept, changed or dropped. Failed and cancelled
-      steps that are kept run again under the new revision.
+      steps that are kept, and skipped (earlier dropped) steps the draft brings back, run again
+      under the new revision.
     """
     succeeded = {sid for sid, rec in records.items() if rec.status is StepStatus.succeeded}
     in_draft = {s.id: s for s in draft.steps}
@@ -93,6 +95,6 @@ def reconcile(current: PlanDraft | None, draft: PlanDraft, records: Mapping[str,
             result.dropped.append(sid)
     for sid in in_draft:
         record = records.get(sid)
-        if record is not None and record.status in (StepStatus.failed, StepStatus.cancelled):
+        if record is not None and record.status in (StepStatus.failed, StepStatus.cancelled, StepStatus.skipped):
             result.retried.append(sid)
     return result

@@ -81,13 +81,14 @@ def _kind_problems(step: Step, catalog: ToolCatalog) -> list[str]:
         return [f"step '{step.id}': {p}" for p in argument_problems(step.args, spec.parameters, tool=step.tool)]
 
     problems = []
+    kind = f"an {step.kind.value}" if step.kind is StepKind.llm else f"a {step.kind.value}"
     if step.tool is not None:
-        problems.append(f"step '{step.id}' is a {step.kind.value} step but names tool '{step.tool}'; only tool steps call tools")
+        problems.append(f"step '{step.id}' is {kind} step but names tool '{step.tool}'; only tool steps call tools")
     if step.args:
-        problems.append(f"step '{step.id}' is a {step.kind.value} step but has args; put inputs in its instructions")
+        problems.append(f"step '{step.id}' is {kind} step but has args; put inputs in its instructions")
     if not step.instructions.strip():
         what = "the question to ask" if step.kind is StepKind.human else "what the executor should do"
-        problems.append(f"step '{step.id}' is a {step.kind.value} step with no instructions; say {what}")
+        problems.append(f"step '{step.id}' is {kind} step with no instructions; say {what}")
     return problems
 
 

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Callable
 import pytest
 import pytest_asyncio
 import yaml
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -51,10 +51,12 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
 class Harness:
     """One worker on its own task queue, and helpers to start and observe runs."""
 
-    def __init__(self, client: Client, workspace: Path, task_queue: str):
-        self.client = client
+    def __init__(self, env: WorkflowEnvironment, workspace: Path, task_queue: str):
+        self.env = env
+        self.client = env.client
         self.workspace = workspace
         self.task_queue = task_queue
+        self.runs: list[Run] = []
 
     async def start(
         self,
@@ -71,7 +73,17 @@ class Harness:
             author=Author(kind=AuthorKind.human, name=by) if draft else None,
             options=RunOptions(**options),
         )
-        return await start_run(self.client, run, task_queue=self.task_queue, run_id=f"test-{uuid.uuid4().hex[:10]}")
+        started = await start_run(self.client, run, task_queue=self.task_queue, run_id=f"test-{uuid.uuid4().hex[:10]}")
+        self.runs.append(started)
+        return started
+
+    async def close(self) -> None:
+        """Terminate runs a test left open. Their workers are gone, and the time-skipping server
+        never skips time while a workflow task is outstanding, which would stall later tests."""
+        for run in self.runs:
+            description = await run.handle.describe()
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                await run.handle.terminate(reason="test finished")
 
     async def wait_for(self, run: Run, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
         deadline = asyncio.get_running_loop().time() + timeout
@@ -82,6 +94,9 @@ class Harness:
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"run never reached the expected state; last status: {status.model_dump_json()}")
             await asyncio.sleep(0.05)
+
+    async def time_skip(self, seconds: float) -> None:
+        await self.env.sleep(seconds)
 
     def calls(self) -> list[dict[str, Any]]:
         log = self.workspace / "calls.jsonl"
@@ -100,8 +115,12 @@ async def harness_for(env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator
     workspace = tmp_path / "workspace"
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
     registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
-    async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=workspace):
-        yield Harness(env.client, workspace, task_queue)
+    harness = Harness(env, workspace, task_queue)
+    try:
+        async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=workspace):
+            yield harness
+    finally:
+        await harness.close()
 
 
 @pytest_asyncio.fixture

@@ -12,9 +12,10 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, get_type_hints
+from typing import Annotated, Any, Callable, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -87,7 +88,8 @@ def define_tool(
 ) -> ToolDefinition:
     tool_name = name or fn.__name__
     try:
-        hints = get_type_hints(fn)
+        # include_extras keeps Annotated[..., Field(...)] metadata (descriptions, bounds) for the schema.
+        hints = get_type_hints(fn, include_extras=True)
     except Exception as exc:  # an annotation that does not evaluate
         raise ToolRegistrationError(f"tool '{tool_name}': cannot read its type hints ({exc})") from exc
     fields: dict[str, Any] = {}
@@ -96,7 +98,7 @@ def define_tool(
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ToolRegistrationError(f"tool '{tool_name}': *args and **kwargs are not allowed; name each parameter")
         annotation = hints.get(param.name)
-        if annotation is ToolContext:
+        if _is_context(annotation):
             context_parameter = param.name
             continue
         if annotation is None:
@@ -195,6 +197,16 @@ class ToolRegistry:
                 f"tool '{name}' returned a {type(result).__name__}, which is not JSON-serializable: {exc}",
                 retryable=False,
             ) from None
+
+
+def _is_context(annotation: Any) -> bool:
+    """`ToolContext`, also as `ToolContext | None` or inside `Annotated[...]`."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        annotation = members[0] if len(members) == 1 else None
+    return annotation is ToolContext
 
 
 def _validation_summary(exc: ValidationError) -> str:

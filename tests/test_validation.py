@@ -1,0 +1,384 @@
+"""Plan validation: the exact messages a person editing a plan and a planner model repairing one get."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from pydantic import ValidationError
+
+from stratagem.errors import PlanValidationError
+from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind, plan_draft_json_schema
+from stratagem.tools import ToolCatalog, ToolRegistry
+from stratagem.validation import plan_problems, validate_plan
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def greet(name: str, greeting: str = "Hello") -> str:
+    """Make a greeting."""
+    return f"{greeting}, {name}!"
+
+
+def total(values: list[int]) -> int:
+    """Sum a list of integers."""
+    return sum(values)
+
+
+def fetch_profile(user: str) -> dict:
+    """Look up a user's profile."""
+    return {"name": user}
+
+
+@pytest.fixture(scope="module")
+def catalog() -> ToolCatalog:
+    registry = ToolRegistry()
+    for fn in (add, greet, total, fetch_profile):
+        registry.register(fn)
+    return registry.catalog()
+
+
+def tool_step(step_id: str, tool: str = "add", args: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"id": step_id, "title": step_id.upper(), "tool": tool, "args": {"a": 1, "b": 2} if args is None else args, **extra}
+
+
+def plan(*steps: dict[str, Any]) -> PlanDraft:
+    return PlanDraft.model_validate({"goal": "test", "steps": list(steps)})
+
+
+# --- a valid plan -------------------------------------------------------------------------------
+
+
+def test_valid_diamond_plan_has_no_problems(catalog: ToolCatalog) -> None:
+    draft = plan(
+        tool_step("fetch", "fetch_profile", {"user": "ada"}),
+        tool_step("left", "greet", {"name": "${fetch.name}"}, depends_on=["fetch"]),
+        tool_step("right", "greet", {"name": "${fetch.name}", "greeting": "Hi"}, depends_on=["fetch"]),
+        {
+            "id": "join",
+            "title": "Join",
+            "kind": "llm",
+            "instructions": "Combine ${left} and ${right} for ${fetch.name}",
+            "depends_on": ["left", "right"],
+        },
+    )
+    assert plan_problems(draft, catalog) == []
+    validate_plan(draft, catalog)  # does not raise
+
+
+# --- ids and kinds ------------------------------------------------------------------------------
+
+
+def test_duplicate_ids(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a"), tool_step("a"), tool_step("b"))
+    assert plan_problems(draft, catalog) == [
+        "duplicate step id 'a' (2 steps share it); step ids must be unique"
+    ]
+
+
+def test_unknown_tool_suggests_the_closest_name_and_lists_available(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a", "gret", {"name": "x"}))
+    assert plan_problems(draft, catalog) == [
+        "step 'a' uses unknown tool 'gret' (did you mean 'greet'?) (available: add, fetch_profile, greet, total)"
+    ]
+
+
+def test_unknown_tool_without_a_close_match_or_any_tools() -> None:
+    draft = plan(tool_step("a", "launch_rocket", {}))
+    assert plan_problems(draft, ToolCatalog()) == ["step 'a' uses unknown tool 'launch_rocket' (available: none)"]
+
+
+def test_tool_step_with_no_tool(catalog: ToolCatalog) -> None:
+    draft = plan({"id": "a", "title": "A"})
+    assert plan_problems(draft, catalog) == ["step 'a' is a tool step but names no tool"]
+
+
+def test_llm_step_with_tool_args_and_no_instructions(catalog: ToolCatalog) -> None:
+    draft = plan({"id": "a", "title": "A", "kind": "llm", "tool": "add", "args": {"a": 1}, "instructions": "   "})
+    assert plan_problems(draft, catalog) == [
+        "step 'a' is an llm step but names tool 'add'; only tool steps call tools",
+        "step 'a' is an llm step but has args; put inputs in its instructions",
+        "step 'a' is an llm step with no instructions; say what the executor should do",
+    ]
+
+
+def test_human_step_with_tool_args_and_no_instructions(catalog: ToolCatalog) -> None:
+    draft = plan({"id": "ask", "title": "Ask", "kind": "human", "tool": "greet", "args": {"name": "x"}})
+    assert plan_problems(draft, catalog) == [
+        "step 'ask' is a human step but names tool 'greet'; only tool steps call tools",
+        "step 'ask' is a human step but has args; put inputs in its instructions",
+        "step 'ask' is a human step with no instructions; say the question to ask",
+    ]
+
+
+def test_llm_and_human_steps_with_instructions_only_are_fine(catalog: ToolCatalog) -> None:
+    draft = plan(
+        {"id": "ask", "title": "Ask", "kind": "human", "instructions": "Which region?"},
+        {"id": "write", "title": "Write", "kind": "llm", "instructions": "Write for ${ask}", "depends_on": ["ask"]},
+    )
+    assert plan_problems(draft, catalog) == []
+
+
+def test_llm_step_refused_without_an_executor_but_human_step_is_not(catalog: ToolCatalog) -> None:
+    draft = plan(
+        {"id": "think", "title": "Think", "kind": "llm", "instructions": "Think hard"},
+        {"id": "ask", "title": "Ask", "kind": "human", "instructions": "Is it fine?"},
+    )
+    assert plan_problems(draft, catalog, has_executor=False) == [
+        "step 'think' is an llm step, but the run has no executor model; set one or use a tool step"
+    ]
+    assert plan_problems(draft, catalog, has_executor=True) == []
+
+
+# --- arguments ----------------------------------------------------------------------------------
+
+
+def test_argument_type_mismatch(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a", args={"a": "three", "b": 2}))
+    assert plan_problems(draft, catalog) == [
+        "step 'a': argument 'a' of tool 'add' is invalid: 'three' is not of type 'integer'"
+    ]
+
+
+def test_nested_argument_type_mismatch_names_the_path(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a", "total", {"values": [1, "two"]}))
+    assert plan_problems(draft, catalog) == [
+        "step 'a': argument 'values.1' of tool 'total' is invalid: 'two' is not of type 'integer'"
+    ]
+
+
+def test_missing_required_argument(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a", args={"a": 1}))
+    assert plan_problems(draft, catalog) == ["step 'a': tool 'add' is missing required argument 'b'"]
+
+
+def test_optional_argument_may_be_left_out(catalog: ToolCatalog) -> None:
+    assert plan_problems(plan(tool_step("a", "greet", {"name": "x"})), catalog) == []
+
+
+def test_unexpected_argument_lists_what_the_tool_takes(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a", args={"a": 1, "b": 2, "c": 3}))
+    assert plan_problems(draft, catalog) == [
+        "step 'a': tool 'add' got unexpected arguments: Additional properties are not allowed "
+        "('c' was unexpected) (it takes: a, b)"
+    ]
+
+
+def test_every_argument_problem_of_a_step_is_reported(catalog: ToolCatalog) -> None:
+    problems = plan_problems(plan(tool_step("a", args={"a": "x", "c": 1})), catalog)
+    assert len(problems) == 3
+    assert any("unexpected arguments" in p and "'c' was unexpected" in p for p in problems)
+    assert "step 'a': tool 'add' is missing required argument 'b'" in problems
+    assert "step 'a': argument 'a' of tool 'add' is invalid: 'x' is not of type 'integer'" in problems
+
+
+def test_reference_value_passes_schema_checks_even_for_an_integer(catalog: ToolCatalog) -> None:
+    draft = plan(
+        tool_step("first"),
+        tool_step("second", args={"a": "${first}", "b": 2}, depends_on=["first"]),
+        tool_step("third", "total", {"values": ["${first}", 5]}, depends_on=["first"]),
+        tool_step("fourth", "total", {"values": "${first}"}, depends_on=["first"]),
+    )
+    assert plan_problems(draft, catalog) == []
+
+
+def test_escaped_reference_is_a_plain_string_and_is_type_checked(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a", args={"a": "$${x}", "b": 2}))
+    assert plan_problems(draft, catalog) == [
+        "step 'a': argument 'a' of tool 'add' is invalid: '$${x}' is not of type 'integer'"
+    ]
+
+
+# --- dependencies and cycles --------------------------------------------------------------------
+
+
+def test_dependency_on_a_missing_step_suggests_a_close_id(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("fetch"), tool_step("use", depends_on=["fetsh", "zzz"]))
+    assert plan_problems(draft, catalog) == [
+        "step 'use' depends on missing step 'fetsh' (did you mean 'fetch'?)",
+        "step 'use' depends on missing step 'zzz'",
+    ]
+
+
+def test_self_dependency_is_reported_once_and_not_as_a_cycle(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a", depends_on=["a"]))
+    assert plan_problems(draft, catalog) == ["step 'a' depends on itself"]
+
+
+def test_cycle_is_named_in_order_starting_at_the_smallest_id(catalog: ToolCatalog) -> None:
+    # c -> a -> b -> c, listed so the walk starts at 'c': the message still starts at 'a'.
+    draft = plan(
+        tool_step("c", depends_on=["a"]),
+        tool_step("a", depends_on=["b"]),
+        tool_step("b", depends_on=["c"]),
+    )
+    assert plan_problems(draft, catalog) == ["dependency cycle: a -> b -> c -> a"]
+
+
+def test_two_separate_cycles_are_both_reported(catalog: ToolCatalog) -> None:
+    draft = plan(
+        tool_step("a", depends_on=["b"]),
+        tool_step("b", depends_on=["c"]),
+        tool_step("c", depends_on=["a"]),
+        tool_step("x", depends_on=["y"]),
+        tool_step("y", depends_on=["x"]),
+        tool_step("free"),
+    )
+    assert plan_problems(draft, catalog) == [
+        "dependency cycle: a -> b -> c -> a",
+        "dependency cycle: x -> y -> x",
+    ]
+
+
+def test_validate_plan_raises_with_every_problem_in_the_message(catalog: ToolCatalog) -> None:
+    draft = plan(tool_step("a", depends_on=["b"]), tool_step("b", depends_on=["a"]), tool_step("c", "nope", {}))
+    with pytest.raises(PlanValidationError) as caught:
+        validate_plan(draft, catalog)
+    problems = caught.value.problems
+    assert problems == plan_problems(draft, catalog)
+    assert len(problems) == 2
+    assert str(caught.value) == "invalid plan:\n" + "\n".join(f"  - {p}" for p in problems)
+
+
+def test_plan_validation_error_with_one_problem_is_one_line() -> None:
+    error = PlanValidationError(["step 'a' depends on itself"])
+    assert str(error) == "invalid plan: step 'a' depends on itself"
+    assert error.problems == ["step 'a' depends on itself"]
+
+
+# --- references ---------------------------------------------------------------------------------
+
+
+def test_reference_to_a_sibling_is_refused(catalog: ToolCatalog) -> None:
+    draft = plan(
+        tool_step("root"),
+        tool_step("left", depends_on=["root"]),
+        tool_step("right", "greet", {"name": "${left}"}, depends_on=["root"]),
+    )
+    assert plan_problems(draft, catalog) == [
+        "step 'right' references ${left}, but 'left' is not among its dependencies; "
+        "add 'left' to depends_on (directly or through another step)"
+    ]
+
+
+def test_reference_to_an_unknown_step_suggests_a_close_id(catalog: ToolCatalog) -> None:
+    draft = plan(
+        tool_step("fetch", "fetch_profile", {"user": "ada"}),
+        tool_step("use", "greet", {"name": "${fetsh.name}"}, depends_on=["fetch"]),
+    )
+    assert plan_problems(draft, catalog) == [
+        "step 'use' references ${fetsh.name}, but there is no step 'fetsh' (did you mean 'fetch'?)"
+    ]
+
+
+def test_reference_to_its_own_output(catalog: ToolCatalog) -> None:
+    draft = plan({"id": "loop", "title": "Loop", "kind": "llm", "instructions": "Improve ${loop}"})
+    assert plan_problems(draft, catalog) == ["step 'loop' references its own output ${loop}"]
+
+
+def test_reference_through_a_transitive_ancestor_is_allowed(catalog: ToolCatalog) -> None:
+    draft = plan(
+        tool_step("a", "fetch_profile", {"user": "ada"}),
+        tool_step("b", depends_on=["a"]),
+        tool_step("c", "greet", {"name": "${a.name}", "greeting": "${b}"}, depends_on=["b"]),
+    )
+    assert plan_problems(draft, catalog) == []
+
+
+def test_references_are_found_in_instructions_and_nested_args(catalog: ToolCatalog) -> None:
+    draft = plan(
+        tool_step("a"),
+        tool_step("b"),
+        tool_step("c", "total", {"values": [1, "${b}"]}, instructions="after ${a}"),
+    )
+    problems = plan_problems(draft, catalog)
+    assert len(problems) == 2
+    assert problems[0].startswith("step 'c' references ${a}, but 'a' is not among its dependencies")
+    assert problems[1].startswith("step 'c' references ${b}, but 'b' is not among its dependencies")
+
+
+def test_escaped_reference_in_instructions_is_not_a_reference(catalog: ToolCatalog) -> None:
+    draft = plan({"id": "a", "title": "A", "kind": "llm", "instructions": "Write $${nothing} literally"})
+    assert plan_problems(draft, catalog) == []
+
+
+# --- the plan model -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad_id", ["1st", "has space", "dot.ted", "", "x" * 65, "${a}", "é"])
+def test_step_refuses_bad_ids(bad_id: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Step(id=bad_id, title="T")
+    assert caught.value.errors()[0]["loc"] == ("id",)
+
+
+@pytest.mark.parametrize("good_id", ["a", "_private", "fetch-profile_2", "A" * 64])
+def test_step_accepts_good_ids(good_id: str) -> None:
+    assert Step(id=good_id, title="T").id == good_id
+
+
+def test_step_refuses_extra_fields() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Step.model_validate({"id": "a", "title": "A", "command": "rm -rf /"})
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("command",)
+    assert error["type"] == "extra_forbidden"
+
+
+def test_draft_refuses_no_steps_and_extra_fields() -> None:
+    with pytest.raises(ValidationError) as caught:
+        PlanDraft.model_validate({"goal": "g", "steps": [], "owner": "me"})
+    assert {e["loc"] for e in caught.value.errors()} == {("steps",), ("owner",)}
+
+
+def test_step_defaults_and_step_approval() -> None:
+    step = Step(id="a", title="A")
+    assert step.kind is StepKind.tool
+    assert step.needs_step_approval is False
+    assert Step(id="a", title="A", risk="high").needs_step_approval is True
+    assert Step(id="a", title="A", requires_approval=True).needs_step_approval is True
+
+
+def test_plan_from_draft_keeps_steps_and_fills_reason_only_when_empty() -> None:
+    draft = plan(tool_step("a"))
+    author = Author(kind=AuthorKind.human, name="alice")
+    first = Plan.from_draft(draft, revision=1, author=author, reason="initial plan")
+    assert (first.revision, first.reason, first.step_ids, str(first.author)) == (1, "initial plan", ["a"], "human:alice")
+    kept = Plan.from_draft(draft.model_copy(update={"reason": "mine"}), revision=1, author=author, reason="other")
+    assert kept.reason == "mine"
+
+
+def test_plan_from_draft_accepts_an_existing_plan() -> None:
+    author = Author(kind=AuthorKind.model, name="scripted:plan.yaml")
+    first = Plan.from_draft(plan(tool_step("a")), revision=1, author=author)
+    second = Plan.from_draft(first, revision=2, author=Author(kind=AuthorKind.human, name="bob"))
+    assert second.revision == 2
+    assert str(second.author) == "human:bob"
+    assert second.draft() == first.draft()
+
+
+def test_plan_draft_json_schema_describes_steps() -> None:
+    schema = plan_draft_json_schema()
+    assert schema["type"] == "object"
+    assert set(schema["required"]) == {"goal", "steps"}
+    step = schema["$defs"]["Step"]
+    assert {"id", "title", "kind", "tool", "args", "depends_on", "instructions"} <= set(step["properties"])
+    assert step["properties"]["id"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
+    assert step["properties"]["depends_on"]["type"] == "array"
+    assert step["properties"]["depends_on"]["items"] == {"type": "string"}
+    assert step["additionalProperties"] is False
+    assert schema["$defs"]["StepKind"]["enum"] == ["tool", "llm", "human"]
+
+
+def test_plan_draft_json_schema_accepts_a_plan_and_refuses_a_bad_kind() -> None:
+    validator = Draft202012Validator(plan_draft_json_schema())
+    good = {"goal": "g", "steps": [{"id": "a", "title": "A", "kind": "llm", "depends_on": []}]}
+    bad = {"goal": "g", "steps": [{"id": "a", "title": "A", "kind": "robot"}]}
+    assert list(validator.iter_errors(good)) == []
+    errors = list(validator.iter_errors(bad))
+    assert len(errors) == 1
+    assert list(errors[0].absolute_path) == ["steps", 0, "kind"]
