@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import uuid
 
-from temporalio.client import Client, WorkflowHandle
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from .config import Settings
+from .errors import DecisionRefusedError
 from .ledger import Ledger
 from .plan import Plan
 from .run import (
@@ -44,16 +49,29 @@ class Run:
         return self.handle.id
 
     async def approve(self, decision: ApproveInput) -> DecisionOutcome:
-        return await self.handle.execute_update("approve", decision, result_type=DecisionOutcome)
+        return await self._decide("approve", decision)
 
     async def reject(self, decision: RejectInput) -> DecisionOutcome:
-        return await self.handle.execute_update("reject", decision, result_type=DecisionOutcome)
+        return await self._decide("reject", decision)
 
     async def revise(self, decision: ReviseInput) -> DecisionOutcome:
-        return await self.handle.execute_update("revise", decision, result_type=DecisionOutcome)
+        return await self._decide("revise", decision)
 
     async def answer(self, answer: AnswerInput) -> DecisionOutcome:
-        return await self.handle.execute_update("answer", answer, result_type=DecisionOutcome)
+        return await self._decide("answer", answer)
+
+    async def _decide(self, update: str, decision: Any) -> DecisionOutcome:
+        """Send a decision as an update. A refusal raises DecisionRefusedError with the run's reason."""
+        try:
+            return await self.handle.execute_update(update, decision, result_type=DecisionOutcome)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            reason = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
+            raise DecisionRefusedError(f"run {self.id} refused the decision: {reason}") from None
+        except RPCError as exc:
+            if exc.status is RPCStatusCode.NOT_FOUND:
+                raise DecisionRefusedError(f"run {self.id} has finished or does not exist: it takes no decisions") from None
+            raise
 
     async def status(self) -> RunStatus:
         return await self.handle.query("status", result_type=RunStatus)

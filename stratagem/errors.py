@@ -61,5 +61,9 @@ class ModelOutputError(StratagemError):
     """A model's output could not be used even after the allowed repair attempts."""
 
 
+class DecisionRefusedError(StratagemError):
+    """A run refused a decision (a stale revision, an invalid edited plan, a finished run...)."""
+
+
 class ConfigError(StratagemError):
     """Configuration from the environment is invalid."""

@@ -180,7 +180,9 @@ class StratagemRun:
         revision = (state.plan.revision + 1) if state.plan else 1
         plan = Plan.from_draft(merged.draft, revision=revision, author=author, reason=reason)
         for sid in merged.dropped:
-            self._close_step(ledger.steps[sid], StepStatus.skipped, f"dropped by revision {revision}")
+            # A failed step keeps its status and error: that is what the revision learned from.
+            if ledger.steps[sid].status is StepStatus.pending:
+                self._close_step(ledger.steps[sid], StepStatus.skipped, f"dropped by revision {revision}")
         for sid in merged.retried:
             record = ledger.steps[sid]
             record.status, record.error, record.output = StepStatus.pending, None, None
@@ -285,7 +287,10 @@ class StratagemRun:
         if step.kind is StepKind.human:
             await self._ask_human(step)
             return
-        await workflow.wait_condition(lambda: self._busy_slots < state.options.max_parallel or self._draining)
+        # Every waiter's condition is checked in one pass before any of them resumes, so several
+        # may wake for one free slot; re-checking here, with no await before taking it, is exact.
+        while self._busy_slots >= state.options.max_parallel and not self._draining:
+            await workflow.wait_condition(lambda: self._busy_slots < state.options.max_parallel or self._draining)
         if self._draining:
             return  # stays pending; it runs after the replan or the continue-as-new
         self._busy_slots += 1
@@ -302,6 +307,9 @@ class StratagemRun:
             try:
                 result = await self._dispatch(step, plan.revision, args, str(instructions), outputs)
             except ActivityError as exc:
+                if isinstance(exc.cause, TemporalCancelledError):
+                    # The run was cancelled while the activity ran: that is not the step's failure.
+                    raise asyncio.CancelledError() from exc
                 self._step_failed(step, record, _cause_message(exc), attempts=_cause_attempts(exc, self._max_attempts(step)))
                 return
             record.attempts += result.attempt
