@@ -1,4 +1,8 @@
-"""Pure graph helpers over a plan's `depends_on` edges."""
+"""Pure graph helpers over a plan's `depends_on` edges.
+
+All walks are iterative: they run inside workflow code, where a plan of thousands of steps
+in one chain must not hit Python's recursion limit.
+"""
 
 from __future__ import annotations
 
@@ -6,81 +10,91 @@ from typing import Iterable, Mapping
 
 
 def find_cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:
-    """Every elementary cycle reached by a depth-first walk, each as [a, b, ..., a].
+    """Cycles found by a depth-first walk, each as [a, b, ..., a].
 
     `edges[x]` are the nodes x depends on. Edges to unknown nodes are ignored (they are
-    reported separately as missing dependencies). Each cycle is reported once, rotated to
-    start at its smallest id so the message is stable.
+    reported separately as missing dependencies). Every graph with a cycle yields at least
+    one; cycles sharing nodes with one already found may not be listed separately. Each is
+    rotated to start at its smallest id, so the message is stable.
     """
     white, grey, black = 0, 1, 2
     colour = {node: white for node in edges}
-    stack: list[str] = []
     seen: set[tuple[str, ...]] = set()
     cycles: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        colour[node] = grey
-        stack.append(node)
-        for dep in edges[node]:
+    for root in edges:
+        if colour[root] != white:
+            continue
+        path: list[str] = [root]
+        iterators = [iter(edges[root])]
+        colour[root] = grey
+        while iterators:
+            dep = next(iterators[-1], None)
+            if dep is None:
+                colour[path.pop()] = black
+                iterators.pop()
+                continue
             if dep not in colour:
                 continue
             if colour[dep] == grey:
-                cycle = stack[stack.index(dep):]
+                cycle = path[path.index(dep):]
                 start = cycle.index(min(cycle))
                 rotated = tuple(cycle[start:] + cycle[:start])
                 if rotated not in seen:
                     seen.add(rotated)
                     cycles.append([*rotated, rotated[0]])
             elif colour[dep] == white:
-                visit(dep)
-        stack.pop()
-        colour[node] = black
-
-    for node in edges:
-        if colour[node] == white:
-            visit(node)
+                colour[dep] = grey
+                path.append(dep)
+                iterators.append(iter(edges[dep]))
     return cycles
-
-
-def ancestors(edges: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
-    """For each node, every node it depends on directly or transitively. Assumes no cycles."""
-    memo: dict[str, set[str]] = {}
-
-    def of(node: str) -> set[str]:
-        if node not in memo:
-            result: set[str] = set()
-            for dep in edges.get(node, ()):
-                if dep in edges:
-                    result.add(dep)
-                    result |= of(dep)
-            memo[node] = result
-        return memo[node]
-
-    for node in edges:
-        of(node)
-    return memo
-
-
-def sinks(edges: Mapping[str, Iterable[str]]) -> list[str]:
-    """Nodes nothing else depends on, in the mapping's order."""
-    depended = {dep for deps in edges.values() for dep in deps}
-    return [node for node in edges if node not in depended]
 
 
 def topological_order(edges: Mapping[str, Iterable[str]]) -> list[str]:
     """A stable topological order (dependencies first). Assumes no cycles."""
     order: list[str] = []
     done: set[str] = set()
-
-    def visit(node: str) -> None:
-        if node in done:
-            return
-        done.add(node)
-        for dep in edges.get(node, ()):
-            if dep in edges:
-                visit(dep)
-        order.append(node)
-
-    for node in edges:
-        visit(node)
+    for root in edges:
+        if root in done:
+            continue
+        done.add(root)
+        stack = [(root, iter(edges[root]))]
+        while stack:
+            node, deps = stack[-1]
+            dep = next(deps, None)
+            if dep is None:
+                order.append(node)
+                stack.pop()
+            elif dep in edges and dep not in done:
+                done.add(dep)
+                stack.append((dep, iter(edges[dep])))
     return order
+
+
+def depends_on(edges: Mapping[str, Iterable[str]], node: str, target: str) -> bool:
+    """True if `node` depends on `target` directly or transitively.
+
+    Direct dependencies are checked first, the common case in real plans; otherwise a
+    breadth-first walk stops as soon as it finds the target.
+    """
+    direct = list(edges.get(node, ()))
+    if target in direct:
+        return True
+    seen = {node}
+    frontier = [d for d in direct if d in edges]
+    while frontier:
+        following = []
+        for dep in frontier:
+            if dep == target:
+                return True
+            if dep in seen:
+                continue
+            seen.add(dep)
+            following.extend(d for d in edges[dep] if d in edges and d not in seen)
+        frontier = following
+    return False
+
+
+def sinks(edges: Mapping[str, Iterable[str]]) -> list[str]:
+    """Nodes nothing else depends on, in the mapping's order."""
+    depended = {dep for deps in edges.values() for dep in deps}
+    return [node for node in edges if node not in depended]

@@ -13,7 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from .errors import PlanValidationError
-from .graph import ancestors, find_cycles
+from .graph import depends_on, find_cycles
 from .plan import PlanDraft, Step, StepKind
 from .references import find_references, references_in
 from .tools.spec import ToolCatalog
@@ -41,10 +41,9 @@ def plan_problems(plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool =
     edges = {step.id: [d for d in step.depends_on if d != step.id] for step in plan.steps}
     cycles = find_cycles(edges)
     for cycle in cycles:
-        problems.append(f"dependency cycle: {' -> '.join(cycle)}")
+        problems.append(f"dependency cycle: {_render_cycle(cycle)}")
 
     if not cycles:
-        reachable = ancestors(edges)
         for step in plan.steps:
             for ref in references_in(step.instructions, step.args):
                 if ref.step_id not in known:
@@ -54,7 +53,7 @@ def plan_problems(plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool =
                     )
                 elif ref.step_id == step.id:
                     problems.append(f"step '{step.id}' references its own output {ref}")
-                elif ref.step_id not in reachable.get(step.id, set()):
+                elif not depends_on(edges, step.id, ref.step_id):
                     problems.append(
                         f"step '{step.id}' references {ref}, but '{ref.step_id}' is not among its dependencies; "
                         f"add '{ref.step_id}' to depends_on (directly or through another step)"
@@ -127,6 +126,13 @@ def _holds_reference(args: Any, path: list[Any]) -> bool:
         if isinstance(node, str):
             return bool(find_references(node))
     return isinstance(node, str) and bool(find_references(node))
+
+
+def _render_cycle(cycle: list[str], keep: int = 5) -> str:
+    if len(cycle) <= 2 * keep + 1:
+        return " -> ".join(cycle)
+    hidden = len(cycle) - 2 * keep
+    return " -> ".join(cycle[:keep]) + f" -> ... ({hidden} more) -> " + " -> ".join(cycle[-keep:])
 
 
 def _did_you_mean(name: str, candidates: Any) -> str:

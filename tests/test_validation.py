@@ -382,3 +382,24 @@ def test_plan_draft_json_schema_accepts_a_plan_and_refuses_a_bad_kind() -> None:
     errors = list(validator.iter_errors(bad))
     assert len(errors) == 1
     assert list(errors[0].absolute_path) == ["steps", 0, "kind"]
+
+
+def test_long_chains_validate_without_recursion_and_long_cycles_stay_readable():
+    from stratagem.plan import PlanDraft
+    from stratagem.tools import ToolRegistry
+    from stratagem.validation import plan_problems
+
+    catalog = ToolRegistry.from_modules([], builtins=True).catalog()
+    n = 5000
+    steps = [{"id": "s0", "title": "s", "kind": "human", "instructions": "start"}]
+    steps += [
+        {"id": f"s{i}", "title": "s", "kind": "human", "instructions": f"after ${{s{i-1}}}", "depends_on": [f"s{i-1}"]}
+        for i in range(1, n)
+    ]
+    steps[-1]["instructions"] = "uses the far ancestor ${s0}"
+    assert plan_problems(PlanDraft.model_validate({"goal": "g", "steps": steps}), catalog) == []
+
+    steps[0]["depends_on"] = [f"s{n-1}"]
+    [problem] = [p for p in plan_problems(PlanDraft.model_validate({"goal": "g", "steps": steps}), catalog) if "cycle" in p]
+    assert problem.startswith("dependency cycle: s0 -> s4999 -> s4998")
+    assert f"({n + 1 - 10} more)" in problem and len(problem) < 200
