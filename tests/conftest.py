@@ -21,7 +21,9 @@ from stratagem.client import Run, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RunInput, RunOptions, RunStatus
 from stratagem.tools import ToolRegistry
-from stratagem.worker import build_worker
+from stratagem.worker import build_worker, workflow_runner
+from temporalio.worker import Replayer
+from workflows import StratagemRun
 
 FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 
@@ -78,12 +80,19 @@ class Harness:
         return started
 
     async def close(self) -> None:
-        """Terminate runs a test left open. Their workers are gone, and the time-skipping server
-        never skips time while a workflow task is outstanding, which would stall later tests."""
+        """Terminate runs a test left open, then replay every run's history.
+
+        Open runs' workers are gone, and the time-skipping server never skips time while a
+        workflow task is outstanding, which would stall later tests. The replay catches any
+        non-determinism in the workflow code on every scenario the tests exercise.
+        """
+        replayer = Replayer(workflows=[StratagemRun], data_converter=pydantic_data_converter, workflow_runner=workflow_runner())
         for run in self.runs:
             description = await run.handle.describe()
             if description.status == WorkflowExecutionStatus.RUNNING:
                 await run.handle.terminate(reason="test finished")
+            history = await run.handle.fetch_history()
+            await replayer.replay_workflow(history)
 
     async def wait_for(self, run: Run, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
         deadline = asyncio.get_running_loop().time() + timeout
