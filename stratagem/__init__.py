@@ -1,1 +1,46 @@
-"""Stratagem."""
+"""Stratagem: durable planner-executor AI agents on Temporal.
+
+The names most users need are here; everything else lives in its own module.
+"""
+
+from .client import Run, connect, get_run, start_run
+from .errors import DecisionRefusedError, PlanFileError, PlanValidationError, StratagemError, ToolError
+from .ledger import Ledger, StepStatus
+from .plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step, StepKind
+from .plan_files import load_plan_file
+from .run import AnswerInput, ApproveInput, RejectInput, ReviseInput, RunInput, RunOptions, RunResult, RunStatus
+from .tools import ToolContext, tool
+from .validation import validate_plan
+
+__all__ = [
+    "AnswerInput",
+    "ApproveInput",
+    "Author",
+    "AuthorKind",
+    "DecisionRefusedError",
+    "Ledger",
+    "Plan",
+    "PlanDraft",
+    "PlanFileError",
+    "PlanValidationError",
+    "RejectInput",
+    "ReviseInput",
+    "Risk",
+    "Run",
+    "RunInput",
+    "RunOptions",
+    "RunResult",
+    "RunStatus",
+    "Step",
+    "StepKind",
+    "StepStatus",
+    "StratagemError",
+    "ToolContext",
+    "ToolError",
+    "connect",
+    "get_run",
+    "load_plan_file",
+    "start_run",
+    "tool",
+    "validate_plan",
+]
