@@ -18,9 +18,12 @@ def as_application_error(exc: BaseException) -> ApplicationError:
     another attempt would fail the same way. A tool decides for itself with
     `ToolError(retryable=...)`. Any other exception is retried under the step's retry policy.
     """
-    if isinstance(exc, ApplicationError):
-        return exc
     attempt = activity.info().attempt
+    if isinstance(exc, ApplicationError):
+        if exc.details:
+            return exc
+        # Raised by a tool itself: keep its message, type and retry choice, add the attempt.
+        return ApplicationError(exc.message, {"attempt": attempt}, type=exc.type, non_retryable=exc.non_retryable)
     message = str(exc) or type(exc).__name__
     if isinstance(exc, ToolError):
         return ApplicationError(

@@ -28,7 +28,9 @@ class PlanningActivities:
             model = load_model(request.model)
             progress = None
             if request.current is not None:
-                progress = Progress(plan=request.current, records=request.records, failure=request.failure or "")
+                progress = Progress(
+                    plan=request.current, records=request.records, failure=request.failure or "", history=request.history
+                )
             outcome = await plan_with_repairs(
                 model,
                 request.goal,

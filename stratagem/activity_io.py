@@ -42,6 +42,7 @@ class PlanningInput(BaseModel):
     current: PlanDraft | None = Field(default=None, description="Set when replanning.")
     records: dict[str, StepRecord] = Field(default_factory=dict)
     failure: str | None = None
+    history: list[str] = Field(default_factory=list, description="Earlier revisions, decisions and failures, oldest first.")
     has_executor: bool = True
 
 
@@ -55,6 +56,7 @@ class PlanningOutput(BaseModel):
 
 class ToolStepInput(BaseModel):
     run_id: str
+    execution_id: str
     step_id: str
     revision: int
     tool: str

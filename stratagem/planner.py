@@ -62,6 +62,7 @@ class Progress:
     plan: PlanDraft
     records: Mapping[str, StepRecord]
     failure: str
+    history: list[str] = field(default_factory=list)
 
 
 def planning_messages(goal: str, catalog: ToolCatalog, progress: Progress | None = None) -> list[Message]:
@@ -71,14 +72,20 @@ def planning_messages(goal: str, catalog: ToolCatalog, progress: Progress | None
     if progress is None:
         user = f"Goal: {goal}\n\nWrite the plan."
     else:
-        user = (
-            f"Goal: {goal}\n\nThe current plan:\n{progress.plan.model_dump_json(indent=1)}\n\n"
-            f"Progress so far:\n{_render_progress(progress.records)}\n\n"
-            f"What went wrong: {progress.failure}\n\n"
+        sections = [
+            f"Goal: {goal}",
+            f"The current plan:\n{progress.plan.model_dump_json(indent=1)}",
+            f"Progress so far:\n{_render_progress(progress.records)}",
+            f"What went wrong: {progress.failure}",
+        ]
+        if progress.history:
+            sections.append("History of this run, oldest first:\n" + "\n".join(f"- {h}" for h in progress.history))
+        sections.append(
             "Write the revised plan. Steps that succeeded keep their outputs and never run again: "
             "keep them unchanged (or leave them out). Change, add or drop the other steps so the goal "
             "can still be reached, and say why in 'reason'."
         )
+        user = "\n\n".join(sections)
     return [Message(role="system", content=system), Message(role="user", content=user)]
 
 

@@ -97,10 +97,10 @@ class RunState(BaseModel):
     """Everything the run knows. Continue-as-new carries exactly this."""
 
     run_id: str
+    execution_id: str = Field(description="Unique to this run, even if its run id is reused later.")
     goal: str
     options: RunOptions
     phase: Phase = Phase.planning
-    plan: Plan | None = None
     approved_revision: int | None = None
     ledger: Ledger
     catalog: ToolCatalog = Field(default_factory=ToolCatalog)
@@ -113,6 +113,11 @@ class RunState(BaseModel):
     failure: str | None = Field(default=None, description="Why the last step failed, for the next replan.")
     reason: str | None = Field(default=None, description="Why the run ended, when it did not succeed.")
     continued: int = Field(default=0, description="How many times this run continued as new.")
+
+    @property
+    def plan(self) -> Plan | None:
+        """The current revision (the ledger keeps every revision; the state keeps no second copy)."""
+        return self.ledger.revisions[-1] if self.ledger.revisions else None
 
 
 RunInput.model_rebuild()
@@ -136,6 +141,9 @@ class ReviseInput(BaseModel):
     by: str = Field(min_length=1)
     plan: PlanDraft
     reason: str = ""
+    revision: int | None = Field(
+        default=None, description="The revision this edit is based on; refused if it is no longer current."
+    )
 
 
 class AnswerInput(BaseModel):

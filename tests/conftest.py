@@ -17,6 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli, temporal_test_server
+from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
 from stratagem.client import Run, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RunInput, RunOptions, RunStatus
@@ -26,6 +27,22 @@ from temporalio.worker import Replayer
 from workflows import StratagemRun
 
 FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
+
+
+class SlowScriptedModel(ScriptedModel):
+    """`slow:<seconds>:<script>`: a scripted model that takes its time, to cancel runs mid-call."""
+
+    def __init__(self, spec: str):
+        seconds, _, path = spec.partition(":")
+        super().__init__(path)
+        self.delay = float(seconds)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        await asyncio.sleep(self.delay)
+        return await super().complete(request)
+
+
+register_provider("slow", SlowScriptedModel)
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -91,8 +108,15 @@ class Harness:
             description = await run.handle.describe()
             if description.status == WorkflowExecutionStatus.RUNNING:
                 await run.handle.terminate(reason="test finished")
-            history = await run.handle.fetch_history()
-            await replayer.replay_workflow(history)
+            # Walk the continue-as-new chain back from the latest run, replaying each one.
+            handle = self.client.get_workflow_handle(run.id)
+            while True:
+                history = await handle.fetch_history()
+                await replayer.replay_workflow(history)
+                started = history.events[0].workflow_execution_started_event_attributes
+                if not started.continued_execution_run_id:
+                    break
+                handle = self.client.get_workflow_handle(run.id, run_id=started.continued_execution_run_id)
 
     async def wait_for(self, run: Run, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
         deadline = asyncio.get_running_loop().time() + timeout

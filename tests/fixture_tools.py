@@ -71,3 +71,18 @@ def broken(reason: str, ctx: ToolContext) -> str:
 def unserializable(ctx: ToolContext) -> object:
     """Returns something that is not JSON."""
     return object()
+
+
+@tool
+def refuse_itself(ctx: ToolContext) -> str:
+    """Raises Temporal's own non-retryable error, as a tool written against the SDK might."""
+    from temporalio.exceptions import ApplicationError
+
+    _log(ctx, {"tool": "refuse_itself"})
+    raise ApplicationError("account closed", non_retryable=True)
+
+
+@tool(side_effects=False)
+def big_output(kib: int) -> str:
+    """Returns `kib` KiB of text."""
+    return "x" * (kib * 1024)

@@ -28,7 +28,7 @@ def registry() -> ToolRegistry:
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(run_id="run-1", step_id="step-a", revision=0, attempt=1, workspace=tmp_path / "ws")
+    return ToolContext(run_id="run-1", step_id="step-a", revision=0, attempt=1, workspace=tmp_path / "ws", execution_id="e1")
 
 
 @pytest.fixture(autouse=True)
@@ -149,7 +149,7 @@ async def test_post_sends_the_steps_idempotency_key_and_json_body(registry, ctx,
     assert result["status"] == 201
     assert result["json"] == {"got": {"amount": 12}}
     [request] = server.received
-    assert request.headers["idempotency-key"] == [ctx.idempotency_key] == ["run-1/step-a/r0"]
+    assert request.headers["idempotency-key"] == [ctx.idempotency_key] == ["run-1/e1/step-a/r0"]
     assert json.loads(request.body) == {"amount": 12}
 
 
@@ -365,7 +365,7 @@ async def test_append_csv_row_is_idempotent_per_step_revision(registry, ctx):
     assert second == {"path": "out.csv", "rows": 1, "repeated": True}
     assert _csv_text(ctx) == "name,amount,paid,note\nAda,12.5,true,\n"
 
-    revised = ToolContext(run_id="run-1", step_id="step-a", revision=1, attempt=1, workspace=ctx.workspace)
+    revised = ToolContext(run_id="run-1", step_id="step-a", revision=1, attempt=1, workspace=ctx.workspace, execution_id="e1")
     third = await registry.invoke("append_csv_row", args, revised)
     assert third == {"path": "out.csv", "rows": 2, "repeated": False}
     assert _csv_text(ctx) == "name,amount,paid,note\nAda,12.5,true,\nAda,12.5,true,\n"
@@ -390,7 +390,7 @@ async def test_append_refuses_an_unknown_column(registry, ctx):
 
 
 async def test_parallel_appends_do_not_interleave(registry, ctx):
-    contexts = [ToolContext("run-1", f"step-{i}", 0, 1, ctx.workspace) for i in range(20)]
+    contexts = [ToolContext("run-1", f"step-{i}", 0, 1, ctx.workspace, "e1") for i in range(20)]
     await asyncio.gather(
         *(registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": i}}, c) for i, c in enumerate(contexts))
     )

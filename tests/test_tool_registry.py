@@ -44,7 +44,7 @@ def add(a: int, b: int = 2) -> int:
 
 
 def context(step_id: str = "send", revision: int = 1, attempt: int = 1, workspace: Path = Path("/tmp")) -> ToolContext:
-    return ToolContext(run_id="run-7", step_id=step_id, revision=revision, attempt=attempt, workspace=workspace)
+    return ToolContext(run_id="run-7", step_id=step_id, revision=revision, attempt=attempt, workspace=workspace, execution_id="x1")
 
 
 # --- schema generation --------------------------------------------------------------------------
@@ -95,8 +95,8 @@ async def test_optional_and_annotated_tool_context_are_recognised() -> None:
         definition = registry.register(fn)
         assert definition.context_parameter == "ctx"
         assert list(definition.spec().parameters["properties"]) == ["x"]
-    assert await registry.invoke("optional", {"x": 1}, context()) == "run-7/send/r1"
-    assert await registry.invoke("annotated", {"x": 1}, context()) == "run-7/send/r1"
+    assert await registry.invoke("optional", {"x": 1}, context()) == "run-7/x1/send/r1"
+    assert await registry.invoke("annotated", {"x": 1}, context()) == "run-7/x1/send/r1"
     # The context is not an argument a plan can supply.
     with pytest.raises(ToolArgumentsError, match="'ctx' extra inputs are not permitted"):
         await registry.invoke("optional", {"x": 1, "ctx": None}, context())
@@ -353,7 +353,7 @@ async def test_invoke_passes_the_tool_context() -> None:
     registry = ToolRegistry()
     registry.register(remember)
     ctx = context(step_id="charge", revision=2, attempt=3)
-    assert await registry.invoke("remember", {"note": "n"}, ctx) == "n:run-7/charge/r2:3"
+    assert await registry.invoke("remember", {"note": "n"}, ctx) == "n:run-7/x1/charge/r2:3"
     assert seen == [ctx]
 
 
@@ -406,9 +406,9 @@ async def test_tool_errors_propagate_unchanged() -> None:
 def test_idempotency_key_is_run_step_revision_and_ignores_the_attempt() -> None:
     first = context(step_id="charge", revision=2, attempt=1)
     retry = context(step_id="charge", revision=2, attempt=5)
-    assert first.idempotency_key == "run-7/charge/r2"
+    assert first.idempotency_key == "run-7/x1/charge/r2"
     assert retry.idempotency_key == first.idempotency_key
-    assert idempotency_key("run-7", "charge", 2) == "run-7/charge/r2"
+    assert idempotency_key("run-7", "x1", "charge", 2) == "run-7/x1/charge/r2"
 
 
 def test_idempotency_key_changes_with_revision_and_step() -> None:

@@ -50,7 +50,7 @@ async def test_worker_script_runs_a_plan_from_the_environment(dev_env, tmp_path)
         assert result.status is Phase.succeeded
         assert (workspace / "out.txt").read_text() == "Hello, Ada!"
         calls = [json.loads(line) for line in (workspace / "calls.jsonl").read_text().splitlines()]
-        assert calls[0]["key"] == f"{run.id}/note/r1"
+        assert calls[0]["key"] == f"{run.id}/{run.handle.first_execution_run_id}/note/r1"
     finally:
         worker.terminate()
         output, _ = worker.communicate(timeout=30)

@@ -14,6 +14,8 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError as TemporalCancelledError
+from temporalio.exceptions import is_cancelled_exception
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     # Pure, deterministic modules shared with the worker. Passing them through avoids
@@ -73,13 +75,19 @@ class StratagemRun:
             run_id = input.run_id or workflow.info().workflow_id
             self.state = RunState(
                 run_id=run_id,
+                execution_id=workflow.info().first_execution_run_id,
                 goal=input.goal or (input.plan.goal if input.plan else ""),
                 options=input.options,
                 ledger=Ledger(run_id=run_id),
             )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._busy_slots = 0
-        self._draining = False
+        # Stopping: a step failed or was rejected. Waiting steps give up, running ones finish.
+        self._stopping = False
+        # Winding down: a continue-as-new is due. Nothing new starts, running steps finish, and
+        # steps parked on a person (an answer, a step approval) stay parked: the state carries them.
+        self._winding_down = False
+        self._parked: set[str] = set()
         self._finished_here = 0
         self._rejection: str | None = None
 
@@ -102,21 +110,28 @@ class StratagemRun:
                     await self._replan()
                 else:  # planning only happens in _start; reaching it here is a bug
                     raise ApplicationError(f"run is in unexpected phase {self.state.phase.value}", non_retryable=True)
-        except (asyncio.CancelledError, TemporalCancelledError):
+            return await self._finish()
+        except BaseException as exc:
+            if not is_cancelled_exception(exc):
+                raise
             await self._on_cancel()
-            raise
-        return await self._finish()
+            raise asyncio.CancelledError() from exc
 
     async def _start(self, input: RunInput) -> None:
         ledger = self.state.ledger
         ledger.record(EventKind.run_started, self._now(), message=self.state.goal, auto_approve=self.state.options.auto_approve)
-        self.state.catalog = await workflow.execute_activity(
-            io.DESCRIBE_TOOLS,
-            result_type=ToolCatalog,
-            start_to_close_timeout=CATALOG_TIMEOUT,
-            retry_policy=CATALOG_RETRY,
-            summary="describe tools",
-        )
+        try:
+            self.state.catalog = await workflow.execute_activity(
+                io.DESCRIBE_TOOLS,
+                result_type=ToolCatalog,
+                start_to_close_timeout=CATALOG_TIMEOUT,
+                retry_policy=CATALOG_RETRY,
+                summary="describe tools",
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            return self._fail(f"cannot read the worker's tools: {_cause_message(exc)}")
         if input.plan is not None:
             author = input.author or Author(kind=AuthorKind.human, name="unknown")
             problems = self._problems(input.plan)
@@ -141,6 +156,7 @@ class StratagemRun:
             current=current.draft() if current else None,
             records={sid: self.state.ledger.steps[sid] for sid in current.step_ids} if current else {},
             failure=self.state.failure,
+            history=self._history() if current else [],
             has_executor=bool(options.executor),
         )
         try:
@@ -153,6 +169,8 @@ class StratagemRun:
                 summary="revise plan" if current else "plan",
             )
         except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
             self._fail(f"planning failed: {_cause_message(exc)}")
             return None
         self.state.planner_calls += out.calls
@@ -171,6 +189,21 @@ class StratagemRun:
         reason = out.draft.reason or ("revised after: " + (self.state.failure or "") if current else "initial plan")
         return self._adopt(merged, Author(kind=AuthorKind.model, name=out.model), reason)
 
+    def _history(self) -> list[str]:
+        """What the replanner should know beyond the current plan: earlier revisions, decisions
+        and failures, oldest first, so it does not repeat what people already turned down."""
+        ledger = self.state.ledger
+        lines = [f"revision {p.revision} by {p.author}: {p.reason}" for p in ledger.revisions]
+        for decision in ledger.decisions:
+            comment = f": {decision.comment}" if decision.comment else ""
+            target = f" step {decision.step_id} of" if decision.step_id else ""
+            lines.append(f"{decision.by} {decision.action.value}d{target} revision {decision.revision}{comment}")
+        lines.extend(
+            f"step {e.step_id} failed under revision {e.revision}: {e.message}"
+            for e in ledger.events if e.kind is EventKind.step_failed
+        )
+        return lines
+
     def _problems(self, draft: PlanDraft) -> list[str]:
         return plan_problems(draft, self.state.catalog, has_executor=bool(self.state.options.executor))
 
@@ -186,7 +219,6 @@ class StratagemRun:
         for sid in merged.retried:
             record = ledger.steps[sid]
             record.status, record.error, record.output = StepStatus.pending, None, None
-        state.plan = plan
         ledger.add_revision(plan)
         state.step_approvals = {}
         state.failure = None
@@ -201,45 +233,49 @@ class StratagemRun:
     async def _review(self) -> None:
         state = self.state
         assert state.plan is not None
-        revision = state.plan.revision
-        is_replan = state.ledger.replans > 0 and revision > 1
-        if state.options.auto_approve or (is_replan and not state.options.replan_requires_approval):
-            by = "auto_approve" if state.options.auto_approve else "policy:replan_without_approval"
-            self._approve_plan(ApproveInput(by=by, revision=revision, comment="approved by the run's policy"), via="auto")
+        is_replan = state.ledger.replans > 0 and state.plan.revision > 1
+        if state.options.auto_approve:
+            self._approve_plan(ApproveInput(by="auto_approve", revision=state.plan.revision, comment="auto_approve"), via="auto")
             return
-        state.pending = [
-            PendingDecision(
-                kind=DecisionKind.plan_approval, revision=revision, since=self._now(),
-                prompt=f"approve revision {revision} ({len(state.plan.steps)} steps)",
-            )
-        ]
+        if is_replan and not state.options.replan_requires_approval:
+            decision = ApproveInput(by="policy", revision=state.plan.revision, comment="replan_requires_approval is off")
+            self._approve_plan(decision, via="policy")
+            return
+        if not state.pending:  # already pending when a continue-as-new carried it here
+            state.pending = [self._plan_approval_request()]
         timeout = state.options.review_timeout_seconds
 
-        def decided() -> bool:
-            return state.phase is not Phase.awaiting_approval or state.plan is None
-
-        while not decided():
+        while state.phase is Phase.awaiting_approval:
+            revision = state.plan.revision
             try:
+                # A revise starts a new review (and a new timeout): the reviewer sees a new plan.
                 await workflow.wait_condition(
-                    decided, timeout=timedelta(seconds=timeout) if timeout else None, timeout_summary="review timeout"
+                    lambda: state.phase is not Phase.awaiting_approval or state.plan.revision != revision,
+                    timeout=timedelta(seconds=timeout) if timeout else None,
+                    timeout_summary="review timeout",
                 )
             except asyncio.TimeoutError:
-                current = state.plan.revision
                 if state.options.on_review_timeout is ReviewTimeoutAction.fail:
                     state.ledger.record(
-                        EventKind.review_timed_out, self._now(), revision=current,
-                        message=f"no decision within {timeout:g} s",
+                        EventKind.review_timed_out, self._now(), revision=revision, message=f"no decision within {timeout:g} s"
                     )
-                    state.pending = []
-                    self._fail(f"no decision on revision {current} within {timeout:g} seconds")
+                    self._fail(f"no decision on revision {revision} within {timeout:g} seconds")
                     return
                 for pending in state.pending:
                     pending.escalated = True
                 state.ledger.record(
-                    EventKind.review_escalated, self._now(), revision=current,
+                    EventKind.review_escalated, self._now(), revision=revision,
                     message=f"no decision within {timeout:g} s; escalated, still waiting",
                 )
                 timeout = None
+
+    def _plan_approval_request(self) -> PendingDecision:
+        plan = self.state.plan
+        assert plan is not None
+        return PendingDecision(
+            kind=DecisionKind.plan_approval, revision=plan.revision, since=self._now(),
+            prompt=f"approve revision {plan.revision} ({len(plan.steps)} steps)",
+        )
 
     # ------------------------------------------------------------------ execution
 
@@ -248,18 +284,23 @@ class StratagemRun:
         phase says what comes next (replanning, rejected, failed), or a continue-as-new is due."""
         state = self.state
         assert state.plan is not None
-        self._draining = False
+        self._stopping = False
+        self._winding_down = False
         self._rejection = None
         while True:
-            if not self._draining and self._finished_here > 0 and self._continue_as_new_due():
-                self._draining = True  # let running steps finish, start nothing new
-            if not self._draining:
-                for step in ready_steps(state.plan, state.ledger):
-                    if step.id not in self._tasks:
-                        self._tasks[step.id] = asyncio.create_task(self._run_step(step))
+            if not self._winding_down and self._finished_here > 0 and self._continue_as_new_due():
+                self._winding_down = True
+            if not (self._stopping or self._winding_down):
+                for step in self._startable():
+                    self._tasks[step.id] = asyncio.create_task(self._run_step(step))
+            if self._winding_down and set(self._tasks) <= self._parked:
+                return False  # only steps waiting on people remain; the state carries them
             if not self._tasks:
                 break
-            await workflow.wait_condition(lambda: any(t.done() for t in self._tasks.values()))
+            await workflow.wait_condition(
+                lambda: any(t.done() for t in self._tasks.values())
+                or (self._winding_down and set(self._tasks) <= self._parked)
+            )
             for sid, task in list(self._tasks.items()):
                 if task.done():
                     del self._tasks[sid]
@@ -272,10 +313,25 @@ class StratagemRun:
             state.phase = Phase.replanning
         elif all_succeeded(state.plan, state.ledger):
             return True
-        elif not self._draining:
+        elif not self._winding_down:
             blocked = [s.id for s in state.plan.steps if state.ledger.steps[s.id].status is StepStatus.pending]
             self._fail(f"no step can run: {', '.join(blocked)} wait on steps that did not succeed")
         return False
+
+    def _startable(self) -> list[Step]:
+        """Ready steps, plus human steps already out for an answer when a continue-as-new
+        carried them here (their question stays asked; only the waiting resumes)."""
+        state = self.state
+        assert state.plan is not None
+        steps = [s for s in ready_steps(state.plan, state.ledger) if s.id not in self._tasks]
+        for step in state.plan.steps:
+            if (
+                step.kind is StepKind.human
+                and step.id not in self._tasks
+                and state.ledger.steps[step.id].status is StepStatus.running
+            ):
+                steps.append(step)
+        return steps
 
     async def _run_step(self, step: Step) -> None:
         state = self.state
@@ -289,9 +345,12 @@ class StratagemRun:
             return
         # Every waiter's condition is checked in one pass before any of them resumes, so several
         # may wake for one free slot; re-checking here, with no await before taking it, is exact.
-        while self._busy_slots >= state.options.max_parallel and not self._draining:
-            await workflow.wait_condition(lambda: self._busy_slots < state.options.max_parallel or self._draining)
-        if self._draining:
+        def held_back() -> bool:
+            return self._stopping or self._winding_down
+
+        while self._busy_slots >= state.options.max_parallel and not held_back():
+            await workflow.wait_condition(lambda: self._busy_slots < state.options.max_parallel or held_back())
+        if held_back():
             return  # stays pending; it runs after the replan or the continue-as-new
         self._busy_slots += 1
         try:
@@ -342,12 +401,15 @@ class StratagemRun:
             start_to_close_timeout=timeout,
             heartbeat_timeout=min(HEARTBEAT_TIMEOUT, timeout),
             retry_policy=retry,
+            # On cancel, wait for the activity to stop, so the ledger never says "cancelled" about
+            # a tool that is still running (the activity learns of it through its heartbeats).
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"{step.id}: {step.title}"[:200],
         )
         if step.kind is StepKind.tool:
             assert step.tool is not None
             request: Any = io.ToolStepInput(
-                run_id=self.state.run_id, step_id=step.id, revision=revision, tool=step.tool, args=args
+                run_id=self.state.run_id, execution_id=self.state.execution_id, step_id=step.id, revision=revision, tool=step.tool, args=args
             )
             return await workflow.execute_activity(io.RUN_TOOL, request, **common)
         assert options.executor, "validation refuses llm steps when no executor is configured"
@@ -361,30 +423,32 @@ class StratagemRun:
         return step.max_attempts or self.state.options.step_max_attempts
 
     async def _step_gate(self, step: Step) -> bool:
-        """Wait for a person to approve a gated step. False: rejected, or the run is draining."""
+        """Wait for a person to approve a gated step. False if it was rejected or the run is stopping."""
         state = self.state
         assert state.plan is not None
         if step.id not in state.step_approvals:
             if state.options.auto_approve:
                 self._decide_step(ApproveInput(by="auto_approve", step_id=step.id, comment="auto_approve"), via="auto")
             else:
-                state.pending.append(
-                    PendingDecision(
-                        kind=DecisionKind.step_approval, revision=state.plan.revision, since=self._now(),
-                        step_id=step.id, prompt=f"approve step '{step.id}' ({step.title}), risk {step.risk.value}",
+                if self._pending_for(DecisionKind.step_approval, step.id) is None:  # else carried over
+                    state.pending.append(
+                        PendingDecision(
+                            kind=DecisionKind.step_approval, revision=state.plan.revision, since=self._now(),
+                            step_id=step.id, prompt=f"approve step '{step.id}' ({step.title}), risk {step.risk.value}",
+                        )
                     )
-                )
-                state.ledger.record(EventKind.step_awaiting_approval, self._now(), revision=state.plan.revision, step_id=step.id)
-                await workflow.wait_condition(lambda: step.id in state.step_approvals or self._draining)
+                    state.ledger.record(EventKind.step_awaiting_approval, self._now(), revision=state.plan.revision, step_id=step.id)
+                await self._park(step.id, lambda: step.id in state.step_approvals or self._stopping)
                 self._remove_pending(step.id)
-        return state.step_approvals.get(step.id, False) and not self._draining
+        return state.step_approvals.get(step.id, False) and not self._stopping
 
     async def _ask_human(self, step: Step) -> None:
         state = self.state
         assert state.plan is not None
         record = state.ledger.steps[step.id]
         revision = state.plan.revision
-        if step.id not in state.answers:
+        pending = self._pending_for(DecisionKind.human_answer, step.id)
+        if pending is None:
             try:
                 question = str(resolve(step.instructions, state.ledger.outputs()))
             except ReferenceResolutionError as exc:
@@ -392,15 +456,17 @@ class StratagemRun:
                 self._step_failed(step, record, str(exc), attempts=0)
                 return
             self._step_started(record, revision)
-            state.pending.append(
-                PendingDecision(kind=DecisionKind.human_answer, revision=revision, since=self._now(), step_id=step.id, prompt=question)
-            )
+            pending = PendingDecision(kind=DecisionKind.human_answer, revision=revision, since=self._now(), step_id=step.id, prompt=question)
+            state.pending.append(pending)
             state.ledger.record(EventKind.step_awaiting_answer, self._now(), revision=revision, step_id=step.id, message=question)
-            timeout = timedelta(seconds=step.timeout_seconds) if step.timeout_seconds else None
+        if step.id not in state.answers:
+            # The deadline counts from when the question was asked, across continue-as-new.
+            remaining = None
+            if step.timeout_seconds:
+                deadline = pending.since + timedelta(seconds=step.timeout_seconds)
+                remaining = max(deadline - self._now(), timedelta(milliseconds=1))
             try:
-                await workflow.wait_condition(
-                    lambda: step.id in state.answers or self._draining, timeout=timeout, timeout_summary=f"answer {step.id}"
-                )
+                await self._park(step.id, lambda: step.id in state.answers or self._stopping, remaining)
             except asyncio.TimeoutError:
                 self._remove_pending(step.id)
                 self._step_failed(step, record, f"no answer within {step.timeout_seconds:g} seconds", attempts=1)
@@ -411,17 +477,24 @@ class StratagemRun:
                 raise
             finally:
                 self._finished_here += 1
-            self._remove_pending(step.id)
-            if step.id not in state.answers:  # draining: ask again after the replan or continue-as-new
+            if step.id not in state.answers:  # stopping: ask again if a revision keeps the step
+                self._remove_pending(step.id)
                 record.status, record.started_at = StepStatus.pending, None
                 return
-        else:
-            self._step_started(record, revision)
+        self._remove_pending(step.id)
         answer = state.answers.pop(step.id)
         record.attempts += 1
         record.output = answer
         self._close_step(record, StepStatus.succeeded, None)
         state.ledger.record(EventKind.step_succeeded, self._now(), revision=revision, step_id=step.id)
+
+    async def _park(self, step_id: str, until: Any, timeout: timedelta | None = None) -> None:
+        """Wait on a person. A parked step holds no work, so a continue-as-new need not wait for it."""
+        self._parked.add(step_id)
+        try:
+            await workflow.wait_condition(until, timeout=timeout, timeout_summary=f"waiting on a person for {step_id}")
+        finally:
+            self._parked.discard(step_id)
 
     def _step_started(self, record: StepRecord, revision: int) -> None:
         record.status = StepStatus.running
@@ -439,7 +512,7 @@ class StratagemRun:
         )
         if self.state.failure is None:
             self.state.failure = f"step '{step.id}' failed: {error}"
-        self._draining = True
+        self._stopping = True
 
     def _close_step(self, record: StepRecord, status: StepStatus, error: str | None) -> None:
         record.status = status
@@ -495,6 +568,8 @@ class StratagemRun:
                     )
                     synthesis = out.text
                 except ActivityError as exc:
+                    if is_cancelled_exception(exc):
+                        raise
                     self._fail(f"every step succeeded, but the final synthesis failed: {_cause_message(exc)}")
             if state.phase is Phase.running:
                 self._end(Phase.succeeded, None, EventKind.run_succeeded)
@@ -638,6 +713,7 @@ class StratagemRun:
         self._check_open()
         if self.state.phase is not Phase.awaiting_approval:
             raise DecisionRefused(f"a plan can only be revised while it awaits approval (the run is {self.state.phase.value})")
+        self._check_revision(decision.revision)
         merged = reconcile(self.state.plan, decision.plan, self.state.ledger.steps)
         problems = merged.problems or self._problems(merged.draft)
         if problems:
@@ -687,7 +763,7 @@ class StratagemRun:
         state.step_approvals[decision.step_id] = approved
         if not approved:
             self._rejection = f"step '{decision.step_id}' rejected by {decision.by}: {comment}"
-            self._draining = True
+            self._stopping = True
 
     def _apply_reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
         state = self.state
@@ -710,12 +786,9 @@ class StratagemRun:
         state.ledger.decisions.append(
             Decision(action=DecisionAction.revise, by=decision.by, at=self._now(), revision=plan.revision, comment=decision.reason, via=via)
         )
-        state.pending = [
-            PendingDecision(
-                kind=DecisionKind.plan_approval, revision=plan.revision, since=self._now(),
-                prompt=f"approve revision {plan.revision} ({len(plan.steps)} steps)",
-            )
-        ]
+        escalated = any(p.escalated for p in state.pending)
+        state.pending = [self._plan_approval_request()]
+        state.pending[0].escalated = escalated  # an escalation stays visible until someone decides
         return self._outcome(f"revision {plan.revision} awaits approval")
 
     def _apply_answer(self, answer: AnswerInput) -> DecisionOutcome:

@@ -30,9 +30,11 @@ _MARK = "__stratagem_tool__"
 class ToolContext:
     """What a tool knows about the call it serves.
 
-    `idempotency_key` is `<run_id>/<step_id>/r<revision>`: the same for every retry of a step
-    within one plan revision, including retries after a worker crash, and different when a
-    revision deliberately runs the step again. Tools with side effects should pass it on
+    `idempotency_key` is `<run_id>/<execution_id>/<step_id>/r<revision>`: the same for every
+    retry of a step within one plan revision, including retries after a worker crash, and
+    different when a revision deliberately runs the step again. `execution_id` is unique to
+    the run (Temporal's first run id of the chain), so a later run that reuses a run id never
+    collides with an earlier one. Tools with side effects should pass it on
     (as an `Idempotency-Key` header, a request id, a row key) so a repeated attempt has no
     repeated effect.
     """
@@ -42,14 +44,15 @@ class ToolContext:
     revision: int
     attempt: int
     workspace: Path
+    execution_id: str
 
     @property
     def idempotency_key(self) -> str:
-        return idempotency_key(self.run_id, self.step_id, self.revision)
+        return idempotency_key(self.run_id, self.execution_id, self.step_id, self.revision)
 
 
-def idempotency_key(run_id: str, step_id: str, revision: int) -> str:
-    return f"{run_id}/{step_id}/r{revision}"
+def idempotency_key(run_id: str, execution_id: str, step_id: str, revision: int) -> str:
+    return f"{run_id}/{execution_id}/{step_id}/r{revision}"
 
 
 @dataclass(frozen=True)
