@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -93,10 +94,21 @@ class Run:
 
 
 async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None) -> Run:
+    """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary."""
     workflow_id = run_id or run.run_id or new_run_id()
-    handle = await client.start_workflow(
-        WORKFLOW_NAME, run, id=workflow_id, task_queue=task_queue, result_type=RunResult
-    )
+    goal = run.goal or (run.plan.goal if run.plan else "")
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW_NAME,
+            run,
+            id=workflow_id,
+            task_queue=task_queue,
+            result_type=RunResult,
+            memo={"goal": goal},
+            static_summary=f"Stratagem: {goal}"[:400],
+        )
+    except WorkflowAlreadyStartedError:
+        raise DecisionRefusedError(f"a run with id '{workflow_id}' is already running; choose another id") from None
     return Run(handle)
 
 

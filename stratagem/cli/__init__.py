@@ -1,0 +1,117 @@
+"""The `stratagem` command line. Errors a user can cause print one line and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any, Callable
+
+from temporalio.service import RPCError
+
+from ..errors import PlanValidationError, StratagemError
+from . import commands, render
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="stratagem", description="Durable planner-executor runs on Temporal.")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[..., Any], help: str, *, json: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(handler=handler)
+        if json:
+            p.add_argument("--json", action="store_true", help="machine-readable output (see the README)")
+        return p
+
+    run = command("run", commands.cmd_run, "start a run from a goal or a plan file, and follow it")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("goal", nargs="?", help="what to achieve (needs --planner)")
+    source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person")
+    run.add_argument("--tools", action="append", default=[], metavar="MODULE", help="tool module or .py file; repeatable")
+    run.add_argument("--planner", metavar="MODEL", help="planner model, e.g. scripted:planner.yaml")
+    run.add_argument("--executor", metavar="MODEL", help="executor model for llm steps")
+    run.add_argument("--auto-approve", action="store_true", help="approve the plan and gated steps without asking")
+    run.add_argument("--detach", action="store_true", help="print the run id and return at once")
+    run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
+    run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
+
+    status = command("status", commands.cmd_status, "show a run's phase, plan, steps and pending decisions")
+    status.add_argument("run_id")
+
+    listing = command("list", commands.cmd_list, "list runs, newest first")
+    listing.add_argument("--status", choices=sorted(commands._LIST_STATUSES), help="only runs in this state")
+    listing.add_argument("--limit", type=int, default=50)
+
+    approve = command("approve", commands.cmd_approve, "approve the plan awaiting review, or a gated step")
+    approve.add_argument("run_id")
+    approve.add_argument("--revision", type=int, help="refuse if the plan under review is not this revision")
+    approve.add_argument("--step", metavar="STEP_ID", help="approve this gated step instead of the plan")
+    approve.add_argument("--by", metavar="NAME")
+    approve.add_argument("--comment", default="")
+
+    reject = command("reject", commands.cmd_reject, "reject the plan (ending the run) or a gated step")
+    reject.add_argument("run_id")
+    reject.add_argument("--reason", required=True)
+    reject.add_argument("--revision", type=int)
+    reject.add_argument("--step", metavar="STEP_ID")
+    reject.add_argument("--by", metavar="NAME")
+
+    revise = command("revise", commands.cmd_revise, "replace the plan under review with an edited plan file")
+    revise.add_argument("run_id")
+    revise.add_argument("plan_file")
+    revise.add_argument("--revision", type=int, help="the revision your edit is based on")
+    revise.add_argument("--reason", default="")
+    revise.add_argument("--by", metavar="NAME")
+
+    answer = command("answer", commands.cmd_answer, "answer a human step")
+    answer.add_argument("run_id")
+    answer.add_argument("step_id")
+    answer.add_argument("text")
+    answer.add_argument("--json-value", action="store_true", help="parse TEXT as JSON")
+    answer.add_argument("--by", metavar="NAME")
+
+    cancel = command("cancel", commands.cmd_cancel, "cancel a run", json=False)
+    cancel.add_argument("run_id")
+
+    wait = command("wait", commands.cmd_wait, "follow a run until it ends; exit like `run`")
+    wait.add_argument("run_id")
+
+    audit = command("audit", commands.cmd_audit, "print every plan revision, decision and event as JSON Lines", json=False)
+    audit.add_argument("run_id")
+
+    worker = command("worker", commands.cmd_worker, "run a worker", json=False)
+    worker.add_argument("--tools", action="append", default=[], metavar="MODULE")
+
+    command("server", commands.cmd_server, "run the embedded Temporal server (SQLite under STRATAGEM_HOME)", json=False)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "run" and not (args.goal or args.plan):
+        render.errors.print("error: give a goal or --plan FILE")
+        return commands.USAGE
+    try:
+        outcome = args.handler(args)
+        return asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`stratagem audit ID | head`): not an error. Point stdout at
+        # devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except PlanValidationError as exc:
+        render.errors.print(f"error: {exc}", markup=False)
+        return commands.USAGE
+    except StratagemError as exc:
+        render.errors.print(f"error: {exc}", markup=False)
+        return commands.USAGE
+    except RPCError as exc:
+        render.errors.print(f"error: Temporal refused the request: {exc.message}", markup=False)
+        return commands.USAGE
+
+
+__all__ = ["main", "parser"]

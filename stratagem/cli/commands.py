@@ -1,0 +1,457 @@
+"""What each `stratagem` command does. Every function returns the process exit status."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
+
+from ..client import Run, connect, get_run, start_run
+from ..config import Settings
+from ..errors import DecisionRefusedError, PlanFileError, StratagemError
+from ..plan import Author, AuthorKind, PlanDraft, StepKind
+from ..plan_files import dump_plan, load_plan_file
+from ..run import (
+    WORKFLOW_NAME,
+    AnswerInput,
+    ApproveInput,
+    DecisionKind,
+    PendingDecision,
+    Phase,
+    RejectInput,
+    ReviseInput,
+    RunInput,
+    RunOptions,
+    RunResult,
+)
+from ..server import EmbeddedServer, is_listening, is_local, stratagem_home
+from ..tools import ToolRegistry
+from ..validation import validate_plan
+from ..worker import build_worker, run_worker, workflow_runner
+from . import render
+
+
+class CliError(StratagemError):
+    """An error the user can fix; printed as one line, exit status 2."""
+
+
+# Exit statuses: 0 the run succeeded (or the command did its job), 1 the run failed, was
+# rejected or cancelled, 2 the user's input or environment is wrong, 130 interrupted.
+FAILED, USAGE = 1, 2
+
+
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+def note(message: str, *, json_mode: bool = False) -> None:
+    """Human-facing remarks; in --json mode they go to stderr so stdout stays one JSON document."""
+    (render.errors if json_mode else render.console).print(message)
+
+
+async def open_client(config: Settings, *, start_server: bool = False, json_mode: bool = False) -> Client:
+    if not is_listening(config.address):
+        if not (start_server and is_local(config.address)):
+            raise CliError(
+                f"no Temporal server is reachable at {config.address}; start one with `stratagem server` "
+                "or set TEMPORAL_ADDRESS"
+            )
+        server = EmbeddedServer(config.address, stratagem_home())
+        pid = await asyncio.to_thread(server.start_detached)
+        note(
+            f"started the embedded Temporal server (pid {pid}) at {config.address}, data in {server.database}; "
+            f"Web UI: {server.ui_url}; log: {server.log_file}",
+            json_mode=json_mode,
+        )
+    try:
+        return await connect(config)
+    except RuntimeError as exc:
+        raise CliError(f"cannot connect to Temporal at {config.address}: {exc}") from None
+
+
+async def find_run(client: Client, run_id: str) -> tuple[Run, str]:
+    """The run and its task queue, or a clear error if there is no such run."""
+    run = get_run(client, run_id)
+    try:
+        description = await run.handle.describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise CliError(f"no run with id '{run_id}' (see `stratagem list`)") from None
+        raise
+    if description.workflow_type != WORKFLOW_NAME:
+        raise CliError(f"'{run_id}' is a {description.workflow_type} workflow, not a Stratagem run")
+    return run, description.task_queue or config_task_queue()
+
+
+def config_task_queue() -> str:
+    return settings().task_queue
+
+
+@asynccontextmanager
+async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
+    """A workflow-only worker for the length of a command.
+
+    Queries and update validators run in a workflow worker. Hosting one here means status,
+    approve and the rest work even while no `stratagem worker` runs; steps still wait for a
+    real worker, which has the activities. No cache, so nothing sticks to this short-lived
+    process when it exits.
+    """
+    from workflows import StratagemRun
+
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[StratagemRun],
+        workflow_runner=workflow_runner(),
+        max_cached_workflows=0,
+    )
+    async with worker:
+        yield
+
+
+async def has_pollers(client: Client, task_queue: str, namespace: str) -> bool:
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=namespace,
+            task_queue=TaskQueue(name=task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        )
+    )
+    return len(response.pollers) > 0
+
+
+def spawn_worker(tools: list[str], config: Settings) -> tuple[int, Path]:
+    home = stratagem_home()
+    home.mkdir(parents=True, exist_ok=True)
+    log_path = home / "worker.log"
+    command = [sys.executable, "-m", "stratagem.cli", "worker"]
+    for module in tools:
+        command += ["--tools", str(Path(module).resolve()) if module.endswith(".py") else module]
+    process = subprocess.Popen(
+        command, stdout=log_path.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+    return process.pid, log_path
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | None:
+    """An example's scripted responses (models.yaml beside the plan), when no executor is named."""
+    if plan_file is None or draft is None or not any(s.kind is StepKind.llm for s in draft.steps):
+        return None
+    scripted = plan_file.resolve().with_name("models.yaml")
+    return f"scripted:{scripted}" if scripted.exists() else None
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    config = settings()
+    registry = ToolRegistry.from_modules(args.tools)
+    plan_file = Path(args.plan) if args.plan else None
+    draft = load_plan_file(plan_file) if plan_file else None
+    executor = args.executor or _default_executor(plan_file, draft)
+    if executor and not args.executor:
+        note(f"note: no API key is used; llm steps answer from scripted responses in {executor.removeprefix('scripted:')}", json_mode=args.json)
+    if draft is not None:
+        validate_plan(draft, registry.catalog(), has_executor=bool(executor))
+    elif not args.planner:
+        raise CliError("a goal needs a planner model: --planner provider:name (for example scripted:planner.yaml)")
+    by = args.by or getpass.getuser()
+    run_input = RunInput(
+        goal=args.goal,
+        plan=draft,
+        author=Author(kind=AuthorKind.human, name=by) if draft else None,
+        options=RunOptions(planner=args.planner, executor=executor, auto_approve=args.auto_approve),
+    )
+    client = await open_client(config, start_server=True, json_mode=args.json)
+
+    if args.detach:
+        if not await has_pollers(client, config.task_queue, config.namespace):
+            pid, log = spawn_worker(args.tools, config)
+            note(f"started a worker in the background (pid {pid}); log: {log}", json_mode=args.json)
+        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+        if args.json:
+            render.emit_json({"run_id": run.id})
+        else:
+            render.console.print(f"{run.id}")
+            note(f"follow it with: stratagem wait {run.id}    (status: stratagem status {run.id})")
+        return 0
+
+    async with build_worker(client, task_queue=config.task_queue, registry=registry, workspace=config.workspace):
+        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+        note(f"run {run.id} started", json_mode=args.json)
+        interactive = sys.stdin.isatty() and not args.json
+        try:
+            return await follow(run, interactive=interactive, json_mode=args.json, by=by)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            note(
+                f"\nstopped following; run {run.id} goes on. Resume with: stratagem worker & stratagem wait {run.id}",
+                json_mode=args.json,
+            )
+            return 130
+
+
+async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> int:
+    """Print progress until the run ends; in a terminal, ask for the decisions it waits on."""
+    seen = 0
+    shown_revision: int | None = None
+    hinted: set[tuple[str, int, str | None]] = set()
+    while True:
+        status = await run.status()
+        ledger = await run.ledger()
+        if not json_mode:
+            for event in ledger.events[seen:]:
+                render.console.print(render.event_line(event))
+        seen = len(ledger.events)
+        if status.revision is not None and status.revision != shown_revision and not json_mode:
+            plan = await run.plan()
+            if plan is not None:
+                render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
+            shown_revision = status.revision
+        if status.phase.finished:
+            break
+        for pending in status.pending:
+            key = (pending.kind.value, pending.revision, pending.step_id)
+            if key in hinted:
+                continue
+            if interactive:
+                if await ask_decision(run, pending, by):
+                    continue  # decided; the next status shows what follows
+            note(render.decision_hint(run.id, pending), json_mode=json_mode)
+            hinted.add(key)
+        await asyncio.sleep(0.3)
+    return await finish(run, json_mode=json_mode)
+
+
+async def finish(run: Run, *, json_mode: bool) -> int:
+    try:
+        result = await run.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        if isinstance(cause, CancelledError):
+            result = RunResult(run_id=run.id, status=Phase.cancelled, revision=None, reason="cancelled")
+        elif isinstance(cause, TerminatedError):
+            result = RunResult(run_id=run.id, status=Phase.failed, revision=None, reason=f"terminated: {cause.message}")
+        else:
+            reason = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            result = RunResult(run_id=run.id, status=Phase.failed, revision=None, reason=reason)
+    if json_mode:
+        render.emit_json(result.model_dump(mode="json"))
+    else:
+        render.result_view(result)
+    return 0 if result.status is Phase.succeeded else FAILED
+
+
+async def ask(prompt: str) -> str:
+    # input() blocks; in a thread it leaves the event loop (and the in-process worker) running.
+    return (await asyncio.to_thread(input, prompt)).strip()
+
+
+async def ask_decision(run: Run, pending: PendingDecision, by: str) -> bool:
+    """Ask the person at the terminal. True if a decision was sent and accepted."""
+    try:
+        if pending.kind is DecisionKind.plan_approval:
+            choice = (await ask(f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: ")).lower()
+            if choice.startswith("a"):
+                await run.approve(ApproveInput(by=by, revision=pending.revision))
+            elif choice.startswith("r"):
+                await run.reject(RejectInput(by=by, revision=pending.revision, reason=await ask("reason: ") or "rejected"))
+            elif choice.startswith("e"):
+                return await edit_plan(run, pending.revision, by)
+            else:
+                return False
+        elif pending.kind is DecisionKind.step_approval:
+            choice = (await ask(f"{pending.prompt}? [y]es / [n]o / [l]ater: ")).lower()
+            if choice.startswith("y"):
+                await run.approve(ApproveInput(by=by, step_id=pending.step_id))
+            elif choice.startswith("n"):
+                reason = await ask("reason: ") or "rejected"
+                await run.reject(RejectInput(by=by, step_id=pending.step_id, reason=reason))
+            else:
+                return False
+        else:
+            text = await ask(f"{pending.step_id} asks: {pending.prompt}\n> ")
+            if not text:
+                return False
+            await run.answer(AnswerInput(step_id=pending.step_id or "", answer=text, by=by))
+        return True
+    except DecisionRefusedError as exc:
+        render.errors.print(f"error: {exc}")
+        return False
+    except EOFError:
+        return False
+
+
+async def edit_plan(run: Run, revision: int, by: str) -> bool:
+    plan = await run.plan()
+    if plan is None:
+        return False
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix=f"{run.id}-r{revision}-", delete=False) as handle:
+        handle.write(dump_plan(plan.draft()))
+        path = Path(handle.name)
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    try:
+        await asyncio.to_thread(subprocess.call, [*shlex.split(editor), str(path)])
+        draft = load_plan_file(path)
+        outcome = await run.revise(ReviseInput(by=by, plan=draft, revision=revision, reason="edited in the terminal"))
+        render.console.print(outcome.message)
+        return True
+    except (PlanFileError, DecisionRefusedError) as exc:
+        render.errors.print(f"error: {exc}")
+        return False
+    finally:
+        path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- other commands
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    client = await open_client(settings())
+    run, task_queue = await find_run(client, args.run_id)
+    async with workflow_host(client, task_queue):
+        status = await run.status()
+        if args.json:
+            render.emit_json(status.model_dump(mode="json"))
+            return 0
+        ledger = await run.ledger()
+        plan = await run.plan()
+    render.status_view(status, ledger, plan)
+    return 0
+
+
+_LIST_STATUSES = {
+    "running": "Running",
+    "completed": "Completed",
+    "failed": "Failed",
+    "cancelled": "Canceled",
+    "terminated": "Terminated",
+    "timed-out": "TimedOut",
+}
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    client = await open_client(settings())
+    query = f"WorkflowType = '{WORKFLOW_NAME}'"
+    if args.status:
+        query += f" AND ExecutionStatus = '{_LIST_STATUSES[args.status]}'"
+    rows = []
+    async for execution in client.list_workflows(query, limit=args.limit):
+        memo = await execution.memo()
+        rows.append(
+            {
+                "run_id": execution.id,
+                "status": execution.status.name.lower() if execution.status else "unknown",
+                "started_at": execution.start_time.isoformat() if execution.start_time else None,
+                "closed_at": execution.close_time.isoformat() if execution.close_time else None,
+                "goal": memo.get("goal", ""),
+            }
+        )
+    if args.json:
+        render.emit_json(rows)
+        return 0
+    if not rows:
+        render.console.print("no runs")
+    for row in rows:
+        render.console.print(f"{row['run_id']}  {row['status']:<10} {row['started_at'] or '':<32} {row['goal']}")
+    return 0
+
+
+async def _decide(args: argparse.Namespace, decision: str, payload: object) -> int:
+    client = await open_client(settings())
+    run, task_queue = await find_run(client, args.run_id)
+    async with workflow_host(client, task_queue):
+        outcome = await getattr(run, decision)(payload)
+    if args.json:
+        render.emit_json(outcome.model_dump(mode="json"))
+    else:
+        render.console.print(f"{run.id}: {outcome.message} (revision {outcome.revision}, {outcome.phase.value})")
+    return 0
+
+
+async def cmd_approve(args: argparse.Namespace) -> int:
+    decision = ApproveInput(by=args.by or getpass.getuser(), revision=args.revision, step_id=args.step, comment=args.comment)
+    return await _decide(args, "approve", decision)
+
+
+async def cmd_reject(args: argparse.Namespace) -> int:
+    decision = RejectInput(by=args.by or getpass.getuser(), reason=args.reason, revision=args.revision, step_id=args.step)
+    return await _decide(args, "reject", decision)
+
+
+async def cmd_revise(args: argparse.Namespace) -> int:
+    draft = load_plan_file(args.plan_file)
+    decision = ReviseInput(by=args.by or getpass.getuser(), plan=draft, revision=args.revision, reason=args.reason)
+    return await _decide(args, "revise", decision)
+
+
+async def cmd_answer(args: argparse.Namespace) -> int:
+    answer: object = args.text
+    if args.json_value:
+        try:
+            answer = json.loads(args.text)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"--json-value: the answer is not JSON ({exc.msg})") from None
+    return await _decide(args, "answer", AnswerInput(step_id=args.step_id, answer=answer, by=args.by or getpass.getuser()))
+
+
+async def cmd_cancel(args: argparse.Namespace) -> int:
+    client = await open_client(settings())
+    run, _ = await find_run(client, args.run_id)
+    await run.cancel()
+    render.console.print(f"{run.id}: cancellation requested")
+    return 0
+
+
+async def cmd_wait(args: argparse.Namespace) -> int:
+    client = await open_client(settings())
+    run, task_queue = await find_run(client, args.run_id)
+    async with workflow_host(client, task_queue):
+        return await follow(run, interactive=False, json_mode=args.json, by="")
+
+
+async def cmd_audit(args: argparse.Namespace) -> int:
+    client = await open_client(settings())
+    run, task_queue = await find_run(client, args.run_id)
+    async with workflow_host(client, task_queue):
+        ledger = await run.ledger()
+    for record in ledger.audit_records():
+        print(json.dumps(record, default=str, sort_keys=True))
+    return 0
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    config = settings()
+    if not is_listening(config.address):
+        raise CliError(f"no Temporal server is reachable at {config.address}; start one with `stratagem server`")
+    ToolRegistry.from_modules(args.tools)  # fail fast, before connecting, on a bad tool module
+    note(f"worker on {config.address}, namespace {config.namespace}, task queue {config.task_queue}")
+    await run_worker(config, args.tools)
+    return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    config = settings()
+    if is_listening(config.address):
+        raise CliError(f"something already listens on {config.address}; is a server already running?")
+    server = EmbeddedServer(config.address, stratagem_home())
+    render.console.print(f"Temporal server: {config.address}  (data: {server.database})")
+    render.console.print(f"Web UI:          {server.ui_url}")
+    return server.run_foreground()

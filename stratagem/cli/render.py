@@ -1,0 +1,126 @@
+"""Readable terminal output: plans, statuses, progress lines, results."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..graph import topological_order
+from ..ledger import EventKind, Ledger, LedgerEvent, StepStatus
+from ..plan import PlanDraft, StepKind
+from ..run import PendingDecision, RunResult, RunStatus
+
+# soft_wrap: long lines (paths, hints to copy) are not broken when output is not a terminal.
+console = Console(highlight=False, soft_wrap=True)
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_STATUS_STYLE = {
+    StepStatus.pending: "dim",
+    StepStatus.running: "cyan",
+    StepStatus.succeeded: "green",
+    StepStatus.failed: "red",
+    StepStatus.skipped: "yellow",
+    StepStatus.cancelled: "yellow",
+}
+
+_EVENT_MARK = {
+    EventKind.step_started: "▶",
+    EventKind.step_succeeded: "✔",
+    EventKind.step_failed: "✘",
+    EventKind.plan_proposed: "✎",
+    EventKind.plan_approved: "✔",
+    EventKind.plan_rejected: "✘",
+    EventKind.replan_requested: "↻",
+    EventKind.run_succeeded: "★",
+    EventKind.run_failed: "✘",
+}
+
+
+def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | None = None) -> Table:
+    """The plan in dependency order: what each step does, after what, at what risk."""
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("step")
+    table.add_column("kind")
+    table.add_column("does")
+    table.add_column("after")
+    table.add_column("risk")
+    if ledger is not None:
+        table.add_column("status")
+    order = topological_order({s.id: s.depends_on for s in plan.steps})
+    by_id = {s.id: s for s in plan.steps}
+    for step_id in order:
+        step = by_id[step_id]
+        does = f"{step.tool}({_short_args(step.args)})" if step.kind is StepKind.tool else step.title
+        risk = step.risk.value + (" · approval" if step.needs_step_approval else "")
+        row = [step.id, step.kind.value, does, ", ".join(step.depends_on) or "-", risk]
+        if ledger is not None:
+            record = ledger.steps.get(step.id)
+            status = record.status if record else StepStatus.pending
+            row.append(f"[{_STATUS_STYLE[status]}]{status.value}[/]")
+        table.add_row(*row)
+    return table
+
+
+def _short_args(args: dict[str, Any], limit: int = 60) -> str:
+    text = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in args.items())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def event_line(event: LedgerEvent) -> str:
+    mark = _EVENT_MARK.get(event.kind, "·")
+    parts = [f"{event.at:%H:%M:%S}", mark, event.kind.value.replace("_", " ")]
+    if event.step_id:
+        parts.append(f"[bold]{event.step_id}[/]")
+    if event.actor:
+        parts.append(f"by {event.actor}")
+    if event.message:
+        parts.append(f"— {event.message}")
+    return " ".join(parts)
+
+
+def decision_hint(run_id: str, pending: PendingDecision) -> str:
+    if pending.kind.value == "plan_approval":
+        return (
+            f"waiting for approval of revision {pending.revision}: "
+            f"stratagem approve {run_id} --revision {pending.revision}  (or reject / revise)"
+        )
+    if pending.kind.value == "step_approval":
+        return f"step '{pending.step_id}' waits for approval: stratagem approve {run_id} --step {pending.step_id}"
+    return f"step '{pending.step_id}' asks: {pending.prompt}\n  answer with: stratagem answer {run_id} {pending.step_id} TEXT"
+
+
+def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None) -> None:
+    console.print(f"[bold]{status.run_id}[/]  {status.phase.value}  revision {status.revision or '-'}")
+    console.print(f"goal: {status.goal}")
+    counts = status.steps
+    console.print(
+        f"steps: {counts.succeeded} succeeded, {counts.running} running, {counts.pending} pending, "
+        f"{counts.failed} failed, {counts.skipped} skipped, {counts.cancelled} cancelled; "
+        f"replans {status.replans}/{status.max_replans}"
+    )
+    if status.reason:
+        console.print(f"reason: {status.reason}")
+    if plan is not None:
+        console.print(plan_table(plan, ledger))
+    for pending in status.pending:
+        console.print(decision_hint(status.run_id, pending))
+
+
+def result_view(result: RunResult) -> None:
+    if result.status.value == "succeeded":
+        console.print(f"[green]succeeded[/] (revision {result.revision}, {result.replans} replans)")
+        for step_id, output in result.outputs.items():
+            text = output if isinstance(output, str) else json.dumps(output, indent=1, default=str)
+            console.print(f"[bold]{step_id}[/]: {text}")
+        if result.synthesis:
+            console.print(f"\n{result.synthesis}")
+    else:
+        console.print(f"[yellow]{result.status.value}[/]: {result.reason}")
+
+
+def emit_json(data: Any) -> None:
+    """Machine output: one JSON document on stdout, nothing else."""
+    print(json.dumps(data, default=str, sort_keys=True))
