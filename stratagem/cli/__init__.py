@@ -114,4 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         return commands.USAGE
 
 
-__all__ = ["main", "parser"]
+def entry() -> None:
+    """The console script. Leaves without interpreter finalization, during which the Temporal
+    SDK's native runtime threads can abort the process ("PyGILState_Release") after the work
+    is done, turning a success into a crash."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+__all__ = ["entry", "main", "parser"]

@@ -1,0 +1,216 @@
+"""The `stratagem` command line, run as a real process against real Temporal servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import harness_for
+from plans import step
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ("--tools", str(ROOT / "tests" / "fixture_tools.py"))
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 90, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stratagem.cli", *args],
+        cwd=env.get("CLI_CWD", ROOT), env=env, capture_output=True, text=True, timeout=timeout, input=stdin,
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr
+    assert expected in done.stderr
+    assert done.stderr.startswith("error: ")
+
+
+def write_plan(path: Path, plan: dict) -> str:
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return str(path)
+
+
+@pytest.fixture
+async def cli_env(dev_env, tmp_path):
+    """Environment for the CLI: the dev server, a private task queue served by an in-process worker."""
+    async with harness_for(dev_env, tmp_path) as harness:
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+            "TEMPORAL_TASK_QUEUE": harness.task_queue,
+            "STRATAGEM_HOME": str(tmp_path / "home"),
+            "STRATAGEM_WORKSPACE": str(harness.workspace),
+            "CLI_CWD": str(tmp_path),
+        }
+        yield env, harness
+
+
+async def acli(*args: str, env: dict[str, str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """Run the CLI without blocking the event loop that hosts the test's worker."""
+    import asyncio
+
+    return await asyncio.to_thread(cli, *args, env=env, timeout=timeout)
+
+
+async def test_detached_run_approved_from_another_terminal(cli_env, tmp_path):
+    env, harness = cli_env
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "say hi", "steps": [step("hi", "record", label="hi")]})
+    started = await acli("run", *TOOLS, "--plan", plan, "--detach", "--json", "--id", "cli-approve", "--by", "alice", env=env)
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout) == {"run_id": "cli-approve"}
+
+    status = await acli("status", "cli-approve", "--json", env=env)
+    assert json.loads(status.stdout)["phase"] == "awaiting_approval"
+    assert harness.calls() == []
+
+    one_line_error(await acli("approve", "cli-approve", "--revision", "3", "--by", "bob", env=env), "revision 3 is stale")
+    approved = await acli("approve", "cli-approve", "--revision", "1", "--by", "bob", "--comment", "fine", "--json", env=env)
+    assert approved.returncode == 0 and json.loads(approved.stdout)["phase"] == "running"
+
+    waited = await acli("wait", "cli-approve", "--json", env=env)
+    assert waited.returncode == 0
+    assert json.loads(waited.stdout)["outputs"] == {"hi": "hi"}
+
+    audit = await acli("audit", "cli-approve", env=env)
+    records = [json.loads(line) for line in audit.stdout.splitlines()]
+    assert {"type": "decision", "by": "bob", "comment": "fine"}.items() <= next(r for r in records if r["type"] == "decision").items()
+    assert records[-1]["kind"] == "run_succeeded"
+
+    listed = await acli("list", "--json", env=env)
+    assert any(r["run_id"] == "cli-approve" and r["goal"] == "say hi" for r in json.loads(listed.stdout))
+
+
+async def test_rejected_and_cancelled_runs_exit_non_zero(cli_env, tmp_path):
+    env, _ = cli_env
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
+    await acli("run", *TOOLS, "--plan", plan, "--detach", "--id", "cli-reject", env=env)
+    await acli("run", *TOOLS, "--plan", plan, "--detach", "--id", "cli-cancel", env=env)
+    assert (await acli("reject", "cli-reject", "--reason", "not now", "--by", "carol", env=env)).returncode == 0
+    waited = await acli("wait", "cli-reject", env=env)
+    assert waited.returncode == 1 and "rejected by carol: not now" in waited.stdout
+    assert (await acli("cancel", "cli-cancel", env=env)).returncode == 0
+    waited = await acli("wait", "cli-cancel", "--json", env=env)
+    assert waited.returncode == 1 and json.loads(waited.stdout)["status"] == "cancelled"
+
+
+async def test_human_step_answered_from_the_command_line(cli_env, tmp_path):
+    env, _ = cli_env
+    plan = write_plan(
+        tmp_path / "plan.yaml",
+        {"goal": "ask", "steps": [{"id": "terms", "title": "Terms", "kind": "human", "instructions": "Payment terms?"}]},
+    )
+    await acli("run", *TOOLS, "--plan", plan, "--detach", "--auto-approve", "--id", "cli-human", env=env)
+    for _ in range(100):
+        status = json.loads((await acli("status", "cli-human", "--json", env=env)).stdout)
+        if status["pending"]:
+            break
+        time.sleep(0.1)
+    assert status["pending"][0]["prompt"] == "Payment terms?"
+    one_line_error(await acli("answer", "cli-human", "nope", "x", env=env), "step 'nope' is not waiting for an answer")
+    assert (await acli("answer", "cli-human", "terms", '{"days": 30}', "--json-value", env=env)).returncode == 0
+    waited = await acli("wait", "cli-human", "--json", env=env)
+    assert json.loads(waited.stdout)["outputs"] == {"terms": {"days": 30}}
+
+
+async def test_user_errors_are_one_line(cli_env, tmp_path):
+    env, _ = cli_env
+    one_line_error(await acli("status", "no-such-run", env=env), "no run with id 'no-such-run'")
+    cyclic = write_plan(
+        tmp_path / "bad.yaml",
+        {"goal": "g", "steps": [step("a", "record", ["b"], label="x"), step("b", "record", ["a"], label="x")]},
+    )
+    one_line_error(await acli("run", *TOOLS, "--plan", cyclic, "--detach", env=env), "dependency cycle: a -> b -> a")
+    (tmp_path / "broken.yaml").write_text("goal: [unclosed\n")
+    one_line_error(await acli("run", "--plan", str(tmp_path / "broken.yaml"), env=env), "is not valid YAML at line")
+    one_line_error(await acli("run", "--plan", str(tmp_path / "missing.yaml"), env=env), "does not exist")
+    one_line_error(await acli("run", "make money", env=env), "a goal needs a planner model")
+    unreachable = {**env, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    one_line_error(await acli("status", "x", env=unreachable), "no Temporal server is reachable at 127.0.0.1:1")
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 1000 (the UI) both free."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 1000 < 65535:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 1000))
+                    return port
+                except OSError:
+                    continue
+    raise RuntimeError("no free port pair")
+
+
+def wait_listening(port: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def test_embedded_server_starts_itself_and_state_survives_a_restart(tmp_path):
+    port = free_port_pair()
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+        "STRATAGEM_HOME": str(home),
+        "STRATAGEM_WORKSPACE": str(tmp_path / "ws"),
+        "TEMPORAL_TASK_QUEUE": "cli-embedded",
+        "CLI_CWD": str(tmp_path),
+    }
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "persist", "steps": [step("save", "write_file", path="out.txt", content="kept")]})
+    pids: list[int] = []
+    server: subprocess.Popen[str] | None = None
+    try:
+        started = cli("run", "--plan", plan, "--detach", "--id", "durable", env=env)
+        assert started.returncode == 0, started.stderr
+        assert "started the embedded Temporal server" in started.stdout
+        pids += [int(p) for p in re.findall(r"pid (\d+)", started.stdout)]
+        assert (home / "temporal.db").exists()
+        for _ in range(300):  # the background worker needs a moment to start
+            if json.loads(cli("status", "durable", "--json", env=env).stdout)["phase"] == "awaiting_approval":
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the run never reached the review gate")
+
+        os.kill(int((home / "server.pid").read_text()), signal.SIGKILL)  # the server dies mid-run
+        time.sleep(0.5)
+        one_line_error(cli("status", "durable", env=env), "no Temporal server is reachable")
+
+        server = subprocess.Popen([sys.executable, "-m", "stratagem.cli", "server"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_listening(port)
+        assert cli("approve", "durable", "--revision", "1", "--by", "ops", env=env).returncode == 0
+        waited = cli("wait", "durable", "--json", env=env, timeout=120)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert (tmp_path / "ws" / "out.txt").read_text() == "kept"
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if server is not None:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
