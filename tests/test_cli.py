@@ -214,3 +214,52 @@ def test_embedded_server_starts_itself_and_state_survives_a_restart(tmp_path):
                 server.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_path):
+    """In a terminal, `run` asks approve/reject/edit; edit opens $EDITOR on the plan."""
+    import asyncio
+    import pty
+
+    env, harness = cli_env
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "greet", "steps": [step("hi", "record", label="draft")]})
+    editor = tmp_path / "editor.py"
+    editor.write_text(
+        "import sys, pathlib\n"
+        "p = pathlib.Path(sys.argv[1])\n"
+        "p.write_text(p.read_text().replace('label: draft', 'label: edited by a person'))\n"
+    )
+    env = {**env, "EDITOR": f"{sys.executable} {editor}", "COLUMNS": "200"}
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratagem.cli", "run", *TOOLS, "--plan", plan, "--by", "erin"],
+        cwd=tmp_path, env=env, stdin=slave, stdout=slave, stderr=slave,
+    )
+    os.close(slave)
+    screen = ""
+
+    async def read_until(text: str, seconds: float = 60) -> None:
+        nonlocal screen
+        deadline = time.monotonic() + seconds
+        while text not in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"never saw {text!r}; screen:\n{screen}")
+            try:
+                chunk = await asyncio.to_thread(os.read, master, 4096)
+            except OSError:
+                break
+            screen += chunk.decode(errors="replace")
+
+    try:
+        await read_until("approve revision 1?")
+        assert "Plan revision 1: greet" in screen and "record" in screen
+        os.write(master, b"e\n")
+        await read_until("approve revision 2?")
+        os.write(master, b"a\n")
+        await read_until("succeeded")
+        assert await asyncio.to_thread(process.wait, 30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(master)
+    assert [c["label"] for c in harness.calls()] == ["edited by a person"]

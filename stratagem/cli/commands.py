@@ -163,8 +163,12 @@ def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | 
 
 async def cmd_run(args: argparse.Namespace) -> int:
     config = settings()
-    registry = ToolRegistry.from_modules(args.tools)
     plan_file = Path(args.plan) if args.plan else None
+    if not args.tools and plan_file is not None and plan_file.resolve().with_name("tools.py").exists():
+        # A plan folder may carry its own tools (as the examples do): plan.yaml + tools.py.
+        args.tools = [str(plan_file.resolve().with_name("tools.py"))]
+        note(f"note: loading tools from {args.tools[0]}", json_mode=args.json)
+    registry = ToolRegistry.from_modules(args.tools)
     draft = load_plan_file(plan_file) if plan_file else None
     executor = args.executor or _default_executor(plan_file, draft)
     if executor and not args.executor:
