@@ -2,14 +2,15 @@
 
 This is workflow code: deterministic, no I/O. Everything that touches the world happens in
 activities. The plan, the ledger and every pending decision live in one `RunState`, which
-continue-as-new carries.
+continue-as-new carries. What a decision (approve, reject, revise, answer) may do and what it
+records are rules in `stratagem.decisions`; the handlers here call them.
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -21,8 +22,9 @@ with workflow.unsafe.imports_passed_through():
     # Pure, deterministic modules shared with the worker. Passing them through avoids
     # re-importing pydantic models inside the sandbox for every workflow task.
     from stratagem import activity_io as io
-    from stratagem.errors import ReferenceResolutionError
-    from stratagem.ledger import Decision, DecisionAction, EventKind, Ledger, StepRecord, StepStatus
+    from stratagem import decisions
+    from stratagem.errors import DecisionRefusedError, ReferenceResolutionError
+    from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.references import resolve
     from stratagem.run import (
@@ -235,14 +237,15 @@ class StratagemRun:
         assert state.plan is not None
         is_replan = state.ledger.replans > 0 and state.plan.revision > 1
         if state.options.auto_approve:
-            self._approve_plan(ApproveInput(by="auto_approve", revision=state.plan.revision, comment="auto_approve"), via="auto")
+            decision = ApproveInput(by="auto_approve", revision=state.plan.revision, comment="auto_approve")
+            decisions.approve_plan(state, decision, via="auto", now=self._now())
             return
         if is_replan and not state.options.replan_requires_approval:
             decision = ApproveInput(by="policy", revision=state.plan.revision, comment="replan_requires_approval is off")
-            self._approve_plan(decision, via="policy")
+            decisions.approve_plan(state, decision, via="policy", now=self._now())
             return
         if not state.pending:  # already pending when a continue-as-new carried it here
-            state.pending = [self._plan_approval_request()]
+            state.pending = [decisions.plan_approval_request(state, self._now())]
         timeout = state.options.review_timeout_seconds
 
         while state.phase is Phase.awaiting_approval:
@@ -268,14 +271,6 @@ class StratagemRun:
                     message=f"no decision within {timeout:g} s; escalated, still waiting",
                 )
                 timeout = None
-
-    def _plan_approval_request(self) -> PendingDecision:
-        plan = self.state.plan
-        assert plan is not None
-        return PendingDecision(
-            kind=DecisionKind.plan_approval, revision=plan.revision, since=self._now(),
-            prompt=f"approve revision {plan.revision} ({len(plan.steps)} steps)",
-        )
 
     # ------------------------------------------------------------------ execution
 
@@ -430,16 +425,9 @@ class StratagemRun:
             if state.options.auto_approve:
                 self._decide_step(ApproveInput(by="auto_approve", step_id=step.id, comment="auto_approve"), via="auto")
             else:
-                if self._pending_for(DecisionKind.step_approval, step.id) is None:  # else carried over
-                    state.pending.append(
-                        PendingDecision(
-                            kind=DecisionKind.step_approval, revision=state.plan.revision, since=self._now(),
-                            step_id=step.id, prompt=f"approve step '{step.id}' ({step.title}), risk {step.risk.value}",
-                        )
-                    )
-                    state.ledger.record(EventKind.step_awaiting_approval, self._now(), revision=state.plan.revision, step_id=step.id)
+                decisions.request_step_approval(state, step, self._now())
                 await self._park(step.id, lambda: step.id in state.step_approvals or self._stopping)
-                self._remove_pending(step.id)
+                decisions.remove_pending(state, step.id)
         return state.step_approvals.get(step.id, False) and not self._stopping
 
     async def _ask_human(self, step: Step) -> None:
@@ -447,7 +435,7 @@ class StratagemRun:
         assert state.plan is not None
         record = state.ledger.steps[step.id]
         revision = state.plan.revision
-        pending = self._pending_for(DecisionKind.human_answer, step.id)
+        pending = decisions.pending_for(state, DecisionKind.human_answer, step.id)
         if pending is None:
             try:
                 question = str(resolve(step.instructions, state.ledger.outputs()))
@@ -456,9 +444,7 @@ class StratagemRun:
                 self._step_failed(step, record, str(exc), attempts=0)
                 return
             self._step_started(record, revision)
-            pending = PendingDecision(kind=DecisionKind.human_answer, revision=revision, since=self._now(), step_id=step.id, prompt=question)
-            state.pending.append(pending)
-            state.ledger.record(EventKind.step_awaiting_answer, self._now(), revision=revision, step_id=step.id, message=question)
+            pending = decisions.request_answer(state, step.id, question, self._now())
         if step.id not in state.answers:
             # The deadline counts from when the question was asked, across continue-as-new.
             remaining = None
@@ -468,20 +454,20 @@ class StratagemRun:
             try:
                 await self._park(step.id, lambda: step.id in state.answers or self._stopping, remaining)
             except asyncio.TimeoutError:
-                self._remove_pending(step.id)
+                decisions.remove_pending(state, step.id)
                 self._step_failed(step, record, f"no answer within {step.timeout_seconds:g} seconds", attempts=1)
                 return
             except (asyncio.CancelledError, TemporalCancelledError):
-                self._remove_pending(step.id)
+                decisions.remove_pending(state, step.id)
                 self._close_step(record, StepStatus.cancelled, "cancelled")
                 raise
             finally:
                 self._finished_here += 1
             if step.id not in state.answers:  # stopping: ask again if a revision keeps the step
-                self._remove_pending(step.id)
+                decisions.remove_pending(state, step.id)
                 record.status, record.started_at = StepStatus.pending, None
                 return
-        self._remove_pending(step.id)
+        decisions.remove_pending(state, step.id)
         answer = state.answers.pop(step.id)
         record.attempts += 1
         record.output = answer
@@ -627,6 +613,7 @@ class StratagemRun:
         workflow.continue_as_new(RunInput(state=self.state, options=self.state.options))
 
     # ------------------------------------------------------------------ decisions
+    # Temporal requires the handlers on the workflow class; the rules live in stratagem.decisions.
 
     @workflow.update
     async def approve(self, decision: ApproveInput) -> DecisionOutcome:
@@ -634,11 +621,11 @@ class StratagemRun:
 
     @approve.validator
     def _validate_approve(self, decision: ApproveInput) -> None:
-        self._check_approve(decision)
+        self._validate(decisions.check_approve, decision)
 
     @workflow.signal(name="approve_signal")
     def approve_signal(self, decision: ApproveInput) -> None:
-        self._signal(lambda: self._check_approve(decision), lambda: self._apply_approve(decision, via="signal"), decision.by)
+        self._signal(decisions.check_approve, decision, lambda: self._apply_approve(decision, via="signal"))
 
     @workflow.update
     async def reject(self, decision: RejectInput) -> DecisionOutcome:
@@ -646,11 +633,11 @@ class StratagemRun:
 
     @reject.validator
     def _validate_reject(self, decision: RejectInput) -> None:
-        self._check_reject(decision)
+        self._validate(decisions.check_reject, decision)
 
     @workflow.signal(name="reject_signal")
     def reject_signal(self, decision: RejectInput) -> None:
-        self._signal(lambda: self._check_reject(decision), lambda: self._apply_reject(decision, via="signal"), decision.by)
+        self._signal(decisions.check_reject, decision, lambda: self._apply_reject(decision, via="signal"))
 
     @workflow.update
     async def revise(self, decision: ReviseInput) -> DecisionOutcome:
@@ -658,11 +645,11 @@ class StratagemRun:
 
     @revise.validator
     def _validate_revise(self, decision: ReviseInput) -> None:
-        self._check_revise(decision)
+        self._validate(decisions.check_revise, decision)
 
     @workflow.signal(name="revise_signal")
     def revise_signal(self, decision: ReviseInput) -> None:
-        self._signal(lambda: self._check_revise(decision), lambda: self._apply_revise(decision, via="signal"), decision.by)
+        self._signal(decisions.check_revise, decision, lambda: self._apply_revise(decision, via="signal"))
 
     @workflow.update
     async def answer(self, answer: AnswerInput) -> DecisionOutcome:
@@ -670,139 +657,67 @@ class StratagemRun:
 
     @answer.validator
     def _validate_answer(self, answer: AnswerInput) -> None:
-        self._check_answer(answer)
+        self._validate(decisions.check_answer, answer)
 
     @workflow.signal(name="answer_signal")
     def answer_signal(self, answer: AnswerInput) -> None:
-        self._signal(lambda: self._check_answer(answer), lambda: self._apply_answer(answer), answer.by)
+        self._signal(decisions.check_answer, answer, lambda: self._apply_answer(answer))
 
-    def _signal(self, check: Any, apply: Any, by: str) -> None:
-        """Signals cannot be refused, so a refused one is recorded instead of applied."""
+    def _refusal(self, check: Callable[[RunState, Any], None], decision: Any) -> DecisionRefused | None:
+        # As an ApplicationError the refusal reaches update callers with its type; its str(),
+        # "DecisionRefused: <reason>", is what the ledger records for an ignored signal.
         try:
-            check()
-        except DecisionRefused as exc:
-            self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=by, message=str(exc))
+            check(self.state, decision)
+        except DecisionRefusedError as exc:
+            return DecisionRefused(str(exc))
+        return None
+
+    def _validate(self, check: Callable[[RunState, Any], None], decision: Any) -> None:
+        """A validator that raises refuses the update before it reaches history; the caller gets the error."""
+        refused = self._refusal(check, decision)
+        if refused is not None:
+            raise refused
+
+    def _signal(self, check: Callable[[RunState, Any], None], decision: Any, apply: Callable[[], Any]) -> None:
+        """Signals cannot be refused, so a refused one is recorded instead of applied."""
+        refused = self._refusal(check, decision)
+        if refused is not None:
+            self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=decision.by, message=str(refused))
             return
         apply()
-
-    def _check_open(self) -> None:
-        if self.state.phase.finished:
-            raise DecisionRefused(f"run {self.state.run_id} has finished ({self.state.phase.value}); it takes no decisions")
-
-    def _check_revision(self, revision: int | None) -> None:
-        current = self.state.plan.revision if self.state.plan else None
-        if revision is not None and revision != current:
-            raise DecisionRefused(f"revision {revision} is stale: the current plan is revision {current}")
-
-    def _pending_for(self, kind: DecisionKind, step_id: str | None) -> PendingDecision | None:
-        return next((p for p in self.state.pending if p.kind is kind and p.step_id == step_id), None)
-
-    def _check_approve(self, decision: ApproveInput) -> None:
-        self._check_open()
-        self._check_revision(decision.revision)
-        if decision.step_id is not None:
-            if self._pending_for(DecisionKind.step_approval, decision.step_id) is None:
-                raise DecisionRefused(f"step '{decision.step_id}' is not waiting for approval")
-        elif self.state.phase is not Phase.awaiting_approval:
-            raise DecisionRefused(f"no plan is waiting for approval (the run is {self.state.phase.value})")
-
-    def _check_reject(self, decision: RejectInput) -> None:
-        self._check_approve(ApproveInput(by=decision.by, revision=decision.revision, step_id=decision.step_id))
-
-    def _check_revise(self, decision: ReviseInput) -> None:
-        self._check_open()
-        if self.state.phase is not Phase.awaiting_approval:
-            raise DecisionRefused(f"a plan can only be revised while it awaits approval (the run is {self.state.phase.value})")
-        self._check_revision(decision.revision)
-        merged = reconcile(self.state.plan, decision.plan, self.state.ledger.steps)
-        problems = merged.problems or self._problems(merged.draft)
-        if problems:
-            raise DecisionRefused("the revised plan is invalid: " + "; ".join(problems))
-
-    def _check_answer(self, answer: AnswerInput) -> None:
-        self._check_open()
-        if self._pending_for(DecisionKind.human_answer, answer.step_id) is None:
-            raise DecisionRefused(f"step '{answer.step_id}' is not waiting for an answer")
 
     def _apply_approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
         if decision.step_id is not None:
             self._decide_step(decision, via=via)
         else:
-            self._approve_plan(decision, via=via)
-        return self._outcome("approved")
-
-    def _approve_plan(self, decision: ApproveInput, *, via: str) -> None:
-        state = self.state
-        assert state.plan is not None
-        revision = state.plan.revision
-        state.ledger.decisions.append(
-            Decision(action=DecisionAction.approve, by=decision.by, at=self._now(), revision=revision, comment=decision.comment, via=via)
-        )
-        state.ledger.auto_approved |= via == "auto"
-        state.ledger.record(EventKind.plan_approved, self._now(), revision=revision, actor=decision.by, message=decision.comment, via=via)
-        state.approved_revision = revision
-        state.pending = []
-        state.phase = Phase.running
+            decisions.approve_plan(self.state, decision, via=via, now=self._now())
+        return decisions.outcome(self.state, "approved")
 
     def _decide_step(self, decision: ApproveInput | RejectInput, *, via: str) -> None:
-        state = self.state
-        assert state.plan is not None and decision.step_id is not None
-        approved = isinstance(decision, ApproveInput)
-        comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
-        state.ledger.decisions.append(
-            Decision(
-                action=DecisionAction.approve if approved else DecisionAction.reject, by=decision.by, at=self._now(),
-                revision=state.plan.revision, comment=comment, step_id=decision.step_id, via=via,
-            )
-        )
-        state.ledger.auto_approved |= via == "auto"
-        state.ledger.record(
-            EventKind.step_approved if approved else EventKind.step_rejected, self._now(), revision=state.plan.revision,
-            step_id=decision.step_id, actor=decision.by, message=comment, via=via,
-        )
-        state.step_approvals[decision.step_id] = approved
-        if not approved:
-            self._rejection = f"step '{decision.step_id}' rejected by {decision.by}: {comment}"
+        rejection = decisions.decide_step(self.state, decision, via=via, now=self._now())
+        if rejection is not None:
+            self._rejection = rejection
             self._stopping = True
 
     def _apply_reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
-        state = self.state
-        assert state.plan is not None
         if decision.step_id is not None:
             self._decide_step(decision, via=via)
-            return self._outcome("step rejected; the run ends once running steps finish")
-        state.ledger.decisions.append(
-            Decision(action=DecisionAction.reject, by=decision.by, at=self._now(), revision=state.plan.revision, comment=decision.reason, via=via)
-        )
-        state.ledger.record(EventKind.plan_rejected, self._now(), revision=state.plan.revision, actor=decision.by, message=decision.reason, via=via)
+            return decisions.outcome(self.state, "step rejected; the run ends once running steps finish")
+        reason = decisions.record_plan_rejection(self.state, decision, via=via, now=self._now())
         self._close_open_steps(StepStatus.skipped, "plan rejected")
-        self._end(Phase.rejected, f"rejected by {decision.by}: {decision.reason}", EventKind.run_rejected)
-        return self._outcome("rejected")
+        self._end(Phase.rejected, reason, EventKind.run_rejected)
+        return decisions.outcome(self.state, "rejected")
 
     def _apply_revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:
-        state = self.state
-        merged = reconcile(state.plan, decision.plan, state.ledger.steps)
-        plan = self._adopt(merged, Author(kind=AuthorKind.human, name=decision.by), decision.reason or decision.plan.reason or "edited by a reviewer")
-        state.ledger.decisions.append(
-            Decision(action=DecisionAction.revise, by=decision.by, at=self._now(), revision=plan.revision, comment=decision.reason, via=via)
-        )
-        escalated = any(p.escalated for p in state.pending)
-        state.pending = [self._plan_approval_request()]
-        state.pending[0].escalated = escalated  # an escalation stays visible until someone decides
-        return self._outcome(f"revision {plan.revision} awaits approval")
+        merged = reconcile(self.state.plan, decision.plan, self.state.ledger.steps)
+        author = Author(kind=AuthorKind.human, name=decision.by)
+        plan = self._adopt(merged, author, decision.reason or decision.plan.reason or "edited by a reviewer")
+        decisions.record_revision(self.state, decision, plan, via=via, now=self._now())
+        return decisions.outcome(self.state, f"revision {plan.revision} awaits approval")
 
     def _apply_answer(self, answer: AnswerInput) -> DecisionOutcome:
-        self.state.answers[answer.step_id] = answer.answer
-        revision = self.state.plan.revision if self.state.plan else None
-        self.state.ledger.record(EventKind.answer_received, self._now(), revision=revision, step_id=answer.step_id, actor=answer.by)
-        return self._outcome(f"answer recorded for step '{answer.step_id}'")
-
-    def _remove_pending(self, step_id: str) -> None:
-        self.state.pending = [p for p in self.state.pending if p.step_id != step_id]
-
-    def _outcome(self, message: str) -> DecisionOutcome:
-        revision = self.state.plan.revision if self.state.plan else 0
-        return DecisionOutcome(revision=revision, phase=self.state.phase, message=message)
+        decisions.record_answer(self.state, answer, self._now())
+        return decisions.outcome(self.state, f"answer recorded for step '{answer.step_id}'")
 
     # ------------------------------------------------------------------ queries
 

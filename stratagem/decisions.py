@@ -1,0 +1,174 @@
+"""Decisions people send a run: whether it takes an approve, reject, revise or answer, and what
+taking one records.
+
+Plain functions over `RunState`, with no Temporal in them, so they can be tested on their own.
+The workflow calls the checks from its update validators and signal handlers, and the other
+functions to ask for a decision and to apply one. Those only change the state and its ledger;
+time comes in as `now` (workflow time, in the workflow), and what the run loop must do next
+(stop, end the run) is left to the caller.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .errors import DecisionRefusedError
+from .ledger import Decision, DecisionAction, EventKind
+from .plan import Plan, Step
+from .run import AnswerInput, ApproveInput, DecisionKind, DecisionOutcome, PendingDecision, Phase, RejectInput, ReviseInput, RunState
+from .scheduling import reconcile
+from .validation import plan_problems
+
+# ------------------------------------------------------------------ checks
+
+
+def check_open(state: RunState) -> None:
+    if state.phase.finished:
+        raise DecisionRefusedError(f"run {state.run_id} has finished ({state.phase.value}); it takes no decisions")
+
+
+def check_revision(state: RunState, revision: int | None) -> None:
+    current = state.plan.revision if state.plan else None
+    if revision is not None and revision != current:
+        raise DecisionRefusedError(f"revision {revision} is stale: the current plan is revision {current}")
+
+
+def pending_for(state: RunState, kind: DecisionKind, step_id: str | None) -> PendingDecision | None:
+    return next((p for p in state.pending if p.kind is kind and p.step_id == step_id), None)
+
+
+def check_approve(state: RunState, decision: ApproveInput) -> None:
+    check_open(state)
+    check_revision(state, decision.revision)
+    if decision.step_id is not None:
+        if pending_for(state, DecisionKind.step_approval, decision.step_id) is None:
+            raise DecisionRefusedError(f"step '{decision.step_id}' is not waiting for approval")
+    elif state.phase is not Phase.awaiting_approval:
+        raise DecisionRefusedError(f"no plan is waiting for approval (the run is {state.phase.value})")
+
+
+def check_reject(state: RunState, decision: RejectInput) -> None:
+    check_approve(state, ApproveInput(by=decision.by, revision=decision.revision, step_id=decision.step_id))
+
+
+def check_revise(state: RunState, decision: ReviseInput) -> None:
+    """The edited plan must be valid as laid over what already ran, against the run's tools."""
+    check_open(state)
+    if state.phase is not Phase.awaiting_approval:
+        raise DecisionRefusedError(f"a plan can only be revised while it awaits approval (the run is {state.phase.value})")
+    check_revision(state, decision.revision)
+    merged = reconcile(state.plan, decision.plan, state.ledger.steps)
+    problems = merged.problems or plan_problems(merged.draft, state.catalog, has_executor=bool(state.options.executor))
+    if problems:
+        raise DecisionRefusedError("the revised plan is invalid: " + "; ".join(problems))
+
+
+def check_answer(state: RunState, answer: AnswerInput) -> None:
+    check_open(state)
+    if pending_for(state, DecisionKind.human_answer, answer.step_id) is None:
+        raise DecisionRefusedError(f"step '{answer.step_id}' is not waiting for an answer")
+
+
+# ------------------------------------------------------------------ pending decisions
+
+
+def plan_approval_request(state: RunState, now: datetime) -> PendingDecision:
+    plan = state.plan
+    assert plan is not None
+    return PendingDecision(
+        kind=DecisionKind.plan_approval, revision=plan.revision, since=now,
+        prompt=f"approve revision {plan.revision} ({len(plan.steps)} steps)",
+    )
+
+
+def request_step_approval(state: RunState, step: Step, now: datetime) -> None:
+    """Ask for a gated step's approval, unless a continue-as-new carried the request here."""
+    assert state.plan is not None
+    if pending_for(state, DecisionKind.step_approval, step.id) is not None:
+        return
+    state.pending.append(
+        PendingDecision(
+            kind=DecisionKind.step_approval, revision=state.plan.revision, since=now,
+            step_id=step.id, prompt=f"approve step '{step.id}' ({step.title}), risk {step.risk.value}",
+        )
+    )
+    state.ledger.record(EventKind.step_awaiting_approval, now, revision=state.plan.revision, step_id=step.id)
+
+
+def request_answer(state: RunState, step_id: str, question: str, now: datetime) -> PendingDecision:
+    """Ask a person the question of a human step."""
+    assert state.plan is not None
+    pending = PendingDecision(kind=DecisionKind.human_answer, revision=state.plan.revision, since=now, step_id=step_id, prompt=question)
+    state.pending.append(pending)
+    state.ledger.record(EventKind.step_awaiting_answer, now, revision=state.plan.revision, step_id=step_id, message=question)
+    return pending
+
+
+def remove_pending(state: RunState, step_id: str) -> None:
+    state.pending = [p for p in state.pending if p.step_id != step_id]
+
+
+# ------------------------------------------------------------------ applying decisions
+
+
+def _decided(
+    state: RunState, action: DecisionAction, by: str, now: datetime, revision: int, comment: str, via: str,
+    step_id: str | None = None,
+) -> None:
+    state.ledger.decisions.append(
+        Decision(action=action, by=by, at=now, revision=revision, comment=comment, step_id=step_id, via=via)
+    )
+    state.ledger.auto_approved |= via == "auto"
+
+
+def approve_plan(state: RunState, decision: ApproveInput, *, via: str, now: datetime) -> None:
+    """Approve the current revision: the run starts (or resumes) executing it."""
+    assert state.plan is not None
+    revision = state.plan.revision
+    _decided(state, DecisionAction.approve, decision.by, now, revision, decision.comment, via)
+    state.ledger.record(EventKind.plan_approved, now, revision=revision, actor=decision.by, message=decision.comment, via=via)
+    state.approved_revision = revision
+    state.pending = []
+    state.phase = Phase.running
+
+
+def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: str, now: datetime) -> str | None:
+    """Approve or reject one gated step. A rejection returns why the run must stop."""
+    assert state.plan is not None and decision.step_id is not None
+    approved = isinstance(decision, ApproveInput)
+    comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
+    action = DecisionAction.approve if approved else DecisionAction.reject
+    _decided(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id)
+    state.ledger.record(
+        EventKind.step_approved if approved else EventKind.step_rejected, now, revision=state.plan.revision,
+        step_id=decision.step_id, actor=decision.by, message=comment, via=via,
+    )
+    state.step_approvals[decision.step_id] = approved
+    return None if approved else f"step '{decision.step_id}' rejected by {decision.by}: {comment}"
+
+
+def record_plan_rejection(state: RunState, decision: RejectInput, *, via: str, now: datetime) -> str:
+    """Record the rejection of the current revision; returns the reason the run ends with."""
+    assert state.plan is not None
+    _decided(state, DecisionAction.reject, decision.by, now, state.plan.revision, decision.reason, via)
+    state.ledger.record(EventKind.plan_rejected, now, revision=state.plan.revision, actor=decision.by, message=decision.reason, via=via)
+    return f"rejected by {decision.by}: {decision.reason}"
+
+
+def record_revision(state: RunState, decision: ReviseInput, plan: Plan, *, via: str, now: datetime) -> None:
+    """Record a reviewer's edit, already adopted as `plan`; the new revision awaits approval."""
+    _decided(state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via)
+    escalated = any(p.escalated for p in state.pending)
+    state.pending = [plan_approval_request(state, now)]
+    state.pending[0].escalated = escalated  # an escalation stays visible until someone decides
+
+
+def record_answer(state: RunState, answer: AnswerInput, now: datetime) -> None:
+    state.answers[answer.step_id] = answer.answer
+    revision = state.plan.revision if state.plan else None
+    state.ledger.record(EventKind.answer_received, now, revision=revision, step_id=answer.step_id, actor=answer.by)
+
+
+def outcome(state: RunState, message: str) -> DecisionOutcome:
+    revision = state.plan.revision if state.plan else 0
+    return DecisionOutcome(revision=revision, phase=state.phase, message=message)

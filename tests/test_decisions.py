@@ -1,0 +1,173 @@
+"""Decision rules on a hand-built RunState: what a run refuses, with which message, and what it records."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from stratagem import decisions
+from stratagem.errors import DecisionRefusedError
+from stratagem.ledger import DecisionAction, EventKind, Ledger, StepStatus
+from stratagem.plan import Author, AuthorKind, Plan, PlanDraft
+from stratagem.run import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, ReviseInput, RunOptions, RunState
+from stratagem.tools.spec import ToolCatalog, ToolSpec
+
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def draft(*steps: dict[str, Any]) -> PlanDraft:
+    return PlanDraft.model_validate({"goal": "goal", "steps": list(steps)})
+
+
+def tool_step(step_id: str, label: str = "x") -> dict[str, Any]:
+    return {"id": step_id, "title": step_id, "tool": "record", "args": {"label": label}}
+
+
+def make_state(phase: Phase = Phase.awaiting_approval, revisions: int = 1, executor: str | None = None) -> RunState:
+    ledger = Ledger(run_id="run-1")
+    for revision in range(1, revisions + 1):
+        plan = draft(tool_step("first"), tool_step("second"))
+        ledger.add_revision(Plan.from_draft(plan, revision=revision, author=Author(kind=AuthorKind.human, name="ann"), reason="r"))
+    return RunState(
+        run_id="run-1", execution_id="exec-1", goal="goal", options=RunOptions(executor=executor), phase=phase,
+        ledger=ledger, catalog=ToolCatalog(tools=[ToolSpec(name="record")]),
+    )
+
+
+def pending(kind: DecisionKind, step_id: str | None) -> PendingDecision:
+    return PendingDecision(kind=kind, revision=1, since=NOW, step_id=step_id)
+
+
+def refused(check: Any, state: RunState, decision: Any) -> str:
+    with pytest.raises(DecisionRefusedError) as info:
+        check(state, decision)
+    return str(info.value)
+
+
+# --- checks -------------------------------------------------------------------------------------
+
+
+def test_a_plan_awaiting_approval_takes_an_approve_or_a_reject() -> None:
+    state = make_state()
+    decisions.check_approve(state, ApproveInput(by="bob"))
+    decisions.check_approve(state, ApproveInput(by="bob", revision=1))
+    decisions.check_reject(state, RejectInput(by="bob", reason="no", revision=1))
+
+
+def test_a_stale_revision_is_refused() -> None:
+    state = make_state(revisions=2)
+    expected = "revision 1 is stale: the current plan is revision 2"
+    assert refused(decisions.check_approve, state, ApproveInput(by="bob", revision=1)) == expected
+    assert refused(decisions.check_reject, state, RejectInput(by="bob", reason="no", revision=1)) == expected
+    assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("a")), revision=1)) == expected
+
+
+def test_a_finished_run_takes_no_decisions() -> None:
+    state = make_state(phase=Phase.succeeded)
+    expected = "run run-1 has finished (succeeded); it takes no decisions"
+    assert refused(decisions.check_approve, state, ApproveInput(by="bob")) == expected
+    assert refused(decisions.check_answer, state, AnswerInput(step_id="first", answer=1, by="bob")) == expected
+    assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("a")))) == expected
+
+
+def test_no_plan_approval_outside_review() -> None:
+    state = make_state(phase=Phase.running)
+    assert refused(decisions.check_approve, state, ApproveInput(by="bob")) == (
+        "no plan is waiting for approval (the run is running)"
+    )
+
+
+def test_a_step_must_be_waiting_for_approval() -> None:
+    state = make_state(phase=Phase.running)
+    message = refused(decisions.check_reject, state, RejectInput(by="bob", reason="no", step_id="second"))
+    assert message == "step 'second' is not waiting for approval"
+    state.pending = [pending(DecisionKind.step_approval, "second")]
+    decisions.check_approve(state, ApproveInput(by="bob", step_id="second"))
+    decisions.check_reject(state, RejectInput(by="bob", reason="no", step_id="second"))
+
+
+def test_a_step_must_be_waiting_for_an_answer() -> None:
+    state = make_state(phase=Phase.running)
+    state.pending = [pending(DecisionKind.step_approval, "first")]  # waiting, but for an approval
+    answer = AnswerInput(step_id="first", answer="yes", by="bob")
+    assert refused(decisions.check_answer, state, answer) == "step 'first' is not waiting for an answer"
+    state.pending.append(pending(DecisionKind.human_answer, "first"))
+    decisions.check_answer(state, answer)
+
+
+def test_revise_only_during_review() -> None:
+    state = make_state(phase=Phase.running)
+    assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("a")))) == (
+        "a plan can only be revised while it awaits approval (the run is running)"
+    )
+
+
+def test_an_invalid_revised_plan_is_refused_with_its_problems() -> None:
+    state = make_state()
+    bad = draft({"id": "a", "title": "a", "tool": "nope"})
+    assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=bad)) == (
+        "the revised plan is invalid: step 'a' uses unknown tool 'nope' (available: record)"
+    )
+
+
+def test_a_revision_may_not_change_a_step_that_already_succeeded() -> None:
+    state = make_state()
+    state.ledger.steps["first"].status, state.ledger.steps["first"].revision = StepStatus.succeeded, 1
+    message = refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("first", "changed"))))
+    assert message.startswith("the revised plan is invalid: step 'first' already succeeded (revision 1) and cannot be changed")
+    decisions.check_revise(state, ReviseInput(by="bob", plan=draft(tool_step("third"))))  # omitting it carries it
+
+
+def test_llm_steps_in_a_revision_need_an_executor() -> None:
+    revision = ReviseInput(by="bob", plan=draft({"id": "a", "title": "a", "kind": "llm", "instructions": "write"}))
+    assert "the run has no executor model" in refused(decisions.check_revise, make_state(), revision)
+    decisions.check_revise(make_state(executor="scripted:x.yaml"), revision)
+
+
+# --- applying -----------------------------------------------------------------------------------
+
+
+def test_approving_the_plan_starts_the_run() -> None:
+    state = make_state()
+    state.pending = [decisions.plan_approval_request(state, NOW)]
+    assert state.pending[0].prompt == "approve revision 1 (2 steps)"
+    decisions.approve_plan(state, ApproveInput(by="bob", comment="ok"), via="signal", now=NOW)
+    assert (state.phase, state.approved_revision, state.pending) == (Phase.running, 1, [])
+    [decision] = state.ledger.decisions
+    assert (decision.action, decision.by, decision.at, decision.via) == (DecisionAction.approve, "bob", NOW, "signal")
+    assert state.ledger.events[-1].kind is EventKind.plan_approved and state.ledger.auto_approved is False
+    assert decisions.outcome(state, "approved").phase is Phase.running
+
+
+def test_a_step_rejection_says_why_the_run_stops() -> None:
+    state = make_state(phase=Phase.running)
+    decisions.request_step_approval(state, state.plan.steps[1], NOW)
+    decisions.request_step_approval(state, state.plan.steps[1], NOW)  # already asked: not asked twice
+    assert [p.step_id for p in state.pending] == ["second"]
+    assert decisions.decide_step(state, ApproveInput(by="auto_approve", step_id="first"), via="auto", now=NOW) is None
+    why = decisions.decide_step(state, RejectInput(by="cfo", reason="too costly", step_id="second"), via="update", now=NOW)
+    assert why == "step 'second' rejected by cfo: too costly"
+    assert state.step_approvals == {"first": True, "second": False} and state.ledger.auto_approved is True
+    decisions.remove_pending(state, "second")
+    assert state.pending == []
+
+
+def test_a_revision_keeps_an_escalation_visible() -> None:
+    state = make_state()
+    state.pending = [decisions.plan_approval_request(state, NOW)]
+    state.pending[0].escalated = True
+    new = Plan.from_draft(draft(tool_step("a")), revision=2, author=Author(kind=AuthorKind.human, name="bob"), reason="edit")
+    state.ledger.add_revision(new)
+    decisions.record_revision(state, ReviseInput(by="bob", plan=draft(tool_step("a"))), new, via="update", now=NOW)
+    assert [(p.revision, p.escalated) for p in state.pending] == [(2, True)]
+    assert state.ledger.decisions[-1].action is DecisionAction.revise
+
+
+def test_an_answer_waits_for_its_step() -> None:
+    state = make_state(phase=Phase.running)
+    asked = decisions.request_answer(state, "first", "which colour?", NOW)
+    assert decisions.pending_for(state, DecisionKind.human_answer, "first") is asked
+    decisions.record_answer(state, AnswerInput(step_id="first", answer="blue", by="ann"), NOW)
+    assert state.answers == {"first": "blue"} and state.ledger.events[-1].kind is EventKind.answer_received
