@@ -190,3 +190,22 @@ class RunResult(BaseModel):
     synthesis: str | None = None
     reason: str | None = None
     replans: int = 0
+
+
+def progress_markdown(state: RunState, max_rows: int = 40) -> str:
+    """The run at a glance, as Markdown, for the Temporal UI's 'current details'."""
+    plan = state.plan
+    lines = [f"**{state.phase.value}** · revision {plan.revision if plan else '-'} · replans {state.ledger.replans}/{state.options.max_replans}"]
+    if state.reason:
+        lines.append(f"\n{state.reason}")
+    for pending in state.pending:
+        flag = " (escalated)" if pending.escalated else ""
+        lines.append(f"\nwaiting on a person{flag}: {pending.prompt}")
+    if plan is not None:
+        lines += ["", "| step | kind | status | attempts |", "|---|---|---|---|"]
+        for step in plan.steps[:max_rows]:
+            record = state.ledger.steps[step.id]
+            lines.append(f"| {step.id} | {step.tool or step.kind.value} | {record.status.value} | {record.attempts} |")
+        if len(plan.steps) > max_rows:
+            lines.append(f"| … {len(plan.steps) - max_rows} more | | | |")
+    return "\n".join(lines)

@@ -231,3 +231,25 @@ async def test_rejecting_a_gated_step_ends_the_run_without_running_it(harness):
     assert result.status is Phase.rejected and "over budget" in (result.reason or "")
     assert harness.calls() == []
     assert (await run.ledger()).steps["pay"].status is StepStatus.skipped
+
+
+async def test_the_temporal_ui_shows_summary_and_progress(harness):
+    from temporalio.api.sdk.v1 import WorkflowMetadata
+
+    async def details() -> str:
+        # The query the Temporal UI itself uses for a workflow's current details.
+        metadata = await run.handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        return metadata.current_details
+
+    run = await harness.start(SIDE_EFFECT)
+    await harness.wait_for(run, awaiting)
+    description = await run.handle.describe()
+    assert await description.static_summary() == "Stratagem: write something"
+    shown = await details()
+    assert shown.startswith("**awaiting_approval** · revision 1")
+    assert "waiting on a person: approve revision 1 (2 steps)" in shown
+    await run.approve(ApproveInput(by="bob", revision=1))
+    await run.result()
+    shown = await details()
+    assert shown.startswith("**succeeded**")
+    assert "| second | record | succeeded | 1 |" in shown

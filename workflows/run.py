@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunState,
         RunStatus,
+        progress_markdown,
         StepCounts,
     )
     from stratagem.scheduling import Reconciliation, all_succeeded, ready_steps, reconcile, sink_steps
@@ -101,6 +102,7 @@ class StratagemRun:
             if input.state is None:
                 await self._start(input)
             while not self.state.phase.finished:
+                self._show()
                 if self._continue_as_new_due():
                     await self._continue_as_new()
                 if self.state.phase is Phase.awaiting_approval:
@@ -247,6 +249,7 @@ class StratagemRun:
         if not state.pending:  # already pending when a continue-as-new carried it here
             state.pending = [decisions.plan_approval_request(state, self._now())]
         timeout = state.options.review_timeout_seconds
+        self._show()
 
         while state.phase is Phase.awaiting_approval:
             revision = state.plan.revision
@@ -296,6 +299,7 @@ class StratagemRun:
                 lambda: any(t.done() for t in self._tasks.values())
                 or (self._winding_down and set(self._tasks) <= self._parked)
             )
+            self._show()
             for sid, task in list(self._tasks.items()):
                 if task.done():
                     del self._tasks[sid]
@@ -477,6 +481,7 @@ class StratagemRun:
     async def _park(self, step_id: str, until: Any, timeout: timedelta | None = None) -> None:
         """Wait on a person. A parked step holds no work, so a continue-as-new need not wait for it."""
         self._parked.add(step_id)
+        self._show()
         try:
             await workflow.wait_condition(until, timeout=timeout, timeout_summary=f"waiting on a person for {step_id}")
         finally:
@@ -583,6 +588,7 @@ class StratagemRun:
         self.state.pending = []
         revision = self.state.plan.revision if self.state.plan else None
         self.state.ledger.record(kind, self._now(), revision=revision, message=reason or "")
+        self._show()
 
     async def _on_cancel(self) -> None:
         for task in self._tasks.values():
@@ -617,7 +623,9 @@ class StratagemRun:
 
     @workflow.update
     async def approve(self, decision: ApproveInput) -> DecisionOutcome:
-        return self._apply_approve(decision, via="update")
+        outcome = self._apply_approve(decision, via="update")
+        self._show()
+        return outcome
 
     @approve.validator
     def _validate_approve(self, decision: ApproveInput) -> None:
@@ -629,7 +637,9 @@ class StratagemRun:
 
     @workflow.update
     async def reject(self, decision: RejectInput) -> DecisionOutcome:
-        return self._apply_reject(decision, via="update")
+        outcome = self._apply_reject(decision, via="update")
+        self._show()
+        return outcome
 
     @reject.validator
     def _validate_reject(self, decision: RejectInput) -> None:
@@ -641,7 +651,9 @@ class StratagemRun:
 
     @workflow.update
     async def revise(self, decision: ReviseInput) -> DecisionOutcome:
-        return self._apply_revise(decision, via="update")
+        outcome = self._apply_revise(decision, via="update")
+        self._show()
+        return outcome
 
     @revise.validator
     def _validate_revise(self, decision: ReviseInput) -> None:
@@ -653,7 +665,9 @@ class StratagemRun:
 
     @workflow.update
     async def answer(self, answer: AnswerInput) -> DecisionOutcome:
-        return self._apply_answer(answer)
+        outcome = self._apply_answer(answer)
+        self._show()
+        return outcome
 
     @answer.validator
     def _validate_answer(self, answer: AnswerInput) -> None:
@@ -664,8 +678,7 @@ class StratagemRun:
         self._signal(decisions.check_answer, answer, lambda: self._apply_answer(answer))
 
     def _refusal(self, check: Callable[[RunState, Any], None], decision: Any) -> DecisionRefused | None:
-        # As an ApplicationError the refusal reaches update callers with its type; its str(),
-        # "DecisionRefused: <reason>", is what the ledger records for an ignored signal.
+        # As an ApplicationError the refusal reaches update callers with its type.
         try:
             check(self.state, decision)
         except DecisionRefusedError as exc:
@@ -682,9 +695,10 @@ class StratagemRun:
         """Signals cannot be refused, so a refused one is recorded instead of applied."""
         refused = self._refusal(check, decision)
         if refused is not None:
-            self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=decision.by, message=str(refused))
+            self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=decision.by, message=refused.message)
             return
         apply()
+        self._show()
 
     def _apply_approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
         if decision.step_id is not None:
@@ -747,6 +761,10 @@ class StratagemRun:
     @workflow.query
     def pending(self) -> list[PendingDecision]:
         return self.state.pending
+
+    def _show(self) -> None:
+        """Publish the run's progress as its current details in the Temporal UI."""
+        workflow.set_current_details(progress_markdown(self.state))
 
     def _now(self) -> Any:
         return workflow.now()
