@@ -6,6 +6,7 @@ the machine): the server reuses the same file.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -127,3 +128,95 @@ class EmbeddedServer:
             time.sleep(0.2)
         process.kill()
         raise ConfigError(f"the embedded Temporal server did not listen on {self.address} within {wait_seconds:g} s; see {self.log_file}")
+
+
+def _alive(pid: int, marker: str) -> bool:
+    """True if `pid` runs and (where /proc tells) its command line contains `marker`."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():
+        return marker in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return True
+
+
+def owns_server(server: EmbeddedServer) -> bool:
+    """True if the server listening at the address is the embedded one this home started."""
+    try:
+        pid = int(server.pid_file.read_text())
+    except (OSError, ValueError):
+        return False
+    return _alive(pid, "start-dev") and is_listening(server.address)
+
+
+@dataclass(frozen=True)
+class BackgroundWorker:
+    """The embedded setup's worker: one process per STRATAGEM_HOME, serving every tool module
+    any run asked for. All workers on a task queue must offer the same tools, or a step could
+    land on one that lacks its tool; so a new tool module restarts the worker with the union."""
+
+    home: Path
+    task_queue: str
+    workspace: Path
+
+    @property
+    def state_file(self) -> Path:
+        return self.home / "worker.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "worker.log"
+
+    def _state(self) -> dict[str, object] | None:
+        try:
+            state = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+        pid = state.get("pid")
+        if not isinstance(pid, int) or state.get("task_queue") != self.task_queue or not _alive(pid, "stratagem.cli"):
+            return None
+        return state
+
+    def ensure(self, tools: list[str]) -> str | None:
+        """Make sure a worker with at least `tools` runs. Returns what was done, or None if nothing."""
+        wanted = sorted({str(Path(t).resolve()) if t.endswith(".py") else t for t in tools})
+        state = self._state()
+        current = sorted(state["tools"]) if state else []  # type: ignore[call-overload]
+        if state is not None and set(wanted) <= set(current):
+            return None
+        union = sorted(set(current) | set(wanted))
+        if state is not None:
+            self._stop(int(state["pid"]))  # type: ignore[call-overload]
+        command = [sys.executable, "-m", "stratagem.cli", "worker"]
+        for module in union:
+            command += ["--tools", module]
+        self.home.mkdir(parents=True, exist_ok=True)
+        process = subprocess.Popen(
+            command,
+            stdout=self.log_file.open("ab"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "TEMPORAL_TASK_QUEUE": self.task_queue, "STRATAGEM_WORKSPACE": str(self.workspace)},
+        )
+        self.state_file.write_text(json.dumps({"pid": process.pid, "tools": union, "task_queue": self.task_queue}))
+        verb = "restarted" if state is not None else "started"
+        tools_text = ", ".join(union) or "built-ins only"
+        return (
+            f"{verb} a background worker (pid {process.pid}); tools: {tools_text}; "
+            f"workspace: {self.workspace}; log: {self.log_file}"
+        )
+
+    def _stop(self, pid: int, wait_seconds: float = 15) -> None:
+        # SIGTERM lets the worker finish its current activities' bookkeeping and leave cleanly.
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline and _alive(pid, "stratagem.cli"):
+            time.sleep(0.1)
+        if _alive(pid, "stratagem.cli"):
+            os.kill(pid, signal.SIGKILL)

@@ -15,9 +15,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -26,6 +23,7 @@ from temporalio.worker import Worker
 from ..client import Run, connect, get_run, start_run
 from ..config import Settings
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
+from ..ledger import EventKind
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import dump_plan, load_plan_file
 from ..run import (
@@ -41,7 +39,7 @@ from ..run import (
     RunOptions,
     RunResult,
 )
-from ..server import EmbeddedServer, is_listening, is_local, stratagem_home
+from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server, stratagem_home
 from ..tools import ToolRegistry
 from ..validation import validate_plan
 from ..worker import build_worker, run_worker, workflow_runner
@@ -67,6 +65,7 @@ def note(message: str, *, json_mode: bool = False) -> None:
 
 
 async def open_client(config: Settings, *, start_server: bool = False, json_mode: bool = False) -> Client:
+    """Connect; for `run`, first start the embedded server if nothing listens at a local address."""
     if not is_listening(config.address):
         if not (start_server and is_local(config.address)):
             raise CliError(
@@ -126,31 +125,14 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
         yield
 
 
-async def has_pollers(client: Client, task_queue: str, namespace: str) -> bool:
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=namespace,
-            task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-        )
-    )
-    return len(response.pollers) > 0
-
-
-def spawn_worker(tools: list[str], config: Settings) -> tuple[int, Path]:
-    home = stratagem_home()
-    home.mkdir(parents=True, exist_ok=True)
-    log_path = home / "worker.log"
-    command = [sys.executable, "-m", "stratagem.cli", "worker"]
-    for module in tools:
-        command += ["--tools", str(Path(module).resolve()) if module.endswith(".py") else module]
-    process = subprocess.Popen(
-        command, stdout=log_path.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-    )
-    return process.pid, log_path
-
-
 # ---------------------------------------------------------------------------- run
+
+
+def _absolute(model: str | None) -> str | None:
+    """Scripted model files are read by the worker, which may run in another folder."""
+    if model and model.startswith("scripted:"):
+        return "scripted:" + str(Path(model.removeprefix("scripted:")).resolve())
+    return model
 
 
 def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | None:
@@ -182,40 +164,56 @@ async def cmd_run(args: argparse.Namespace) -> int:
         goal=args.goal,
         plan=draft,
         author=Author(kind=AuthorKind.human, name=by) if draft else None,
-        options=RunOptions(planner=args.planner, executor=executor, auto_approve=args.auto_approve),
+        options=RunOptions(planner=_absolute(args.planner), executor=_absolute(executor), auto_approve=args.auto_approve),
     )
     client = await open_client(config, start_server=True, json_mode=args.json)
 
-    if args.detach:
-        if not await has_pollers(client, config.task_queue, config.namespace):
-            pid, log = spawn_worker(args.tools, config)
-            note(f"started a worker in the background (pid {pid}); log: {log}", json_mode=args.json)
+    if owns_server(EmbeddedServer(config.address, stratagem_home())):
+        # The embedded setup: one background worker serves every run, so runs go on after this
+        # command ends and decisions from other terminals take effect.
+        background = BackgroundWorker(stratagem_home(), config.task_queue, config.workspace.resolve())
+        done = await asyncio.to_thread(background.ensure, args.tools)
+        if done:
+            note(done, json_mode=args.json)
         run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
-        if args.json:
-            render.emit_json({"run_id": run.id})
-        else:
-            render.console.print(f"{run.id}")
-            note(f"follow it with: stratagem wait {run.id}    (status: stratagem status {run.id})")
-        return 0
+        if args.detach:
+            return detached(run, json_mode=args.json)
+        note(f"run {run.id} started", json_mode=args.json)
+        return await follow_attached(run, args, by)
 
+    if args.detach:
+        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+        note(f"(a worker must serve task queue {config.task_queue}: stratagem worker --tools ...)", json_mode=args.json)
+        return detached(run, json_mode=args.json)
+
+    # A server this command does not manage: host a worker here for as long as we follow the run.
     async with build_worker(client, task_queue=config.task_queue, registry=registry, workspace=config.workspace):
         run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
         note(f"run {run.id} started", json_mode=args.json)
-        interactive = sys.stdin.isatty() and not args.json
-        try:
-            return await follow(run, interactive=interactive, json_mode=args.json, by=by)
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            note(
-                f"\nstopped following; run {run.id} goes on. Resume with: stratagem worker & stratagem wait {run.id}",
-                json_mode=args.json,
-            )
-            return 130
+        return await follow_attached(run, args, by)
+
+
+def detached(run: Run, *, json_mode: bool) -> int:
+    if json_mode:
+        render.emit_json({"run_id": run.id})
+    else:
+        render.console.print(run.id)
+        note(f"follow it with: stratagem wait {run.id}    (status: stratagem status {run.id})")
+    return 0
+
+
+async def follow_attached(run: Run, args: argparse.Namespace, by: str) -> int:
+    interactive = sys.stdin.isatty() and not args.json
+    try:
+        return await follow(run, interactive=interactive, json_mode=args.json, by=by)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        note(f"\nstopped following; run {run.id} goes on. Follow it again with: stratagem wait {run.id}", json_mode=args.json)
+        return 130
 
 
 async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> int:
     """Print progress until the run ends; in a terminal, ask for the decisions it waits on."""
     seen = 0
-    shown_revision: int | None = None
     hinted: set[tuple[str, int, str | None]] = set()
     while True:
         status = await run.status()
@@ -223,12 +221,10 @@ async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> in
         if not json_mode:
             for event in ledger.events[seen:]:
                 render.console.print(render.event_line(event))
+                if event.kind is EventKind.plan_proposed and event.revision is not None:
+                    plan = ledger.revision(event.revision)
+                    render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
         seen = len(ledger.events)
-        if status.revision is not None and status.revision != shown_revision and not json_mode:
-            plan = await run.plan()
-            if plan is not None:
-                render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
-            shown_revision = status.revision
         if status.phase.finished:
             break
         for pending in status.pending:
