@@ -263,3 +263,32 @@ async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_pat
             process.kill()
         os.close(master)
     assert [c["label"] for c in harness.calls()] == ["edited by a person"]
+
+
+async def test_a_goal_is_planned_by_the_planner_model(cli_env, tmp_path):
+    env, harness = cli_env
+    plan = {"goal": "greet ada", "steps": [step("profile", "fetch_profile", user="ada"), step("hi", "greet", ["profile"], name="${profile.name}")]}
+    (tmp_path / "planner.yaml").write_text(yaml.safe_dump({"planner": [{"plan": plan}]}))
+    done = await acli("run", *TOOLS, "greet ada", "--planner", "scripted:planner.yaml", "--auto-approve", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "succeeded" and result["outputs"] == {"hi": "Hello, Ada!"}
+
+
+async def test_without_a_terminal_run_waits_for_a_decision_from_elsewhere(cli_env, tmp_path):
+    import asyncio
+
+    env, _ = cli_env
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
+    attached = asyncio.create_task(acli("run", *TOOLS, "--plan", plan, "--id", "cli-attached", env=env))
+    for _ in range(200):
+        status = await acli("status", "cli-attached", "--json", env=env)
+        if status.returncode == 0 and json.loads(status.stdout)["phase"] == "awaiting_approval":
+            break
+        await asyncio.sleep(0.1)
+    assert not attached.done()  # it waits, it does not decide by itself
+    assert (await acli("approve", "cli-attached", "--by", "bob", env=env)).returncode == 0
+    done = await attached
+    assert done.returncode == 0
+    assert "stratagem approve cli-attached --revision 1" in done.stdout  # it told the user how to decide
+    assert "plan approved by bob" in done.stdout
