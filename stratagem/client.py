@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
-
+from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
 from .config import Settings
-from .errors import DecisionRefusedError
+from .errors import DecisionRefusedError, RunUnresponsiveError
 from .ledger import Ledger
 from .plan import Plan
 from .run import (
@@ -30,9 +36,36 @@ from .run import (
 )
 
 
-async def connect(settings: Settings | None = None) -> Client:
+@functools.cache
+def quiet_runtime() -> Runtime:
+    """A Temporal runtime whose core logs only errors: no WARN lines such as
+    "temporalio_client::retry ... tcp connect error" on a terminal. Created once per process,
+    as a runtime must be."""
+    return Runtime(
+        telemetry=TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")))
+    )
+
+
+async def connect(settings: Settings | None = None, *, runtime: Runtime | None = None, quiet: bool = False) -> Client:
+    """A client with Stratagem's data converter. `runtime` defaults to the SDK's; `quiet=True`
+    uses `quiet_runtime()` (for command-line tools, where the core's warnings are noise)."""
     settings = settings or Settings.from_env()
-    return await Client.connect(settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter)
+    if runtime is None and quiet:
+        runtime = quiet_runtime()
+    return await Client.connect(
+        settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter, runtime=runtime
+    )
+
+
+NO_WORKER = "no worker is running its workflow; start one with `stratagem worker`"
+
+
+def _query_timed_out(exc: RPCError) -> bool:
+    if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
+        return True
+    # The SDK's own query timeout arrives as CANCELLED "Timeout expired".
+    text = exc.message.lower()
+    return exc.status is RPCStatusCode.CANCELLED and ("timeout" in text or "deadline" in text)
 
 
 def new_run_id() -> str:
@@ -40,10 +73,12 @@ def new_run_id() -> str:
 
 
 class Run:
-    """A handle on one run, with typed decisions and queries."""
+    """A handle on one run, with typed decisions and queries. `rpc_timeout` bounds each
+    decision and query (None: the SDK's defaults)."""
 
-    def __init__(self, handle: WorkflowHandle):
+    def __init__(self, handle: WorkflowHandle, *, rpc_timeout: timedelta | None = None):
         self.handle = handle
+        self.rpc_timeout = rpc_timeout
 
     @property
     def id(self) -> str:
@@ -64,27 +99,40 @@ class Run:
     async def _decide(self, update: str, decision: Any) -> DecisionOutcome:
         """Send a decision as an update. A refusal raises DecisionRefusedError with the run's reason."""
         try:
-            return await self.handle.execute_update(update, decision, result_type=DecisionOutcome)
+            return await self.handle.execute_update(update, decision, result_type=DecisionOutcome, rpc_timeout=self.rpc_timeout)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             raise DecisionRefusedError(f"run {self.id} refused the decision: {reason}") from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
         except RPCError as exc:
             if exc.status is RPCStatusCode.NOT_FOUND:
                 raise DecisionRefusedError(f"run {self.id} has finished or does not exist: it takes no decisions") from None
+            if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
+                raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
+            raise
+
+    async def _query(self, name: str, result_type: Any) -> Any:
+        """A query. One that times out (nobody runs the workflow) raises RunUnresponsiveError."""
+        try:
+            return await self.handle.query(name, result_type=result_type, rpc_timeout=self.rpc_timeout)
+        except RPCError as exc:
+            if _query_timed_out(exc):
+                raise RunUnresponsiveError(f"run {self.id} did not answer the {name} query in time: {NO_WORKER}") from None
             raise
 
     async def status(self) -> RunStatus:
-        return await self.handle.query("status", result_type=RunStatus)
+        return await self._query("status", RunStatus)
 
     async def plan(self) -> Plan | None:
-        return await self.handle.query("plan", result_type=Plan | None)  # type: ignore[arg-type]
+        return await self._query("plan", Plan | None)
 
     async def ledger(self) -> Ledger:
-        return await self.handle.query("ledger", result_type=Ledger)
+        return await self._query("ledger", Ledger)
 
     async def pending(self) -> list[PendingDecision]:
-        return await self.handle.query("pending", result_type=list[PendingDecision])
+        return await self._query("pending", list[PendingDecision])
 
     async def result(self) -> RunResult:
         return await self.handle.result()
@@ -112,5 +160,5 @@ async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: s
     return Run(handle)
 
 
-def get_run(client: Client, run_id: str) -> Run:
-    return Run(client.get_workflow_handle(run_id, result_type=RunResult))
+def get_run(client: Client, run_id: str, *, rpc_timeout: timedelta | None = None) -> Run:
+    return Run(client.get_workflow_handle(run_id, result_type=RunResult), rpc_timeout=rpc_timeout)

@@ -65,5 +65,9 @@ class DecisionRefusedError(StratagemError):
     """A run refused a decision (a stale revision, an invalid edited plan, a finished run...)."""
 
 
+class RunUnresponsiveError(StratagemError):
+    """A run did not take a decision or answer a query in time: no worker runs its workflow."""
+
+
 class ConfigError(StratagemError):
     """Configuration from the environment is invalid."""

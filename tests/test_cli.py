@@ -216,11 +216,61 @@ def test_embedded_server_starts_itself_and_state_survives_a_restart(tmp_path):
                 server.kill()
 
 
+class Terminal:
+    """`stratagem` in a real pseudo-terminal, so it believes a person sits at it."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path):
+        import pty
+
+        import fcntl
+        import termios
+
+        def controlling_terminal() -> None:
+            # A session of its own with the pty as its terminal, so Ctrl-C there is a real SIGINT.
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.master, slave = pty.openpty()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "stratagem.cli", *args],
+            cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=controlling_terminal,
+        )
+        os.close(slave)
+        self.screen = ""
+
+    @property
+    def text(self) -> str:
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.screen)
+
+    async def expect(self, text: str, seconds: float = 60) -> None:
+        import asyncio
+
+        deadline = time.monotonic() + seconds
+        while text not in self.text:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"never saw {text!r}; screen:\n{self.text}")
+            try:
+                chunk = await asyncio.wait_for(asyncio.to_thread(os.read, self.master, 4096), 5)
+            except (OSError, asyncio.TimeoutError):
+                continue
+            self.screen += chunk.decode(errors="replace")
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    async def exit_status(self, seconds: float = 30) -> int:
+        import asyncio
+
+        return await asyncio.to_thread(self.process.wait, seconds)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        os.close(self.master)
+
+
 async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_path):
     """In a terminal, `run` asks approve/reject/edit; edit opens $EDITOR on the plan."""
-    import asyncio
-    import pty
-
     env, harness = cli_env
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "greet", "steps": [step("hi", "record", label="draft")]})
     editor = tmp_path / "editor.py"
@@ -229,40 +279,88 @@ async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_pat
         "p = pathlib.Path(sys.argv[1])\n"
         "p.write_text(p.read_text().replace('label: draft', 'label: edited by a person'))\n"
     )
-    env = {**env, "EDITOR": f"{sys.executable} {editor}", "COLUMNS": "200"}
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "stratagem.cli", "run", *TOOLS, "--plan", plan, "--by", "erin"],
-        cwd=tmp_path, env=env, stdin=slave, stdout=slave, stderr=slave,
-    )
-    os.close(slave)
-    screen = ""
-
-    async def read_until(text: str, seconds: float = 60) -> None:
-        nonlocal screen
-        deadline = time.monotonic() + seconds
-        while text not in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"never saw {text!r}; screen:\n{screen}")
-            try:
-                chunk = await asyncio.to_thread(os.read, master, 4096)
-            except OSError:
-                break
-            screen += chunk.decode(errors="replace")
-
+    terminal = Terminal(["run", *TOOLS, "--plan", plan, "--by", "erin"], {**env, "EDITOR": f"{sys.executable} {editor}", "COLUMNS": "200"}, tmp_path)
     try:
-        await read_until("approve revision 1?")
-        assert "Plan revision 1: greet" in screen and "record" in screen
-        os.write(master, b"e\n")
-        await read_until("approve revision 2?")
-        os.write(master, b"a\n")
-        await read_until("succeeded")
-        assert await asyncio.to_thread(process.wait, 30) == 0
+        await terminal.expect("approve revision 1?")
+        assert "Plan revision 1: greet" in terminal.text and "record" in terminal.text
+        terminal.type("e\n")
+        await terminal.expect("approve revision 2?")
+        terminal.type("a\n")
+        await terminal.expect("succeeded")
+        assert await terminal.exit_status() == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(master)
+        terminal.close()
     assert [c["label"] for c in harness.calls()] == ["edited by a person"]
+
+
+async def test_terminal_answers_json_and_survives_a_missing_editor(cli_env, tmp_path):
+    env, _ = cli_env
+    plan = write_plan(
+        tmp_path / "plan.yaml",
+        {
+            "goal": "terms",
+            "steps": [
+                {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Which terms?"},
+                step("log", "record", ["terms"], label="${terms.days} days"),
+            ],
+        },
+    )
+    terminal = Terminal(["run", *TOOLS, "--plan", plan], {**env, "EDITOR": "/nonexistent/editor", "COLUMNS": "200"}, tmp_path)
+    try:
+        await terminal.expect("approve revision 1?")
+        terminal.type("e\n")
+        await terminal.expect("cannot start the editor '/nonexistent/editor'")
+        await terminal.expect("approve revision 1?")  # asked again; nothing was lost
+        terminal.type("a\n")
+        await terminal.expect("terms asks: Which terms?")
+        terminal.type('{"days": 30}\n')
+        await terminal.expect("log: 30 days")
+        assert await terminal.exit_status() == 0
+        assert "Traceback" not in terminal.text
+    finally:
+        terminal.close()
+
+
+async def test_one_ctrl_c_stops_following_and_the_run_goes_on(cli_env, tmp_path):
+    env, _ = cli_env
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
+    terminal = Terminal(["run", *TOOLS, "--plan", plan, "--id", "cli-interrupt"], {**env, "COLUMNS": "200"}, tmp_path)
+    try:
+        await terminal.expect("approve revision 1?")
+        terminal.type("\x03")
+        await terminal.expect("run cli-interrupt goes on", seconds=20)
+        assert await terminal.exit_status() == 130
+        assert "Traceback" not in terminal.text
+    finally:
+        terminal.close()
+    status = await acli("status", "cli-interrupt", "--json", env=env)
+    assert json.loads(status.stdout)["phase"] == "awaiting_approval"
+
+
+async def test_a_question_decided_elsewhere_is_dropped(cli_env, tmp_path):
+    env, _ = cli_env
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
+    terminal = Terminal(["run", *TOOLS, "--plan", plan, "--id", "cli-elsewhere"], {**env, "COLUMNS": "200"}, tmp_path)
+    try:
+        await terminal.expect("approve revision 1?")
+        assert (await acli("approve", "cli-elsewhere", "--by", "bob", env=env)).returncode == 0
+        await terminal.expect("(decided elsewhere)")
+        await terminal.expect("succeeded")
+        assert await terminal.exit_status() == 0
+    finally:
+        terminal.close()
+
+
+async def test_decisions_on_finished_runs_and_bad_models_are_refused_in_one_line(cli_env, tmp_path):
+    env, _ = cli_env
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
+    assert (await acli("run", *TOOLS, "--plan", plan, "--auto-approve", "--id", "cli-done", env=env)).returncode == 0
+    one_line_error(await acli("approve", "cli-done", env=env), "has finished")
+    one_line_error(await acli("cancel", "cli-done", env=env), "run cli-done has already finished (completed)")
+    one_line_error(await acli("run", "g", "--planner", "scripted:nope.yaml", env=env), "scripted model file")
+    one_line_error(await acli("run", "g", "--planner", "nosuch:model", env=env), "unknown model provider 'nosuch'")
+    listed = json.loads((await acli("list", "--json", env=env)).stdout)
+    assert not any(r["run_id"].startswith("cli-g") for r in listed)  # nothing was started for the bad models
 
 
 async def test_a_goal_is_planned_by_the_planner_model(cli_env, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stratagem.ledger import Ledger, StepRecord, StepStatus
-from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step
+from stratagem.plan import Author, AuthorKind, Plan, PlanDraft
 from stratagem.scheduling import all_succeeded, ready_steps, reconcile, sink_steps
 
 

@@ -60,6 +60,8 @@ PLANNING_RETRY = RetryPolicy(
 CATALOG_TIMEOUT = timedelta(seconds=30)
 CATALOG_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
 HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+# Runs started before the phase was kept in the memo replay without it.
+PHASE_MEMO_PATCH = "phase-in-memo"
 
 
 class DecisionRefused(ApplicationError):
@@ -93,6 +95,7 @@ class StratagemRun:
         self._parked: set[str] = set()
         self._finished_here = 0
         self._rejection: str | None = None
+        self._memo_phase: str | None = None
 
     # ------------------------------------------------------------------ the loop
 
@@ -763,8 +766,15 @@ class StratagemRun:
         return self.state.pending
 
     def _show(self) -> None:
-        """Publish the run's progress as its current details in the Temporal UI."""
+        """Publish the run's progress as its current details in the Temporal UI, and its phase in
+        the memo when it changed, so listings tell a succeeded run from a rejected one (both are
+        completed workflows)."""
         workflow.set_current_details(progress_markdown(self.state))
+        phase = self.state.phase.value
+        if phase != self._memo_phase:
+            self._memo_phase = phase
+            if workflow.patched(PHASE_MEMO_PATCH):
+                workflow.upsert_memo({"phase": phase})
 
     def _now(self) -> Any:
         return workflow.now()

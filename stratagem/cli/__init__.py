@@ -8,8 +8,9 @@ import os
 import sys
 from typing import Any, Callable
 
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
+from ..config import Settings
 from ..errors import PlanValidationError, StratagemError
 from . import commands, render
 
@@ -110,8 +111,41 @@ def main(argv: list[str] | None = None) -> int:
         render.errors.print(f"error: {exc}", markup=False)
         return commands.USAGE
     except RPCError as exc:
+        if connection_lost(exc):
+            render.errors.print(lost_connection_message(args), markup=False)
+            return commands.USAGE
         render.errors.print(f"error: Temporal refused the request: {exc.message}", markup=False)
         return commands.USAGE
+    except Exception as exc:
+        # The SDK may wrap a lost connection (a worker's poll failing, for one); anything else
+        # is a bug and keeps its traceback.
+        if connection_lost(exc):
+            render.errors.print(lost_connection_message(args), markup=False)
+            return commands.USAGE
+        raise
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """True if `exc`, or an exception it wraps, says the Temporal server went away."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RPCError) and current.status is RPCStatusCode.UNAVAILABLE:
+            return True
+        if "tcp connect error" in str(current).lower():
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def lost_connection_message(args: argparse.Namespace) -> str:
+    run_id = getattr(args, "run_id", None) or getattr(args, "id", None) or "RUN_ID"
+    address = Settings.from_env().address
+    return (
+        f"error: lost the connection to Temporal at {address}; runs are safe in the server's database: "
+        f"start it again (stratagem server) and follow with stratagem wait {run_id}"
+    )
 
 
 def entry() -> None:

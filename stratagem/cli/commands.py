@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
@@ -24,6 +24,7 @@ from ..client import Run, connect, get_run, start_run
 from ..config import Settings
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
 from ..ledger import EventKind
+from ..models import load_model
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import dump_plan, load_plan_file
 from ..run import (
@@ -59,6 +60,10 @@ def settings() -> Settings:
     return Settings.from_env()
 
 
+def embedded(config: Settings) -> EmbeddedServer:
+    return EmbeddedServer(config.address, stratagem_home(), namespace=config.namespace)
+
+
 def note(message: str, *, json_mode: bool = False) -> None:
     """Human-facing remarks; in --json mode they go to stderr so stdout stays one JSON document."""
     (render.errors if json_mode else render.console).print(message)
@@ -72,7 +77,7 @@ async def open_client(config: Settings, *, start_server: bool = False, json_mode
                 f"no Temporal server is reachable at {config.address}; start one with `stratagem server` "
                 "or set TEMPORAL_ADDRESS"
             )
-        server = EmbeddedServer(config.address, stratagem_home())
+        server = embedded(config)
         pid = await asyncio.to_thread(server.start_detached)
         note(
             f"started the embedded Temporal server (pid {pid}) at {config.address}, data in {server.database}; "
@@ -80,7 +85,7 @@ async def open_client(config: Settings, *, start_server: bool = False, json_mode
             json_mode=json_mode,
         )
     try:
-        return await connect(config)
+        return await connect(config, quiet=True)
     except RuntimeError as exc:
         raise CliError(f"cannot connect to Temporal at {config.address}: {exc}") from None
 
@@ -155,6 +160,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
     executor = args.executor or _default_executor(plan_file, draft)
     if executor and not args.executor:
         note(f"note: no API key is used; llm steps answer from scripted responses in {executor.removeprefix('scripted:')}", json_mode=args.json)
+    for model in (args.planner, executor):
+        if model:
+            load_model(_absolute(model) or model)  # a missing script file or unknown provider fails here, not mid-run
     if draft is not None:
         validate_plan(draft, registry.catalog(), has_executor=bool(executor))
     elif not args.planner:
@@ -168,7 +176,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     )
     client = await open_client(config, start_server=True, json_mode=args.json)
 
-    if owns_server(EmbeddedServer(config.address, stratagem_home())):
+    if owns_server(embedded(config)):
         # The embedded setup: one background worker serves every run, so runs go on after this
         # command ends and decisions from other terminals take effect.
         background = BackgroundWorker(stratagem_home(), config.task_queue, config.workspace.resolve())
@@ -179,7 +187,10 @@ async def cmd_run(args: argparse.Namespace) -> int:
         if args.detach:
             return detached(run, json_mode=args.json)
         note(f"run {run.id} started", json_mode=args.json)
-        return await follow_attached(run, args, by)
+        # Hosting the workflow here too keeps questions and decisions working if the
+        # background worker dies while we follow (steps then wait until it is back).
+        async with workflow_host(client, config.task_queue):
+            return await follow_attached(run, args, by)
 
     if args.detach:
         run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
@@ -211,31 +222,98 @@ async def follow_attached(run: Run, args: argparse.Namespace, by: str) -> int:
         return 130
 
 
+def _key(pending: PendingDecision) -> tuple[str, int, str | None]:
+    return (pending.kind.value, pending.revision, pending.step_id)
+
+
+class Prompter:
+    """Questions at the terminal that never block the event loop.
+
+    stdin is read only when a line is ready (`loop.add_reader`), so progress keeps printing
+    while a question is open, a question decided elsewhere can be dropped, one Ctrl-C stops
+    everything, and an editor owns the terminal while it runs.
+    """
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def line(self, timeout: float | None) -> str | None:
+        """The next line typed, or None on timeout. End of input closes the prompter."""
+        if self.closed:
+            await asyncio.sleep(timeout or 0)
+            return None
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[str] = loop.create_future()
+        descriptor = sys.stdin.fileno()
+
+        def on_readable() -> None:
+            if not ready.done():
+                ready.set_result(sys.stdin.readline())
+
+        loop.add_reader(descriptor, on_readable)
+        try:
+            text = await asyncio.wait_for(ready, timeout)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            loop.remove_reader(descriptor)
+        if text == "":
+            self.closed = True
+            return None
+        return text.strip()
+
+
+def _question(pending: PendingDecision) -> str:
+    if pending.kind is DecisionKind.plan_approval:
+        return f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: "
+    if pending.kind is DecisionKind.step_approval:
+        return f"{pending.prompt}? [y]es / [n]o / [l]ater: "
+    return f"{pending.step_id} asks: {pending.prompt}\n(type the answer; JSON if it starts with {{ or [; empty for later)\n> "
+
+
 async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> int:
     """Print progress until the run ends; in a terminal, ask for the decisions it waits on."""
     seen = 0
     hinted: set[tuple[str, int, str | None]] = set()
+    later: set[tuple[str, int, str | None]] = set()
+    drafts: dict[int, Path] = {}
+    asking: PendingDecision | None = None
+    prompter = Prompter() if interactive else None
     while True:
         status = await run.status()
         ledger = await run.ledger()
+        fresh = ledger.events[seen:]
         if not json_mode:
-            for event in ledger.events[seen:]:
+            for event in fresh:
                 render.console.print(render.event_line(event))
                 if event.kind is EventKind.plan_proposed and event.revision is not None:
                     plan = ledger.revision(event.revision)
                     render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
         seen = len(ledger.events)
+        pending = {_key(p): p for p in status.pending}
+        if asking is not None and _key(asking) not in pending:
+            render.console.print("(decided elsewhere)")
+            asking = None
         if status.phase.finished:
             break
-        for pending in status.pending:
-            key = (pending.kind.value, pending.revision, pending.step_id)
-            if key in hinted:
+        if prompter is not None and not prompter.closed:
+            if asking is None:
+                asking = next((p for k, p in pending.items() if k not in later), None)
+                if asking is not None:
+                    render.console.print(_question(asking), end="", markup=False)
+            elif fresh:
+                render.console.print(_question(asking), end="", markup=False)
+            if asking is not None:
+                reply = await prompter.line(timeout=0.3)
+                if reply is not None:
+                    if await respond(run, asking, reply, by, prompter, drafts) == "later":
+                        later.add(_key(asking))
+                    asking = None
                 continue
-            if interactive:
-                if await ask_decision(run, pending, by):
-                    continue  # decided; the next status shows what follows
-            note(render.decision_hint(run.id, pending), json_mode=json_mode)
-            hinted.add(key)
+        for key, waiting in pending.items():
+            if key not in hinted:
+                note(render.decision_hint(run.id, waiting), json_mode=json_mode)
+                hinted.add(key)
         await asyncio.sleep(0.3)
     return await finish(run, json_mode=json_mode)
 
@@ -245,13 +323,14 @@ async def finish(run: Run, *, json_mode: bool) -> int:
         result = await run.result()
     except WorkflowFailureError as exc:
         cause = exc.cause
+        revision = (await run.status()).revision
         if isinstance(cause, CancelledError):
-            result = RunResult(run_id=run.id, status=Phase.cancelled, revision=None, reason="cancelled")
+            result = RunResult(run_id=run.id, status=Phase.cancelled, revision=revision, reason="cancelled")
         elif isinstance(cause, TerminatedError):
-            result = RunResult(run_id=run.id, status=Phase.failed, revision=None, reason=f"terminated: {cause.message}")
+            result = RunResult(run_id=run.id, status=Phase.failed, revision=revision, reason=f"terminated: {cause.message}")
         else:
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause)
-            result = RunResult(run_id=run.id, status=Phase.failed, revision=None, reason=reason)
+            result = RunResult(run_id=run.id, status=Phase.failed, revision=revision, reason=reason)
     if json_mode:
         render.emit_json(result.model_dump(mode="json"))
     else:
@@ -259,65 +338,82 @@ async def finish(run: Run, *, json_mode: bool) -> int:
     return 0 if result.status is Phase.succeeded else FAILED
 
 
-async def ask(prompt: str) -> str:
-    # input() blocks; in a thread it leaves the event loop (and the in-process worker) running.
-    return (await asyncio.to_thread(input, prompt)).strip()
-
-
-async def ask_decision(run: Run, pending: PendingDecision, by: str) -> bool:
-    """Ask the person at the terminal. True if a decision was sent and accepted."""
+async def respond(
+    run: Run, pending: PendingDecision, reply: str, by: str, prompter: Prompter, drafts: dict[int, Path]
+) -> str:
+    """Act on a reply. Returns "later" when the person deferred the question."""
+    choice = reply.lower()
     try:
         if pending.kind is DecisionKind.plan_approval:
-            choice = (await ask(f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: ")).lower()
             if choice.startswith("a"):
                 await run.approve(ApproveInput(by=by, revision=pending.revision))
             elif choice.startswith("r"):
-                await run.reject(RejectInput(by=by, revision=pending.revision, reason=await ask("reason: ") or "rejected"))
+                render.console.print("reason: ", end="")
+                reason = await prompter.line(timeout=None) or "rejected at the terminal"
+                await run.reject(RejectInput(by=by, revision=pending.revision, reason=reason))
             elif choice.startswith("e"):
-                return await edit_plan(run, pending.revision, by)
+                await edit_plan(run, pending.revision, by, drafts)
+            elif choice.startswith("l"):
+                return "later"
             else:
-                return False
+                render.console.print("please answer a, r, e or l")
         elif pending.kind is DecisionKind.step_approval:
-            choice = (await ask(f"{pending.prompt}? [y]es / [n]o / [l]ater: ")).lower()
             if choice.startswith("y"):
                 await run.approve(ApproveInput(by=by, step_id=pending.step_id))
             elif choice.startswith("n"):
-                reason = await ask("reason: ") or "rejected"
+                render.console.print("reason: ", end="")
+                reason = await prompter.line(timeout=None) or "rejected at the terminal"
                 await run.reject(RejectInput(by=by, step_id=pending.step_id, reason=reason))
+            elif choice.startswith("l"):
+                return "later"
             else:
-                return False
+                render.console.print("please answer y, n or l")
         else:
-            text = await ask(f"{pending.step_id} asks: {pending.prompt}\n> ")
-            if not text:
-                return False
-            await run.answer(AnswerInput(step_id=pending.step_id or "", answer=text, by=by))
-        return True
+            if not reply:
+                return "later"
+            answer: object = reply
+            if reply.startswith(("{", "[")):
+                try:
+                    answer = json.loads(reply)
+                except json.JSONDecodeError as exc:
+                    render.errors.print(f"error: that answer is not valid JSON ({exc.msg}); try again")
+                    return "retry"
+            await run.answer(AnswerInput(step_id=pending.step_id or "", answer=answer, by=by))
     except DecisionRefusedError as exc:
-        render.errors.print(f"error: {exc}")
-        return False
-    except EOFError:
-        return False
+        render.errors.print(f"error: {exc}", markup=False)
+    return "done"
 
 
-async def edit_plan(run: Run, revision: int, by: str) -> bool:
-    plan = await run.plan()
-    if plan is None:
-        return False
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix=f"{run.id}-r{revision}-", delete=False) as handle:
-        handle.write(dump_plan(plan.draft()))
-        path = Path(handle.name)
+async def edit_plan(run: Run, revision: int, by: str, drafts: dict[int, Path]) -> None:
+    """Open $EDITOR on the plan under review; a saved, valid plan becomes the next revision.
+
+    An edit that cannot be used is kept, and the next edit reopens it, so no work is lost."""
+    path = drafts.get(revision)
+    if path is None or not path.exists():
+        plan = await run.plan()
+        if plan is None:
+            return
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix=f"{run.id}-r{revision}-", delete=False) as handle:
+            handle.write(dump_plan(plan.draft()))
+            path = drafts[revision] = Path(handle.name)
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     try:
-        await asyncio.to_thread(subprocess.call, [*shlex.split(editor), str(path)])
+        status = await asyncio.to_thread(subprocess.call, [*shlex.split(editor), str(path)])
+    except OSError as exc:
+        render.errors.print(f"error: cannot start the editor '{editor}': {exc.strerror}; set EDITOR", markup=False)
+        return
+    if status != 0:
+        render.errors.print(f"error: the editor exited with status {status}; the plan was not changed (your edit is kept in {path})", markup=False)
+        return
+    try:
         draft = load_plan_file(path)
         outcome = await run.revise(ReviseInput(by=by, plan=draft, revision=revision, reason="edited in the terminal"))
-        render.console.print(outcome.message)
-        return True
     except (PlanFileError, DecisionRefusedError) as exc:
-        render.errors.print(f"error: {exc}")
-        return False
-    finally:
-        path.unlink(missing_ok=True)
+        render.errors.print(f"error: {exc}\nyour edit is kept in {path}; choose e to fix it", markup=False)
+        return
+    path.unlink(missing_ok=True)
+    drafts.pop(revision, None)
+    render.console.print(outcome.message)
 
 
 # ---------------------------------------------------------------------------- other commands
@@ -345,20 +441,32 @@ _LIST_STATUSES = {
     "terminated": "Terminated",
     "timed-out": "TimedOut",
 }
+_EXECUTION_STATUS = {
+    WorkflowExecutionStatus.RUNNING: "running",
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed-out",
+}
 
 
 async def cmd_list(args: argparse.Namespace) -> int:
     client = await open_client(settings())
-    query = f"WorkflowType = '{WORKFLOW_NAME}'"
+    # A run that continued as new leaves closed executions behind; list each run once.
+    query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus != 'ContinuedAsNew'"
     if args.status:
         query += f" AND ExecutionStatus = '{_LIST_STATUSES[args.status]}'"
     rows = []
     async for execution in client.list_workflows(query, limit=args.limit):
         memo = await execution.memo()
+        status = _EXECUTION_STATUS.get(execution.status, "unknown") if execution.status else "unknown"
         rows.append(
             {
                 "run_id": execution.id,
-                "status": execution.status.name.lower() if execution.status else "unknown",
+                "status": status,
+                # The run's own outcome (succeeded, rejected, ...): a rejected run is a completed workflow.
+                "phase": memo.get("phase", status),
                 "started_at": execution.start_time.isoformat() if execution.start_time else None,
                 "closed_at": execution.close_time.isoformat() if execution.close_time else None,
                 "goal": memo.get("goal", ""),
@@ -370,7 +478,8 @@ async def cmd_list(args: argparse.Namespace) -> int:
     if not rows:
         render.console.print("no runs")
     for row in rows:
-        render.console.print(f"{row['run_id']}  {row['status']:<10} {row['started_at'] or '':<32} {row['goal']}")
+        started = (row["started_at"] or "")[:19].replace("T", " ")
+        render.console.print(f"{row['run_id']}  {row['phase']:<18} {started}  {row['goal']}", markup=False)
     return 0
 
 
@@ -415,14 +524,25 @@ async def cmd_answer(args: argparse.Namespace) -> int:
 async def cmd_cancel(args: argparse.Namespace) -> int:
     client = await open_client(settings())
     run, _ = await find_run(client, args.run_id)
+    description = await run.handle.describe()
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        state = _EXECUTION_STATUS.get(description.status, "finished")
+        raise CliError(f"run {run.id} has already finished ({state}); there is nothing to cancel")
     await run.cancel()
     render.console.print(f"{run.id}: cancellation requested")
     return 0
 
 
 async def cmd_wait(args: argparse.Namespace) -> int:
-    client = await open_client(settings())
+    config = settings()
+    client = await open_client(config)
     run, task_queue = await find_run(client, args.run_id)
+    if owns_server(embedded(config)):
+        # After a restart, the background worker may be gone: bring it back with its tools.
+        background = BackgroundWorker(stratagem_home(), task_queue, config.workspace.resolve())
+        done = await asyncio.to_thread(background.ensure, [])
+        if done:
+            note(done, json_mode=args.json)
     async with workflow_host(client, task_queue):
         return await follow(run, interactive=False, json_mode=args.json, by="")
 
@@ -441,6 +561,12 @@ async def cmd_worker(args: argparse.Namespace) -> int:
     config = settings()
     if not is_listening(config.address):
         raise CliError(f"no Temporal server is reachable at {config.address}; start one with `stratagem server`")
+    if not args.tools:
+        recorded = BackgroundWorker(stratagem_home(), config.task_queue, config.workspace.resolve()).recorded_tools()
+        if recorded:
+            # Every worker on a task queue must offer the same tools as the others.
+            args.tools = recorded
+            note(f"using the tools of this home's background worker: {', '.join(recorded)}")
     ToolRegistry.from_modules(args.tools)  # fail fast, before connecting, on a bad tool module
     note(f"worker on {config.address}, namespace {config.namespace}, task queue {config.task_queue}")
     await run_worker(config, args.tools)
@@ -449,9 +575,10 @@ async def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_server(args: argparse.Namespace) -> int:
     config = settings()
+    server = embedded(config)
+    server.check()  # a bad address or home fails here, before any address is printed
     if is_listening(config.address):
         raise CliError(f"something already listens on {config.address}; is a server already running?")
-    server = EmbeddedServer(config.address, stratagem_home())
     render.console.print(f"Temporal server: {config.address}  (data: {server.database})")
     render.console.print(f"Web UI:          {server.ui_url}")
     return server.run_foreground()

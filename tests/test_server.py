@@ -1,0 +1,426 @@
+"""The embedded server and the background worker (stratagem.server), the client's errors for a run
+nobody serves, the CLI's lost-connection line, and the phase in the memo."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+
+from plans import SIDE_EFFECT, step
+from stratagem.client import connect, get_run, quiet_runtime, start_run
+from stratagem.config import Settings
+from stratagem.errors import ConfigError, RunUnresponsiveError
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.run import ApproveInput, Phase, RejectInput, RunInput, RunOptions
+from stratagem.server import BackgroundWorker, EmbeddedServer, owns_server, split_address
+from test_cli import free_port_pair
+
+# ---------------------------------------------------------------------------- addresses
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "99999"])
+def test_a_port_outside_1_to_65535_is_refused(port):
+    with pytest.raises(ConfigError, match=f"has port {int(port)}; a port is a number from 1 to 65535"):
+        split_address(f"localhost:{port}")
+
+
+def test_ports_at_the_edges_are_accepted():
+    assert split_address("localhost:1") == ("localhost", 1)
+    assert split_address("[::1]:65535") == ("::1", 65535)
+
+
+def test_the_ui_port_must_be_valid_too(tmp_path):
+    server = EmbeddedServer("127.0.0.1:65000", tmp_path / "home")
+    with pytest.raises(ConfigError, match="66000 is above 65535; use a port of at most 64535"):
+        server.check()
+    EmbeddedServer("127.0.0.1:64535", tmp_path / "home").check()
+
+
+def test_a_remote_address_is_not_started(tmp_path):
+    with pytest.raises(ConfigError, match="not a local address"):
+        EmbeddedServer("temporal.example.com:7233", tmp_path / "home").check()
+
+
+# ---------------------------------------------------------------------------- STRATAGEM_HOME
+
+
+def test_a_home_that_is_a_file_is_one_clear_error(tmp_path):
+    home = tmp_path / "home"
+    home.write_text("not a folder")
+    with pytest.raises(ConfigError, match=r"STRATAGEM_HOME .*home is a file, not a folder"):
+        EmbeddedServer("127.0.0.1:7233", home).check()
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        EmbeddedServer("127.0.0.1:7233", home).start_detached()
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        BackgroundWorker(home, "q", tmp_path / "ws").ensure([])
+    # Below a file, the home cannot be created.
+    with pytest.raises(ConfigError, match=r"cannot create STRATAGEM_HOME .*home/inner"):
+        EmbeddedServer("127.0.0.1:7233", home / "inner").check()
+
+
+def test_check_creates_a_missing_home_and_starts_nothing(tmp_path):
+    home = tmp_path / "a" / "b"
+    EmbeddedServer("127.0.0.1:7233", home).check()
+    assert home.is_dir() and list(home.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- namespaces
+
+
+def _namespaces(command: list[str]) -> list[str]:
+    return [command[i + 1] for i, arg in enumerate(command) if arg == "--namespace"]
+
+
+def test_the_server_creates_the_configured_namespace(tmp_path):
+    assert EmbeddedServer("127.0.0.1:7233", tmp_path).namespace == "default"
+    assert _namespaces(EmbeddedServer("127.0.0.1:7233", tmp_path).command()) == ["default"]
+    assert _namespaces(EmbeddedServer("127.0.0.1:7233", tmp_path, "ops").command()) == ["default", "ops"]
+    assert _namespaces(EmbeddedServer("127.0.0.1:7233", tmp_path, namespace="default").command()) == ["default"]
+
+
+# ---------------------------------------------------------------------------- a real embedded server
+
+
+def _kill(pid: int | None) -> None:
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    for _ in range(100):  # reap it if it is our child, so it does not linger as a zombie
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.05)
+
+
+async def _namespace_exists(address: str, namespace: str) -> bool:
+    client = await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+    try:
+        await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+        return True
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+
+
+async def test_a_failed_start_never_overwrites_the_pid_of_a_live_server(tmp_path):
+    home = tmp_path / "home"
+    port = free_port_pair()
+    server = EmbeddedServer(f"127.0.0.1:{port}", home, namespace="ops")
+    pid = None
+    try:
+        pid = server.start_detached()
+        assert server.pid_file.read_text() == str(pid)
+        assert server.running_pid() == pid and owns_server(server)
+        assert await _namespace_exists(server.address, "ops")
+
+        # The same home on an impossible port: refused before anything starts.
+        with pytest.raises(ConfigError, match="has port 99999"):
+            EmbeddedServer("127.0.0.1:99999", home).start_detached()
+        assert server.pid_file.read_text() == str(pid)
+
+        # The same home on another free port: refused, two servers must not share the database.
+        other = free_port_pair()
+        with pytest.raises(ConfigError, match=rf"the embedded server of .* already runs \(pid {pid}, at 127.0.0.1:{port}\)"):
+            EmbeddedServer(f"127.0.0.1:{other}", home).start_detached()
+        assert server.pid_file.read_text() == str(pid)
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", other)) != 0  # nothing was started there
+
+        # Another home on the taken port: refused, and that home records no pid.
+        taken = EmbeddedServer(server.address, tmp_path / "other-home")
+        with pytest.raises(ConfigError, match="something already listens there"):
+            taken.start_detached()
+        assert not taken.pid_file.exists()
+        assert server.pid_file.read_text() == str(pid)
+
+        # The server stops (a crash, a reboot): the same database comes back with a namespace
+        # it did not have before.
+        _kill(pid)
+        pid = None
+        assert server.running_pid() is None and not owns_server(server)
+        again = EmbeddedServer(server.address, home, namespace="billing")
+        pid = again.start_detached()
+        assert again.pid_file.read_text() == str(pid)
+        assert await _namespace_exists(again.address, "billing")
+        assert await _namespace_exists(again.address, "ops")
+    finally:
+        _kill(pid)
+
+
+def test_a_server_that_exits_at_start_leaves_the_pid_file_alone(tmp_path):
+    """The pid is written only once the server listens: a start that fails (here its UI port is
+    taken) keeps whatever the file said."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "server.pid").write_text("12345678")  # a stale pid: no such process
+    port = free_port_pair()
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", port + 1000))
+    blocker.listen()
+    server = EmbeddedServer(f"127.0.0.1:{port}", home)
+    try:
+        with pytest.raises(ConfigError, match=r"exited at start \(status \d+\)"):
+            server.start_detached(wait_seconds=30)
+        assert (home / "server.pid").read_text() == "12345678"
+    finally:
+        blocker.close()
+        running = server.running_pid()
+        if running is not None:
+            _kill(running)
+
+
+# ---------------------------------------------------------------------------- the background worker
+
+
+def _fake_worker() -> subprocess.Popen[bytes]:
+    """A process whose command line looks like the background worker's, standing in for it."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "stratagem.cli", "worker"])
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    for _ in range(200):  # until it has exec'd: before that, it still looks like this process
+        if not cmdline.exists() or b"stratagem.cli\0worker" in cmdline.read_bytes():
+            break
+        time.sleep(0.01)
+    return process
+
+
+def _write_state(worker: BackgroundWorker, pid: int, tools: list[str], **setup: str) -> None:
+    state = {
+        "pid": pid,
+        "tools": tools,
+        "task_queue": worker.task_queue,
+        "workspace": str(worker.workspace.resolve()),
+        "namespace": "default",
+        "address": "127.0.0.1:1",
+        **setup,
+    }
+    worker.state_file.write_text(json.dumps(state))
+
+
+@pytest.fixture
+def worker_env(monkeypatch):
+    # Nothing listens on port 1: a worker the tests start exits at once with a clear error.
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", "default")
+
+
+def test_recorded_tools_are_the_background_workers(tmp_path, worker_env):
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    assert worker.recorded_tools() == []
+    fake = _fake_worker()
+    try:
+        _write_state(worker, fake.pid, ["my_company.tools"])
+        assert worker.recorded_tools() == ["my_company.tools"]
+        assert worker.running_pid() == fake.pid
+        # A stopped worker's tools are still what its runs need.
+        _kill(fake.pid)
+        assert worker.running_pid() is None
+        assert worker.recorded_tools() == ["my_company.tools"]
+    finally:
+        _kill(fake.pid)
+
+
+def test_ensure_keeps_a_worker_that_already_has_the_tools_and_the_workspace(tmp_path, worker_env):
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    fake = _fake_worker()
+    try:
+        _write_state(worker, fake.pid, ["a.tools", "b.tools"])
+        assert worker.ensure(["a.tools"]) is None
+        assert worker.ensure([]) is None
+        assert fake.poll() is None
+    finally:
+        _kill(fake.pid)
+
+
+def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_path, worker_env):
+    home = tmp_path / "home"
+    home.mkdir()
+    old = BackgroundWorker(home, "q", tmp_path / "ws-one")
+    fake = _fake_worker()
+    started = None
+    try:
+        _write_state(old, fake.pid, ["a.tools"])
+        moved = BackgroundWorker(home, "q", tmp_path / "ws-two")
+        done = moved.ensure([])
+        assert done is not None and done.startswith("restarted (new workspace) a background worker")
+        assert fake.wait(timeout=20) is not None  # the old worker was stopped
+        state = json.loads(moved.state_file.read_text())
+        started = state["pid"]
+        assert state["workspace"] == str((tmp_path / "ws-two").resolve())
+        assert state["tools"] == ["a.tools"]
+        assert started != fake.pid
+    finally:
+        _kill(fake.pid)
+        _kill(started)
+
+
+def test_ensure_restarts_the_worker_for_a_new_tool_or_namespace(tmp_path, worker_env, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    pids: list[int] = []
+    try:
+        fake = _fake_worker()
+        pids.append(fake.pid)
+        _write_state(worker, fake.pid, ["a.tools"])
+        done = worker.ensure(["b.tools"])
+        assert done is not None and done.startswith("restarted (new tools)")
+        state = json.loads(worker.state_file.read_text())
+        pids.append(state["pid"])
+        assert state["tools"] == ["a.tools", "b.tools"]
+
+        fake = _fake_worker()
+        pids.append(fake.pid)
+        _write_state(worker, fake.pid, ["a.tools"])
+        monkeypatch.setenv("TEMPORAL_NAMESPACE", "ops")
+        done = worker.ensure([])
+        assert done is not None and done.startswith("restarted (new namespace)")
+        state = json.loads(worker.state_file.read_text())
+        pids.append(state["pid"])
+        assert state["namespace"] == "ops"
+    finally:
+        for pid in pids:
+            _kill(pid)
+
+
+def test_a_stopped_worker_comes_back_with_its_recorded_tools(tmp_path, worker_env):
+    home = tmp_path / "home"
+    home.mkdir()
+    tool_file = tmp_path / "tools.py"
+    tool_file.write_text("")
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    _write_state(worker, 2**22 + 12345, [str(tool_file), str(tmp_path / "deleted.py"), "pkg.tools"])  # no such pid
+    started = None
+    try:
+        done = worker.ensure([])
+        assert done is not None and done.startswith("started a background worker")
+        state = json.loads(worker.state_file.read_text())
+        started = state["pid"]
+        assert state["tools"] == sorted([str(tool_file), "pkg.tools"])  # a deleted tool file is dropped
+    finally:
+        _kill(started)
+
+
+# ---------------------------------------------------------------------------- a run nobody serves
+
+
+async def test_a_run_without_a_worker_is_reported_as_unresponsive(dev_env):
+    draft = PlanDraft.model_validate(SIDE_EFFECT)
+    run = await start_run(
+        dev_env.client,
+        RunInput(plan=draft, author=Author(kind=AuthorKind.human, name="ops"), options=RunOptions()),
+        task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        unserved = get_run(dev_env.client, run.id, rpc_timeout=timedelta(seconds=2))
+        with pytest.raises(RunUnresponsiveError, match=rf"run {run.id} did not take the decision in time: no worker is running its workflow; start one with `stratagem worker`"):
+            await unserved.approve(ApproveInput(by="ops", revision=1))
+        with pytest.raises(RunUnresponsiveError, match=rf"run {run.id} did not answer the status query in time: no worker"):
+            await unserved.status()
+    finally:
+        await run.handle.terminate(reason="test finished")
+
+
+async def test_connect_can_use_a_quiet_runtime(dev_env):
+    assert quiet_runtime() is quiet_runtime()
+    address = dev_env.client.service_client.config.target_host
+    client = await connect(Settings(address=address), quiet=True)
+    assert client.service_client.config.runtime is quiet_runtime()
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+
+def test_a_lost_connection_is_one_line(monkeypatch, capsys):
+    from stratagem.cli import commands, connection_lost, main
+
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:7999")
+
+    async def lost(args):
+        raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
+
+    async def refused(args):
+        raise RPCError("namespace ops is not found", RPCStatusCode.NOT_FOUND, b"")
+
+    monkeypatch.setattr(commands, "cmd_wait", lost)
+    assert main(["wait", "report-oct"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: lost the connection to Temporal at 127.0.0.1:7999; runs are safe in the server's database: "
+        "start it again (stratagem server) and follow with stratagem wait report-oct\n"
+    )
+    monkeypatch.setattr(commands, "cmd_wait", refused)
+    assert main(["wait", "report-oct"]) == 2
+    assert capsys.readouterr().err == "error: Temporal refused the request: namespace ops is not found\n"
+
+    wrapped = RuntimeError("Worker failed")
+    wrapped.__cause__ = RPCError("tcp connect error", RPCStatusCode.UNKNOWN, b"")
+    assert connection_lost(wrapped)
+    assert not connection_lost(RuntimeError("something else"))
+
+
+# ---------------------------------------------------------------------------- the phase in the memo
+
+
+async def _memo_phase(run) -> str | None:
+    return (await (await run.handle.describe()).memo()).get("phase")
+
+
+async def test_the_memo_tells_how_a_run_ended(dev_harness):
+    awaiting = lambda s: s.phase is Phase.awaiting_approval  # noqa: E731
+    succeeded = await dev_harness.start(SIDE_EFFECT, auto_approve=True)
+    await succeeded.result()
+    assert await _memo_phase(succeeded) == "succeeded"
+
+    rejected = await dev_harness.start(SIDE_EFFECT)
+    await dev_harness.wait_for(rejected, awaiting)
+    assert await _memo_phase(rejected) == "awaiting_approval"
+    await rejected.reject(RejectInput(by="carol", reason="no"))
+    await rejected.result()
+    assert await _memo_phase(rejected) == "rejected"
+
+    failed = await dev_harness.start({"goal": "fail", "steps": [step("b", "broken", reason="down")]}, auto_approve=True)
+    with pytest.raises(Exception):
+        await failed.result()
+    assert await _memo_phase(failed) == "failed"
+
+    cancelled = await dev_harness.start(SIDE_EFFECT)
+    await dev_harness.wait_for(cancelled, awaiting)
+    await cancelled.cancel()
+    with pytest.raises(Exception):
+        await cancelled.result()
+    assert await _memo_phase(cancelled) == "cancelled"
+    # The goal stays beside the phase.
+    assert (await (await cancelled.handle.describe()).memo())["goal"] == SIDE_EFFECT["goal"]
+
+
+async def test_the_memo_survives_continue_as_new(dev_harness):
+    steps = [step(f"s{i}", "add", a=i, b=1) for i in range(10)]
+    run = await dev_harness.start({"goal": "count", "steps": steps}, auto_approve=True, continue_as_new_after_events=30)
+    await run.result()
+    assert (await run.status()).continued >= 1
+    memo = await (await run.handle.describe()).memo()
+    assert memo == {"goal": "count", "phase": "succeeded"}
