@@ -465,8 +465,9 @@ async def cmd_list(args: argparse.Namespace) -> int:
             {
                 "run_id": execution.id,
                 "status": status,
-                # The run's own outcome (succeeded, rejected, ...): a rejected run is a completed workflow.
-                "phase": memo.get("phase", status),
+                # The run's own outcome (succeeded, rejected, ...): a rejected run is a completed
+                # workflow. A terminated or timed-out run never recorded its end, so say that.
+                "phase": status if status in ("terminated", "timed-out") else memo.get("phase", status),
                 "started_at": execution.start_time.isoformat() if execution.start_time else None,
                 "closed_at": execution.close_time.isoformat() if execution.close_time else None,
                 "goal": memo.get("goal", ""),

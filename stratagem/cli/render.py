@@ -89,7 +89,10 @@ def decision_hint(run_id: str, pending: PendingDecision) -> str:
         )
     if pending.kind.value == "step_approval":
         return f"step '{pending.step_id}' waits for approval: stratagem approve {run_id} --step {pending.step_id}"
-    return f"step '{pending.step_id}' asks: {pending.prompt}\n  answer with: stratagem answer {run_id} {pending.step_id} TEXT"
+    return (
+        f"step '{pending.step_id}' asks: {pending.prompt}\n"
+        f"  answer with: stratagem answer {run_id} {pending.step_id} TEXT   (add --json-value if TEXT is JSON)"
+    )
 
 
 def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None) -> None:
