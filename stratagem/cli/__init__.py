@@ -11,7 +11,7 @@ from typing import Any, Callable
 from temporalio.service import RPCError, RPCStatusCode
 
 from ..config import Settings
-from ..errors import PlanValidationError, StratagemError
+from ..errors import StratagemError
 from . import commands, render
 
 
@@ -104,10 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         # devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except PlanValidationError as exc:
-        render.errors.print(f"error: {exc}", markup=False)
-        return commands.USAGE
-    except StratagemError as exc:
+    except StratagemError as exc:  # includes invalid plans, whose message lists each problem
         render.errors.print(f"error: {exc}", markup=False)
         return commands.USAGE
     except RPCError as exc:

@@ -338,6 +338,11 @@ async def finish(run: Run, *, json_mode: bool) -> int:
     return 0 if result.status is Phase.succeeded else FAILED
 
 
+async def _reason(prompter: Prompter) -> str:
+    render.console.print("reason: ", end="")
+    return await prompter.line(timeout=None) or "rejected at the terminal"
+
+
 async def respond(
     run: Run, pending: PendingDecision, reply: str, by: str, prompter: Prompter, drafts: dict[int, Path]
 ) -> str:
@@ -348,9 +353,7 @@ async def respond(
             if choice.startswith("a"):
                 await run.approve(ApproveInput(by=by, revision=pending.revision))
             elif choice.startswith("r"):
-                render.console.print("reason: ", end="")
-                reason = await prompter.line(timeout=None) or "rejected at the terminal"
-                await run.reject(RejectInput(by=by, revision=pending.revision, reason=reason))
+                await run.reject(RejectInput(by=by, revision=pending.revision, reason=await _reason(prompter)))
             elif choice.startswith("e"):
                 await edit_plan(run, pending.revision, by, drafts)
             elif choice.startswith("l"):
@@ -361,9 +364,7 @@ async def respond(
             if choice.startswith("y"):
                 await run.approve(ApproveInput(by=by, step_id=pending.step_id))
             elif choice.startswith("n"):
-                render.console.print("reason: ", end="")
-                reason = await prompter.line(timeout=None) or "rejected at the terminal"
-                await run.reject(RejectInput(by=by, step_id=pending.step_id, reason=reason))
+                await run.reject(RejectInput(by=by, step_id=pending.step_id, reason=await _reason(prompter)))
             elif choice.startswith("l"):
                 return "later"
             else:
