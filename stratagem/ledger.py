@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel, Field
 
-from .plan import Author, Plan
+from .plan import Plan
 
 
 class StepStatus(str, Enum):
@@ -144,10 +144,6 @@ class Ledger(BaseModel):
             if plan.revision == number:
                 return plan
         raise KeyError(number)
-
-    def authors(self) -> Iterator[tuple[int, Author, str]]:
-        for plan in self.revisions:
-            yield plan.revision, plan.author, plan.reason
 
     def audit_records(self) -> Iterator[dict[str, Any]]:
         """One JSON-ready record per plan revision, decision and event, in time order."""

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def awaiting(status: Any) -> bool:
+    """A run status at the review gate."""
+    return status.phase.value == "awaiting_approval"
+
+
 def step(id: str, tool: str, depends_on: list[str] | None = None, **args: Any) -> dict[str, Any]:
     return {"id": id, "title": id.replace("_", " "), "tool": tool, "args": args, "depends_on": depends_on or []}
 

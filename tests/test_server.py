@@ -20,12 +20,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
-from plans import SIDE_EFFECT, step
+from plans import SIDE_EFFECT, awaiting, step
 from stratagem.client import connect, get_run, quiet_runtime, start_run
 from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import ApproveInput, Phase, RejectInput, RunInput, RunOptions
+from stratagem.run import ApproveInput, RejectInput, RunInput, RunOptions
 from stratagem.server import BackgroundWorker, EmbeddedServer, owns_server, split_address
 from test_cli import free_port_pair
 
@@ -390,7 +390,6 @@ async def _memo_phase(run) -> str | None:
 
 
 async def test_the_memo_tells_how_a_run_ended(dev_harness):
-    awaiting = lambda s: s.phase is Phase.awaiting_approval  # noqa: E731
     succeeded = await dev_harness.start(SIDE_EFFECT, auto_approve=True)
     await succeeded.result()
     assert await _memo_phase(succeeded) == "succeeded"

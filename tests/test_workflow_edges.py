@@ -8,16 +8,13 @@ import uuid
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from plans import step
+from plans import awaiting, step
 from stratagem.client import start_run
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import AnswerInput, ApproveInput, Phase, ReviseInput, RunInput, RunOptions
 
-
-def awaiting(status):
-    return status.phase is Phase.awaiting_approval
 
 
 async def ends_cancelled(run) -> None:

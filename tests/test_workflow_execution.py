@@ -5,15 +5,12 @@ from __future__ import annotations
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from plans import GREETING, diamond, step
+from plans import GREETING, awaiting, diamond, step
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import AuthorKind
 from stratagem.run import AnswerInput, ApproveInput, Phase
 
-
-def awaiting(status):
-    return status.phase is Phase.awaiting_approval
 
 
 async def failure_of(run) -> str:

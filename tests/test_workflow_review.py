@@ -7,15 +7,12 @@ import asyncio
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from plans import GREETING, SIDE_EFFECT, step
+from plans import GREETING, SIDE_EFFECT, awaiting, step
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.plan import AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, Phase, RejectInput, ReviewTimeoutAction, ReviseInput
 
-
-def awaiting(status):
-    return status.phase is Phase.awaiting_approval
 
 
 async def refused(coro) -> str:

@@ -107,19 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     except StratagemError as exc:  # includes invalid plans, whose message lists each problem
         render.errors.print(f"error: {exc}", markup=False)
         return commands.USAGE
-    except RPCError as exc:
-        if connection_lost(exc):
-            render.errors.print(lost_connection_message(args), markup=False)
-            return commands.USAGE
-        render.errors.print(f"error: Temporal refused the request: {exc.message}", markup=False)
-        return commands.USAGE
     except Exception as exc:
-        # The SDK may wrap a lost connection (a worker's poll failing, for one); anything else
-        # is a bug and keeps its traceback.
+        # The SDK may wrap a lost connection (a worker's poll failing, for one). Anything that
+        # is neither that nor a refusal from Temporal is a bug and keeps its traceback.
         if connection_lost(exc):
             render.errors.print(lost_connection_message(args), markup=False)
-            return commands.USAGE
-        raise
+        elif isinstance(exc, RPCError):
+            render.errors.print(f"error: Temporal refused the request: {exc.message}", markup=False)
+        else:
+            raise
+        return commands.USAGE
 
 
 def connection_lost(exc: BaseException) -> bool:

@@ -89,8 +89,3 @@ def load_model(model: str) -> Model:
         known = ", ".join(sorted(_providers)) or "none"
         raise ModelConfigError(f"unknown model provider '{provider}' in '{model}' (known: {known})")
     return _providers[provider](name)
-
-
-def check_model_string(model: str) -> None:
-    """Check the form of a model string without loading anything (safe in workflow code)."""
-    split_model_string(model)
