@@ -2,38 +2,40 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from stratagem.errors import StratagemError, ToolError
-from stratagem.models.base import ModelCallError
-
-_RETRYABLE = (ModelCallError,)
+from stratagem.models.base import ModelCallError, redact
 
 
-def as_application_error(exc: BaseException) -> ApplicationError:
-    """Wrap an exception so the workflow sees its message, its type and the attempt it ended.
+def as_application_error(exc: BaseException, **progress: Any) -> ApplicationError:
+    """Wrap an exception so the workflow sees its message, its type, the attempt it ended and
+    `progress` (for example the model calls made, which the run's usage must count).
 
-    Stratagem's own errors (bad input, unknown tools, unusable model output) are non-retryable:
-    another attempt would fail the same way. A tool decides for itself with
-    `ToolError(retryable=...)`. Any other exception is retried under the step's retry policy.
+    Stratagem's own errors (bad input, unknown tools, unusable model output, refused
+    credentials) are non-retryable: another attempt would fail the same way. A tool decides
+    for itself with `ToolError(retryable=...)`. A model call that may succeed later is retried,
+    no sooner than the provider's Retry-After. Any other exception is retried under the step's
+    retry policy. Messages never carry anything shaped like an API key.
     """
-    attempt = activity.info().attempt
+    details = {"attempt": activity.info().attempt, **progress}
     if isinstance(exc, ApplicationError):
         if exc.details:
             return exc
         # Raised by a tool itself: keep its message, type and retry choice, add the attempt.
-        return ApplicationError(exc.message, {"attempt": attempt}, type=exc.type, non_retryable=exc.non_retryable)
-    message = str(exc) or type(exc).__name__
+        return ApplicationError(redact(exc.message), details, type=exc.type, non_retryable=exc.non_retryable)
+    message = redact(str(exc) or type(exc).__name__)
     if isinstance(exc, ToolError):
         return ApplicationError(
-            message,
-            {"attempt": attempt},
-            type="ToolError" if exc.retryable else "NonRetryableToolError",
-            non_retryable=not exc.retryable,
+            message, details, type="ToolError" if exc.retryable else "NonRetryableToolError", non_retryable=not exc.retryable
         )
     if isinstance(exc, StratagemError):
-        return ApplicationError(message, {"attempt": attempt}, type=type(exc).__name__, non_retryable=True)
-    if isinstance(exc, _RETRYABLE):
-        return ApplicationError(message, {"attempt": attempt}, type=type(exc).__name__)
-    return ApplicationError(f"{type(exc).__name__}: {message}", {"attempt": attempt}, type=type(exc).__name__)
+        return ApplicationError(message, details, type=type(exc).__name__, non_retryable=True)
+    if isinstance(exc, ModelCallError):
+        delay = timedelta(seconds=exc.retry_after) if exc.retry_after else None
+        return ApplicationError(message, details, type="ModelCallError", next_retry_delay=delay)
+    return ApplicationError(f"{type(exc).__name__}: {message}", details, type=type(exc).__name__)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 
+from pydantic import ValidationError
 from temporalio import activity
 
 from stratagem import activity_io as io
 from stratagem.models import Message, ModelRequest, Purpose, load_model
+from stratagem.models.base import request_timeout_default
 from stratagem.planner import Progress, plan_with_repairs
 from stratagem.tools import ToolCatalog, ToolRegistry
+from stratagem.usage import CallUsage
 
+from .checkpoint import Checkpoint, request_timeout
 from .errors import as_application_error
 
 
@@ -24,6 +28,14 @@ class PlanningActivities:
 
     @activity.defn(name=io.PLAN)
     async def plan(self, request: io.PlanningInput) -> io.PlanningOutput:
+        checkpoint = Checkpoint()
+        spent = _spent_before(checkpoint)
+
+        def record(call: CallUsage) -> None:
+            # Checkpointed at once, so a retried attempt still counts what this one spent.
+            spent.append(call)
+            checkpoint.save({"calls": [c.model_dump(mode="json") for c in spent]})
+
         try:
             model = load_model(request.model)
             progress = None
@@ -31,23 +43,31 @@ class PlanningActivities:
                 progress = Progress(
                     plan=request.current, records=request.records, failure=request.failure or "", history=request.history
                 )
-            outcome = await plan_with_repairs(
-                model,
-                request.goal,
-                request.catalog,
-                progress=progress,
-                max_repairs=request.max_repairs,
-                first_call_index=request.first_call_index,
-                has_executor=request.has_executor,
+            outcome = await checkpoint.run(
+                plan_with_repairs(
+                    model,
+                    request.goal,
+                    request.catalog,
+                    progress=progress,
+                    max_repairs=request.max_repairs,
+                    first_call_index=request.first_call_index,
+                    has_executor=request.has_executor,
+                    tiers=request.tiers,
+                    model_name=request.model,
+                    on_call=record,
+                    activity_attempt=activity.info().attempt,
+                    request_timeout=lambda: request_timeout(request_timeout_default()),
+                )
             )
         except Exception as exc:
-            raise as_application_error(exc) from exc
+            raise as_application_error(exc, calls=[c.model_dump(mode="json") for c in spent]) from exc
         return io.PlanningOutput(
             draft=outcome.draft,
             model=outcome.model,
             calls=outcome.calls,
             usage=outcome.usage,
             rejected_attempts=outcome.rejected_attempts,
+            call_usage=spent,
         )
 
     @activity.defn(name=io.SYNTHESIZE)
@@ -55,6 +75,7 @@ class PlanningActivities:
         try:
             model = load_model(request.model)
             outputs = json.dumps(request.outputs, indent=1, default=str)
+            attempt = activity.info().attempt
             response = await model.complete(
                 ModelRequest(
                     purpose=Purpose.synthesize,
@@ -62,9 +83,23 @@ class PlanningActivities:
                         Message(role="system", content="Summarise the outcome of a finished business process for the person who asked for it."),
                         Message(role="user", content=f"Goal: {request.goal}\n\nResults of the final steps:\n{outputs}"),
                     ],
-                    attempt=activity.info().attempt,
+                    attempt=attempt,
+                    timeout_seconds=request_timeout(request_timeout_default()),
                 )
             )
         except Exception as exc:
             raise as_application_error(exc) from exc
-        return io.SynthesisOutput(text=response.text, usage=response.usage, model=response.model)
+        call = CallUsage(
+            model=request.model, input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens, attempt=attempt
+        )
+        return io.SynthesisOutput(text=response.text, usage=response.usage, model=response.model, calls=[call])
+
+
+def _spent_before(checkpoint: Checkpoint) -> list[CallUsage]:
+    previous = checkpoint.previous()
+    if not isinstance(previous, dict):
+        return []
+    try:
+        return [CallUsage.model_validate(c) for c in previous.get("calls", [])]
+    except ValidationError:
+        return []

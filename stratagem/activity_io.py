@@ -10,10 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .ledger import StepRecord
+from .ledger import StepRecord, ToolCallRecord
 from .models.base import Usage
 from .plan import PlanDraft, Step
 from .tools.spec import ToolCatalog
+from .usage import CallUsage
 
 DESCRIBE_TOOLS = "stratagem.describe_tools"
 PLAN = "stratagem.plan"
@@ -30,6 +31,8 @@ NON_RETRYABLE_ERRORS = [
     "ModelOutputError",
     "PlanValidationError",
     "NonRetryableToolError",
+    "ModelAuthError",
+    "ModelRequestError",
 ]
 
 
@@ -44,6 +47,7 @@ class PlanningInput(BaseModel):
     failure: str | None = None
     history: list[str] = Field(default_factory=list, description="Earlier revisions, decisions and failures, oldest first.")
     has_executor: bool = True
+    tiers: list[str] = Field(default_factory=list, description="Model tiers llm steps may name.")
 
 
 class PlanningOutput(BaseModel):
@@ -52,6 +56,7 @@ class PlanningOutput(BaseModel):
     calls: int
     usage: Usage
     rejected_attempts: list[list[str]] = Field(default_factory=list)
+    call_usage: list[CallUsage] = Field(default_factory=list, description="Every model call, failed attempts' included.")
 
 
 class ToolStepInput(BaseModel):
@@ -65,18 +70,21 @@ class ToolStepInput(BaseModel):
 
 class LlmStepInput(BaseModel):
     run_id: str
+    execution_id: str = ""
     revision: int
     step: Step
     instructions: str = Field(description="The step's instructions with references resolved.")
     inputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the steps it depends on.")
     model: str
+    max_rounds: int = Field(default=12, ge=1, description="Model calls the step may make.")
 
 
 class StepOutput(BaseModel):
     output: Any = None
     attempt: int = 1
-    usage: Usage | None = None
     model: str | None = None
+    calls: list[CallUsage] = Field(default_factory=list, description="Model calls, failed attempts' included.")
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list, description="Tool calls of an llm step's executor.")
 
 
 class SynthesisInput(BaseModel):
@@ -89,3 +97,4 @@ class SynthesisOutput(BaseModel):
     text: str
     usage: Usage
     model: str
+    calls: list[CallUsage] = Field(default_factory=list)

@@ -11,11 +11,23 @@ time comes in as `now` (workflow time, in the workflow), and what the run loop m
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Callable
 
 from .errors import DecisionRefusedError
 from .ledger import Decision, DecisionAction, EventKind
 from .plan import Plan, Step
-from .run import AnswerInput, ApproveInput, DecisionKind, DecisionOutcome, PendingDecision, Phase, RejectInput, ReviseInput, RunState
+from .run import (
+    AnswerInput,
+    ApproveInput,
+    BudgetInput,
+    DecisionKind,
+    DecisionOutcome,
+    PendingDecision,
+    Phase,
+    RejectInput,
+    ReviseInput,
+    RunState,
+)
 from .scheduling import reconcile
 from .validation import plan_problems
 
@@ -58,7 +70,7 @@ def check_revise(state: RunState, decision: ReviseInput) -> None:
         raise DecisionRefusedError(f"a plan can only be revised while it awaits approval (the run is {state.phase.value})")
     check_revision(state, decision.revision)
     merged = reconcile(state.plan, decision.plan, state.ledger.steps)
-    problems = merged.problems or plan_problems(merged.draft, state.catalog, has_executor=bool(state.options.executor))
+    problems = merged.problems or plan_problems(merged.draft, state.catalog, **state.options.plan_rules())
     if problems:
         raise DecisionRefusedError("the revised plan is invalid: " + "; ".join(problems))
 
@@ -69,7 +81,42 @@ def check_answer(state: RunState, answer: AnswerInput) -> None:
         raise DecisionRefusedError(f"step '{answer.step_id}' is not waiting for an answer")
 
 
+def check_budget(state: RunState, decision: BudgetInput, *, elapsed_seconds: float) -> None:
+    """A stop needs a run waiting on its budget; a change must leave room above what is used."""
+    check_open(state)
+    waiting = pending_for(state, DecisionKind.budget, None) is not None
+    if decision.stop:
+        if not waiting:
+            raise DecisionRefusedError("the run is not waiting on its budget; to end it anyway, cancel it")
+        return
+    if not decision.limits:
+        raise DecisionRefusedError("give at least one limit: tokens, cost_usd, model_calls or wall_clock_seconds")
+    usage = state.ledger.usage
+    used = {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "model_calls": usage.calls, "wall_clock_seconds": elapsed_seconds}
+    for name, limit in decision.limits.items():
+        if limit <= used[name]:
+            raise DecisionRefusedError(
+                f"a {name} limit of {limit:g} leaves no room: the run has used {used[name]:g} already"
+            )
+
+
 # ------------------------------------------------------------------ pending decisions
+
+
+def request_budget(state: RunState, used_up: list[str], now: datetime) -> bool:
+    """Ask a person to raise the budget or stop the run. False if already asked."""
+    if pending_for(state, DecisionKind.budget, None) is not None:
+        return False
+    revision = state.plan.revision if state.plan else 0
+    reasons = "; ".join(used_up)
+    state.pending.append(
+        PendingDecision(
+            kind=DecisionKind.budget, revision=revision, since=now,
+            prompt=f"{reasons}: raise the budget or stop the run",
+        )
+    )
+    state.ledger.record(EventKind.budget_exhausted, now, revision=revision, message=reasons, usage=state.ledger.usage.model_dump())
+    return True
 
 
 def plan_approval_request(state: RunState, now: datetime) -> PendingDecision:
@@ -167,6 +214,29 @@ def record_answer(state: RunState, answer: AnswerInput, now: datetime) -> None:
     state.answers[answer.step_id] = answer.answer
     revision = state.plan.revision if state.plan else None
     state.ledger.record(EventKind.answer_received, now, revision=revision, step_id=answer.step_id, actor=answer.by)
+
+
+def apply_budget(
+    state: RunState, decision: BudgetInput, *, via: str, now: datetime, still_used_up: Callable[[], list[str]]
+) -> str | None:
+    """Change the budget, or stop the run; returns why the run must stop, if it must."""
+    revision = state.plan.revision if state.plan else 0
+    if decision.stop:
+        comment = decision.reason or "stopped at the budget"
+        _decided(state, DecisionAction.budget, decision.by, now, revision, f"stop: {comment}", via)
+        state.pending = [p for p in state.pending if p.kind is not DecisionKind.budget]
+        return f"stopped by {decision.by} when the budget ran out: {comment}"
+    before = state.options.budget.model_dump(exclude_none=True)
+    state.options.budget = state.options.budget.model_copy(update=decision.limits)
+    changes = ", ".join(f"{name} {before.get(name, 'unlimited')} -> {limit:g}" for name, limit in decision.limits.items())
+    _decided(state, DecisionAction.budget, decision.by, now, revision, f"{changes}. {decision.reason}".strip(), via)
+    state.ledger.record(
+        EventKind.budget_changed, now, revision=revision, actor=decision.by, message=changes, via=via,
+        budget=state.options.budget.model_dump(exclude_none=True),
+    )
+    if not still_used_up():
+        state.pending = [p for p in state.pending if p.kind is not DecisionKind.budget]
+    return None
 
 
 def outcome(state: RunState, message: str) -> DecisionOutcome:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 from pydantic import BaseModel, Field
 
 from .plan import Plan
+from .usage import CallRecord, CallUsage, Price, UsageTotals, price_for
 
 
 class StepStatus(str, Enum):
@@ -37,12 +38,34 @@ class StepRecord(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     revision: int | None = Field(default=None, description="The plan revision the step last ran under.")
+    usage: UsageTotals | None = Field(default=None, description="Model calls made for the step (llm steps).")
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list, description="Tools its executor called or tried to.")
+
+
+class ToolCallStatus(str, Enum):
+    ok = "ok"
+    error = "error"
+    """The tool ran and failed, or its arguments were wrong; the executor was told."""
+    refused = "refused"
+    """The step does not allow the tool: it never ran, and the executor was told."""
+
+
+class ToolCallRecord(BaseModel):
+    """A tool call an llm step's executor made."""
+
+    call: int = Field(description="Position in the step's conversation; part of the idempotency key.")
+    tool: str
+    status: ToolCallStatus
+    arguments: str = Field(default="", description="The arguments as JSON, cut to 1,000 characters.")
+    message: str = Field(default="", description="Why it was refused or what went wrong.")
+    attempt: int = 1
 
 
 class DecisionAction(str, Enum):
     approve = "approve"
     reject = "reject"
     revise = "revise"
+    budget = "budget"
 
 
 class Decision(BaseModel):
@@ -75,6 +98,10 @@ class EventKind(str, Enum):
     step_cancelled = "step_cancelled"
     replan_requested = "replan_requested"
     replan_cap_reached = "replan_cap_reached"
+    tool_called = "tool_called"
+    tool_call_refused = "tool_call_refused"
+    budget_exhausted = "budget_exhausted"
+    budget_changed = "budget_changed"
     signal_ignored = "signal_ignored"
     continued_as_new = "continued_as_new"
     run_succeeded = "run_succeeded"
@@ -102,6 +129,11 @@ class Ledger(BaseModel):
     replans: int = 0
     auto_approved: bool = Field(default=False, description="True if any decision was taken by auto_approve.")
     events: list[LedgerEvent] = Field(default_factory=list, description="Append-only.")
+    calls: list[CallRecord] = Field(default_factory=list, description="Every model call, in order.")
+    usage: UsageTotals = Field(default_factory=UsageTotals, description="Totals over every model call.")
+    largest_step: UsageTotals | None = Field(
+        default=None, description="Per dimension, the most one step has used; estimates what the next may use."
+    )
 
     def record(
         self,
@@ -126,6 +158,42 @@ class Ledger(BaseModel):
         )
         self.events.append(event)
         return event
+
+    def record_calls(
+        self,
+        calls: Iterable[CallUsage],
+        at: datetime,
+        *,
+        purpose: str,
+        prices: Mapping[str, Price],
+        step_id: str | None = None,
+        revision: int | None = None,
+    ) -> UsageTotals:
+        """Price and keep model calls; returns their totals (also added to the step's, if any)."""
+        totals = UsageTotals()
+        for call in calls:
+            price = price_for(call.model, prices)
+            record = CallRecord(
+                **call.model_dump(), seq=len(self.calls) + 1, at=at, purpose=purpose, step_id=step_id, revision=revision,
+                cost_usd=price.cost(call.input_tokens, call.output_tokens) if price else None,
+            )
+            self.calls.append(record)
+            self.usage.add(record)
+            totals.add(record)
+        if step_id is not None and step_id in self.steps and totals.calls:
+            step = self.steps[step_id]
+            if step.usage is None:
+                step.usage = UsageTotals()
+            for record in self.calls[-totals.calls:]:
+                step.usage.add(record)
+        return totals
+
+    def note_step_usage(self, usage: UsageTotals) -> None:
+        """Remember what one finished step used, for the next estimate."""
+        if self.largest_step is None:
+            self.largest_step = usage.model_copy()
+        else:
+            self.largest_step.widen(usage)
 
     def add_revision(self, plan: Plan) -> None:
         self.revisions.append(plan)
@@ -158,6 +226,8 @@ class Ledger(BaseModel):
             rows.append((decision.at, 1, {"type": "decision", **decision.model_dump(mode="json")}))
         for event in self.events:
             rows.append((event.at, 2, {"type": "event", **event.model_dump(mode="json")}))
+        for call in self.calls:
+            rows.append((call.at, 3, {"type": "model_call", **call.model_dump(mode="json")}))
         rows.sort(key=lambda r: (r[0].replace(tzinfo=None), r[1]))
         for _, _, row in rows:
             yield row

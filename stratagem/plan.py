@@ -58,6 +58,15 @@ class Step(BaseModel):
         default_factory=dict,
         description="For tool steps: arguments matching the tool's schema. String values may contain references.",
     )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="For llm steps: the tools the executor may call while working (an allowlist). Empty: none.",
+    )
+    tier: str | None = Field(
+        default=None,
+        description="For llm steps: the model tier that runs it (for example 'fast' or 'strong'). "
+        "Default: the run's executor model.",
+    )
     depends_on: list[str] = Field(default_factory=list, description="Ids of steps that must succeed first.")
     success_criteria: list[str] = Field(
         default_factory=list, description="How to tell the step did what it should."

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import yaml
 from pydantic import ValidationError
@@ -21,6 +21,7 @@ from .plan import PlanDraft, plan_draft_json_schema
 from .plan_files import describe_draft_errors
 from .scheduling import reconcile
 from .tools.spec import ToolCatalog
+from .usage import CallUsage
 from .validation import plan_problems
 
 SYSTEM_PROMPT = """You are the planner of a durable business-process engine.
@@ -32,6 +33,9 @@ Rules:
 - Every step has a unique id (letters, digits, '_' or '-'); ids stay stable across revisions.
 - kind "tool" steps name one of the available tools and give arguments that match its schema.
 - kind "llm" steps give instructions for an executor model; kind "human" steps ask a person.
+- An llm step lists in "tools" the only tools its executor may call while it works (none if
+  it only writes or reasons). Prefer a tool step when the call and its arguments are known.
+- An llm step may set "tier" to pick its model: {tiers}
 - depends_on lists the steps that must succeed first. Independent steps run in parallel,
   so only add a dependency when a step really needs the other one's result. No cycles.
 - A step may use an ancestor's output by writing ${{step_id}} or ${{step_id.field}} inside a
@@ -65,9 +69,13 @@ class Progress:
     history: list[str] = field(default_factory=list)
 
 
-def planning_messages(goal: str, catalog: ToolCatalog, progress: Progress | None = None) -> list[Message]:
+def planning_messages(
+    goal: str, catalog: ToolCatalog, progress: Progress | None = None, *, tiers: Collection[str] = ()
+) -> list[Message]:
     system = SYSTEM_PROMPT.format(
-        plan_schema=json.dumps(plan_draft_json_schema(), separators=(",", ":")), tools=render_tools(catalog)
+        plan_schema=json.dumps(plan_draft_json_schema(), separators=(",", ":")),
+        tools=render_tools(catalog),
+        tiers=", ".join(sorted(tiers)) + " (leave it out for the default executor)" if tiers else "none are configured; leave it out",
     )
     if progress is None:
         user = f"Goal: {goal}\n\nWrite the plan."
@@ -146,12 +154,18 @@ async def plan_with_repairs(
     max_repairs: int = 2,
     first_call_index: int = 0,
     has_executor: bool = True,
+    tiers: Collection[str] = (),
+    on_call: Callable[[CallUsage], None] = lambda _: None,
+    model_name: str | None = None,
+    activity_attempt: int = 1,
+    request_timeout: Callable[[], float | None] = lambda: None,
 ) -> PlanningOutcome:
     """Ask the model for a plan; feed the problems back up to `max_repairs` times.
 
+    `on_call` hears of every call made (as `model_name`), so usage is known even when planning fails.
     Raises ModelOutputError, listing the last problems, when no attempt produced a valid plan.
     """
-    messages = planning_messages(goal, catalog, progress)
+    messages = planning_messages(goal, catalog, progress, tiers=tiers)
     usage = Usage()
     rejected: list[list[str]] = []
     for attempt in range(max_repairs + 1):
@@ -160,19 +174,30 @@ async def plan_with_repairs(
                 purpose=Purpose.plan,
                 messages=messages,
                 response_schema=plan_draft_json_schema(),
+                schema_name="plan",
                 call_index=first_call_index + attempt,
+                timeout_seconds=request_timeout(),
+                attempt=activity_attempt,
             )
         )
         usage = usage + response.usage
+        on_call(
+            CallUsage(
+                model=model_name or model.name,
+                input_tokens=response.usage.input_tokens,
+                output_tokens=response.usage.output_tokens,
+                attempt=activity_attempt,
+            )
+        )
         draft, problems = parse_plan_output(response.text)
         if draft is not None:
             if progress is None:
-                problems = plan_problems(draft, catalog, has_executor=has_executor)
+                problems = plan_problems(draft, catalog, has_executor=has_executor, tiers=tiers)
             else:
                 # Validate the draft as the run will adopt it: with the succeeded steps it left
                 # out carried in, so later steps may still depend on and reference them.
                 merged = reconcile(progress.plan, draft, progress.records)
-                problems = merged.problems or plan_problems(merged.draft, catalog, has_executor=has_executor)
+                problems = merged.problems or plan_problems(merged.draft, catalog, has_executor=has_executor, tiers=tiers)
         if draft is not None and not problems:
             return PlanningOutcome(
                 draft=draft, calls=attempt + 1, usage=usage, model=response.model, rejected_attempts=rejected

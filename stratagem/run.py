@@ -13,8 +13,9 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from .ledger import Ledger
-from .plan import Author, Plan, PlanDraft
+from .plan import Author, Plan, PlanDraft, Step
 from .tools.spec import ToolCatalog
+from .usage import Budget, Price, UsageTotals
 
 WORKFLOW_NAME = "StratagemRun"
 
@@ -26,10 +27,46 @@ class ReviewTimeoutAction(str, Enum):
     """Record an escalation, flag the pending decision, and keep waiting."""
 
 
+class Mode(str, Enum):
+    plan = "plan"
+    """A planner writes a task graph; executors run its steps."""
+    joint = "joint"
+    """One model thinks and acts in a single tool-calling loop (a one-step plan, still reviewed)."""
+
+
+JOINT_STEP_ID = "task"
+
+
 class RunOptions(BaseModel):
-    planner: str | None = Field(default=None, description="Model string of the planner, e.g. scripted:script.yaml.")
-    executor: str | None = Field(default=None, description="Model string for llm steps.")
+    planner: str | None = Field(default=None, description="Model string of the planner, e.g. openai:gpt-4.1.")
+    executor: str | None = Field(default=None, description="Model string for llm steps that name no tier.")
+    tiers: dict[str, str] = Field(
+        default_factory=dict, description="Model tiers llm steps may name (e.g. fast, strong) and their model strings."
+    )
     synthesizer: str | None = Field(default=None, description="Model string for the final synthesis; none skips it.")
+    mode: Mode = Field(default=Mode.plan, description="plan (planner + executors) or joint (one ReAct-style loop).")
+    joint_tools: list[str] | None = Field(
+        default=None, description="Joint mode: the tools the model may call. None: every tool the worker has."
+    )
+    max_tool_rounds: int = Field(default=12, ge=1, le=200, description="Model calls one llm step may make.")
+    budget: Budget = Field(default_factory=Budget)
+    prices: dict[str, Price] = Field(
+        default_factory=dict, description="Prices of the run's models (USD per million tokens), for cost estimates."
+    )
+
+    @property
+    def models(self) -> list[str]:
+        """Every model string the run may call."""
+        found = [self.planner, self.executor, self.synthesizer, *self.tiers.values()]
+        return sorted({m for m in found if m})
+
+    def model_for(self, step: Step) -> str | None:
+        """The model that runs an llm step: its tier's, else the executor."""
+        return self.tiers.get(step.tier) if step.tier else self.executor
+
+    def plan_rules(self) -> dict[str, Any]:
+        """What plan validation must know about the run's models."""
+        return {"has_executor": bool(self.executor), "tiers": sorted(self.tiers)}
     auto_approve: bool = Field(default=False, description="Approve every plan and gated step without a person.")
     replan_requires_approval: bool = Field(default=True, description="Revisions from replanning wait for approval.")
     max_parallel: int = Field(default=4, ge=1, le=256, description="Tool and llm steps running at once.")
@@ -56,9 +93,17 @@ class RunInput(BaseModel):
 
     @model_validator(mode="after")
     def _goal_or_plan(self) -> RunInput:
-        if self.state is None and self.plan is None and not self.goal:
+        if self.state is not None:
+            return self
+        if self.options.mode is Mode.joint:
+            if self.plan is not None or not self.goal:
+                raise ValueError("a joint run takes a goal, not a plan")
+            if not self.options.executor:
+                raise ValueError("a joint run needs a model (options.executor)")
+            return self
+        if self.plan is None and not self.goal:
             raise ValueError("a run needs a goal (to plan) or a plan")
-        if self.state is None and self.plan is None and not self.options.planner:
+        if self.plan is None and not self.options.planner:
             raise ValueError("a run with only a goal needs a planner model (options.planner)")
         return self
 
@@ -82,6 +127,7 @@ class DecisionKind(str, Enum):
     plan_approval = "plan_approval"
     step_approval = "step_approval"
     human_answer = "human_answer"
+    budget = "budget"
 
 
 class PendingDecision(BaseModel):
@@ -113,6 +159,7 @@ class RunState(BaseModel):
     failure: str | None = Field(default=None, description="Why the last step failed, for the next replan.")
     reason: str | None = Field(default=None, description="Why the run ended, when it did not succeed.")
     continued: int = Field(default=0, description="How many times this run continued as new.")
+    started_at: datetime | None = Field(default=None, description="When the run started (for the wall-clock budget).")
 
     @property
     def plan(self) -> Plan | None:
@@ -144,6 +191,23 @@ class ReviseInput(BaseModel):
     revision: int | None = Field(
         default=None, description="The revision this edit is based on; refused if it is no longer current."
     )
+
+
+class BudgetInput(BaseModel):
+    """Raise (or set) budget limits, or stop a run that has used its budget up."""
+
+    by: str = Field(min_length=1)
+    tokens: int | None = Field(default=None, ge=1)
+    cost_usd: float | None = Field(default=None, gt=0)
+    model_calls: int | None = Field(default=None, ge=1)
+    wall_clock_seconds: float | None = Field(default=None, gt=0)
+    stop: bool = Field(default=False, description="End the run instead (only while it waits on its budget).")
+    reason: str = ""
+
+    @property
+    def limits(self) -> dict[str, float]:
+        names = ("tokens", "cost_usd", "model_calls", "wall_clock_seconds")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 class AnswerInput(BaseModel):
@@ -180,6 +244,9 @@ class RunStatus(BaseModel):
     max_replans: int
     reason: str | None = None
     continued: int = 0
+    usage: UsageTotals = Field(default_factory=UsageTotals)
+    budget: Budget = Field(default_factory=Budget)
+    mode: Mode = Mode.plan
 
 
 class RunResult(BaseModel):
@@ -196,6 +263,8 @@ def progress_markdown(state: RunState, max_rows: int = 40) -> str:
     """The run at a glance, as Markdown, for the Temporal UI's 'current details'."""
     plan = state.plan
     lines = [f"**{state.phase.value}** · revision {plan.revision if plan else '-'} · replans {state.ledger.replans}/{state.options.max_replans}"]
+    if state.ledger.usage.calls:
+        lines.append(f"\nmodel usage: {state.ledger.usage.describe()}")
     if state.reason:
         lines.append(f"\n{state.reason}")
     for pending in state.pending:

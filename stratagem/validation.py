@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from typing import Any
+from typing import Any, Collection
 
 from jsonschema import Draft202012Validator
 
@@ -19,8 +19,11 @@ from .references import find_references, references_in
 from .tools.spec import ToolCatalog
 
 
-def plan_problems(plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool = True) -> list[str]:
-    """Every broken rule, as a message. `has_executor=False` refuses llm steps (no model to run them)."""
+def plan_problems(
+    plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool = True, tiers: Collection[str] = ()
+) -> list[str]:
+    """Every broken rule, as a message. `has_executor=False` refuses llm steps (no model to run
+    them); `tiers` are the model tiers the run routes, which llm steps may name."""
     problems: list[str] = []
     counts = Counter(step.id for step in plan.steps)
     for step_id, count in counts.items():
@@ -30,7 +33,8 @@ def plan_problems(plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool =
     known = set(counts)
     for step in plan.steps:
         problems.extend(_kind_problems(step, catalog))
-        if step.kind is StepKind.llm and not has_executor:
+        problems.extend(_executor_problems(step, catalog, tiers))
+        if step.kind is StepKind.llm and not has_executor and step.tier is None:
             problems.append(f"step '{step.id}' is an llm step, but the run has no executor model; set one or use a tool step")
         for dep in step.depends_on:
             if dep == step.id:
@@ -61,9 +65,11 @@ def plan_problems(plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool =
     return problems
 
 
-def validate_plan(plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool = True) -> None:
+def validate_plan(
+    plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool = True, tiers: Collection[str] = ()
+) -> None:
     """Raise `PlanValidationError` listing every problem, or return if the plan is valid."""
-    problems = plan_problems(plan, catalog, has_executor=has_executor)
+    problems = plan_problems(plan, catalog, has_executor=has_executor, tiers=tiers)
     if problems:
         raise PlanValidationError(problems)
 
@@ -88,6 +94,32 @@ def _kind_problems(step: Step, catalog: ToolCatalog) -> list[str]:
     if not step.instructions.strip():
         what = "the question to ask" if step.kind is StepKind.human else "what the executor should do"
         problems.append(f"step '{step.id}' is {kind} step with no instructions; say {what}")
+    return problems
+
+
+def _executor_problems(step: Step, catalog: ToolCatalog, tiers: Collection[str]) -> list[str]:
+    """An llm step's tool allowlist and model tier must name things the run has."""
+    problems = []
+    if step.kind is not StepKind.llm:
+        if step.tools:
+            problems.append(f"step '{step.id}' lists tools for an executor, but only llm steps have one")
+        if step.tier is not None:
+            problems.append(f"step '{step.id}' names model tier '{step.tier}', but only llm steps run on a model")
+        return problems
+    for name, count in Counter(step.tools).items():
+        if catalog.get(name) is None:
+            available = ", ".join(sorted(catalog.names)) or "none"
+            problems.append(
+                f"step '{step.id}' allows unknown tool '{name}'{_did_you_mean(name, catalog.names)} (available: {available})"
+            )
+        elif count > 1:
+            problems.append(f"step '{step.id}' lists tool '{name}' {count} times")
+    if step.tier is not None and step.tier not in tiers:
+        configured = ", ".join(sorted(tiers)) or "none"
+        problems.append(
+            f"step '{step.id}' names model tier '{step.tier}', which the run does not route "
+            f"(configured tiers: {configured}){_did_you_mean(step.tier, tiers)}"
+        )
     return problems
 
 

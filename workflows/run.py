@@ -24,13 +24,16 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io as io
     from stratagem import decisions
     from stratagem.errors import DecisionRefusedError, ReferenceResolutionError
-    from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus
+    from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.references import resolve
     from stratagem.run import (
+        JOINT_STEP_ID,
         WORKFLOW_NAME,
         AnswerInput,
         ApproveInput,
+        BudgetInput,
+        Mode,
         DecisionKind,
         DecisionOutcome,
         PendingDecision,
@@ -47,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from stratagem.scheduling import Reconciliation, all_succeeded, ready_steps, reconcile, sink_steps
     from stratagem.tools.spec import ToolCatalog
+    from stratagem.usage import CallUsage, UsageTotals, exhausted, may_cross
     from stratagem.validation import plan_problems
 
 # Planning and synthesis are a few model calls; these bound one attempt, not the whole run.
@@ -96,6 +100,9 @@ class StratagemRun:
         self._finished_here = 0
         self._rejection: str | None = None
         self._memo_phase: str | None = None
+        # Bumped whenever usage, a budget or the steps in flight change: what budget waits wake on.
+        self._budget_epoch = 0
+        self._model_steps_in_flight = 0
 
     # ------------------------------------------------------------------ the loop
 
@@ -126,7 +133,11 @@ class StratagemRun:
 
     async def _start(self, input: RunInput) -> None:
         ledger = self.state.ledger
-        ledger.record(EventKind.run_started, self._now(), message=self.state.goal, auto_approve=self.state.options.auto_approve)
+        self.state.started_at = self._now()
+        ledger.record(
+            EventKind.run_started, self._now(), message=self.state.goal, auto_approve=self.state.options.auto_approve,
+            mode=self.state.options.mode.value,
+        )
         try:
             self.state.catalog = await workflow.execute_activity(
                 io.DESCRIBE_TOOLS,
@@ -147,6 +158,8 @@ class StratagemRun:
             self._adopt(Reconciliation(draft=input.plan), author, input.plan.reason or "supplied plan")
             self.state.phase = Phase.awaiting_approval
             return
+        if self.state.options.mode is Mode.joint:
+            return self._adopt_joint_plan()
         planned = await self._call_planner(current=None)
         if planned is not None:
             self.state.phase = Phase.awaiting_approval
@@ -154,6 +167,8 @@ class StratagemRun:
     async def _call_planner(self, current: Plan | None) -> Plan | None:
         options = self.state.options
         assert options.planner is not None
+        if not await self._budget_gate():
+            return None
         request = io.PlanningInput(
             goal=self.state.goal,
             model=options.planner,
@@ -165,6 +180,7 @@ class StratagemRun:
             failure=self.state.failure,
             history=self._history() if current else [],
             has_executor=bool(options.executor),
+            tiers=sorted(options.tiers),
         )
         try:
             out = await workflow.execute_activity(
@@ -178,8 +194,10 @@ class StratagemRun:
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
+            self._record_calls(_cause_detail(exc, "calls", CallUsage), "plan")
             self._fail(f"planning failed: {_cause_message(exc)}")
             return None
+        self._record_calls(out.call_usage, "plan")
         self.state.planner_calls += out.calls
         for number, problems in enumerate(out.rejected_attempts, start=1):
             self.state.ledger.record(
@@ -212,7 +230,7 @@ class StratagemRun:
         return lines
 
     def _problems(self, draft: PlanDraft) -> list[str]:
-        return plan_problems(draft, self.state.catalog, has_executor=bool(self.state.options.executor))
+        return plan_problems(draft, self.state.catalog, **self.state.options.plan_rules())
 
     def _adopt(self, merged: Reconciliation, author: Author, reason: str) -> Plan:
         """Make a reconciled draft the next revision and bring the ledger in line with it."""
@@ -234,6 +252,76 @@ class StratagemRun:
             steps=len(plan.steps), carried=merged.carried, dropped=merged.dropped, retried=merged.retried,
         )
         return plan
+
+    def _adopt_joint_plan(self) -> None:
+        """Joint mode: one llm step in which one model thinks and acts. It still waits for
+        approval, so a person sees the goal, the model and the tools it may call before it runs."""
+        state, options = self.state, self.state.options
+        tools = options.joint_tools if options.joint_tools is not None else state.catalog.names
+        step = Step(
+            id=JOINT_STEP_ID, title="Reach the goal in one loop", kind=StepKind.llm,
+            instructions=state.goal.replace("${", "$${"), tools=tools,
+        )
+        draft = PlanDraft(goal=state.goal, steps=[step], reason="joint mode: one model thinks and acts in a single loop")
+        problems = self._problems(draft)
+        if problems:
+            return self._fail("the joint run cannot start: " + "; ".join(problems))
+        assert options.executor is not None
+        self._adopt(Reconciliation(draft=draft), Author(kind=AuthorKind.model, name=options.executor), draft.reason)
+        state.phase = Phase.awaiting_approval
+
+    # ------------------------------------------------------------------ usage and budgets
+
+    def _record_calls(self, calls: list[CallUsage], purpose: str, step_id: str | None = None) -> UsageTotals:
+        state = self.state
+        totals = state.ledger.record_calls(
+            calls, self._now(), purpose=purpose, prices=state.options.prices, step_id=step_id,
+            revision=state.plan.revision if state.plan else None,
+        )
+        self._budget_epoch += 1
+        return totals
+
+    def _record_step_work(self, step: Step, calls: list[CallUsage], tool_calls: list[ToolCallRecord]) -> None:
+        """Keep what an llm step's executor did, whether the step succeeded or not."""
+        if step.kind is not StepKind.llm:
+            return
+        totals = self._record_calls(calls, "execute", step.id)
+        if totals.calls:
+            self.state.ledger.note_step_usage(totals)
+        ledger, revision = self.state.ledger, self.state.plan.revision if self.state.plan else None
+        ledger.steps[step.id].tool_calls.extend(tool_calls)
+        for call in tool_calls:
+            refused = call.status is ToolCallStatus.refused
+            ledger.record(
+                EventKind.tool_call_refused if refused else EventKind.tool_called, self._now(), revision=revision,
+                step_id=step.id, message=call.message, tool=call.tool, call=call.call, status=call.status.value,
+            )
+
+    def _budget_used_up(self) -> list[str]:
+        state = self.state
+        if not state.options.budget.is_set:
+            return []
+        started = state.started_at or self._now()
+        elapsed = (self._now() - started).total_seconds()
+        return exhausted(state.options.budget, state.ledger.usage, elapsed)
+
+    def _request_budget(self, used_up: list[str]) -> None:
+        """Ask a person to raise the budget or stop the run (once, however many steps wait)."""
+        if not decisions.request_budget(self.state, used_up, self._now()):
+            return
+        self._show()
+
+    async def _budget_gate(self) -> bool:
+        """Before a planner or synthesis call: wait while the budget is used up. False if a
+        person stopped the run meanwhile (it has then ended)."""
+        while used_up := self._budget_used_up():
+            self._request_budget(used_up)
+            epoch = self._budget_epoch
+            await workflow.wait_condition(lambda: self._budget_epoch != epoch or self._rejection is not None)
+            if self._rejection is not None:
+                self._end(Phase.rejected, self._rejection, EventKind.run_rejected)
+                return False
+        return True
 
     # ------------------------------------------------------------------ review gate
 
@@ -345,16 +433,11 @@ class StratagemRun:
         if step.kind is StepKind.human:
             await self._ask_human(step)
             return
-        # Every waiter's condition is checked in one pass before any of them resumes, so several
-        # may wake for one free slot; re-checking here, with no await before taking it, is exact.
-        def held_back() -> bool:
-            return self._stopping or self._winding_down
-
-        while self._busy_slots >= state.options.max_parallel and not held_back():
-            await workflow.wait_condition(lambda: self._busy_slots < state.options.max_parallel or held_back())
-        if held_back():
-            return  # stays pending; it runs after the replan or the continue-as-new
+        uses_model = step.kind is StepKind.llm
+        if not await self._wait_for_dispatch(step, uses_model):
+            return  # stays pending; it runs after the replan, the continue-as-new or a raised budget
         self._busy_slots += 1
+        self._model_steps_in_flight += uses_model
         try:
             try:
                 outputs = state.ledger.outputs()
@@ -371,8 +454,12 @@ class StratagemRun:
                 if isinstance(exc.cause, TemporalCancelledError):
                     # The run was cancelled while the activity ran: that is not the step's failure.
                     raise asyncio.CancelledError() from exc
+                self._record_step_work(
+                    step, _cause_detail(exc, "calls", CallUsage), _cause_detail(exc, "tool_calls", ToolCallRecord)
+                )
                 self._step_failed(step, record, _cause_message(exc), attempts=_cause_attempts(exc, self._max_attempts(step)))
                 return
+            self._record_step_work(step, result.calls, result.tool_calls)
             record.attempts += result.attempt
             record.output = result.output
             self._close_step(record, StepStatus.succeeded, None)
@@ -385,7 +472,42 @@ class StratagemRun:
             raise
         finally:
             self._busy_slots -= 1
+            self._model_steps_in_flight -= uses_model
             self._finished_here += 1
+            self._budget_epoch += 1
+
+    async def _wait_for_dispatch(self, step: Step, uses_model: bool) -> bool:
+        """Wait for a free slot and for the budget to allow the step. False if the run stops,
+        winds down or is told to stop meanwhile; the step then stays pending.
+
+        Every waiter's condition is checked in one pass before any of them resumes, so several
+        may wake for one free slot; re-checking here, with no await before taking it, is exact.
+        """
+        state = self.state
+
+        def held_back() -> bool:
+            return self._stopping or self._winding_down
+
+        while not held_back():
+            used_up = self._budget_used_up()
+            if used_up:
+                # Parked: a person decides, and a continue-as-new need not wait for them.
+                self._request_budget(used_up)
+                epoch = self._budget_epoch
+                await self._park(step.id, lambda: self._budget_epoch != epoch or held_back())
+                continue
+            # At most one model-using step may be out while the next could cross a limit.
+            hold = uses_model and self._model_steps_in_flight > 0 and may_cross(
+                state.options.budget, state.ledger.usage, state.ledger.largest_step, self._model_steps_in_flight
+            )
+            if not hold and self._busy_slots < state.options.max_parallel:
+                return True
+            epoch = self._budget_epoch
+            await workflow.wait_condition(
+                lambda: held_back() or self._budget_epoch != epoch
+                or (not hold and self._busy_slots < state.options.max_parallel)
+            )
+        return False
 
     async def _dispatch(
         self, step: Step, revision: int, args: Any, instructions: str, outputs: dict[str, Any]
@@ -414,10 +536,12 @@ class StratagemRun:
                 run_id=self.state.run_id, execution_id=self.state.execution_id, step_id=step.id, revision=revision, tool=step.tool, args=args
             )
             return await workflow.execute_activity(io.RUN_TOOL, request, **common)
-        assert options.executor, "validation refuses llm steps when no executor is configured"
+        model = options.model_for(step)
+        assert model, "validation refuses llm steps that no configured model can run"
         request = io.LlmStepInput(
-            run_id=self.state.run_id, revision=revision, step=step, instructions=instructions,
-            inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=options.executor,
+            run_id=self.state.run_id, execution_id=self.state.execution_id, revision=revision, step=step,
+            instructions=instructions, inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=model,
+            max_rounds=options.max_tool_rounds,
         )
         return await workflow.execute_activity(io.RUN_LLM, request, **common)
 
@@ -533,6 +657,8 @@ class StratagemRun:
                 message=f"{state.ledger.replans} of {state.options.max_replans} replans used",
             )
             return self._fail(f"{failure}; the replan limit ({state.options.max_replans}) is reached")
+        if state.options.mode is Mode.joint:
+            return self._fail(f"{failure}; a joint run does not replan")
         if not state.options.planner:
             return self._fail(f"{failure}; no planner model is configured to revise the plan")
         state.ledger.replans += 1
@@ -550,7 +676,7 @@ class StratagemRun:
         if state.phase is Phase.running and state.plan is not None:
             outputs = {sid: state.ledger.steps[sid].output for sid in sink_steps(state.plan)}
             synthesis = None
-            if state.options.synthesizer:
+            if state.options.synthesizer and await self._budget_gate():
                 try:
                     out = await workflow.execute_activity(
                         io.SYNTHESIZE,
@@ -560,6 +686,7 @@ class StratagemRun:
                         retry_policy=PLANNING_RETRY,
                         summary="synthesis",
                     )
+                    self._record_calls(out.calls, "synthesize")
                     synthesis = out.text
                 except ActivityError as exc:
                     if is_cancelled_exception(exc):
@@ -736,6 +863,33 @@ class StratagemRun:
         decisions.record_answer(self.state, answer, self._now())
         return decisions.outcome(self.state, f"answer recorded for step '{answer.step_id}'")
 
+    @workflow.update
+    async def budget(self, decision: BudgetInput) -> DecisionOutcome:
+        outcome = self._apply_budget(decision, via="update")
+        self._show()
+        return outcome
+
+    @budget.validator
+    def _validate_budget(self, decision: BudgetInput) -> None:
+        self._validate(self._check_budget, decision)
+
+    @workflow.signal(name="budget_signal")
+    def budget_signal(self, decision: BudgetInput) -> None:
+        self._signal(self._check_budget, decision, lambda: self._apply_budget(decision, via="signal"))
+
+    def _check_budget(self, state: RunState, decision: BudgetInput) -> None:
+        started = state.started_at or self._now()
+        decisions.check_budget(state, decision, elapsed_seconds=(self._now() - started).total_seconds())
+
+    def _apply_budget(self, decision: BudgetInput, *, via: str) -> DecisionOutcome:
+        stop = decisions.apply_budget(self.state, decision, via=via, now=self._now(), still_used_up=self._budget_used_up)
+        self._budget_epoch += 1
+        if stop is not None:
+            self._rejection = stop
+            self._stopping = True
+            return decisions.outcome(self.state, "the run stops once running steps finish")
+        return decisions.outcome(self.state, "budget changed")
+
     # ------------------------------------------------------------------ queries
 
     @workflow.query
@@ -751,6 +905,7 @@ class StratagemRun:
             revision=state.plan.revision if state.plan else None, approved_revision=state.approved_revision,
             steps=counts, pending=state.pending, replans=state.ledger.replans,
             max_replans=state.options.max_replans, reason=state.reason, continued=state.continued,
+            usage=state.ledger.usage, budget=state.options.budget, mode=state.options.mode,
         )
 
     @workflow.query
@@ -787,6 +942,14 @@ def _cause_message(exc: ActivityError) -> str:
     if cause is None:
         return str(exc)
     return cause.message if isinstance(cause, ApplicationError) else str(cause)
+
+
+def _cause_detail(exc: ActivityError, key: str, model: Any) -> list[Any]:
+    """Records an activity reported with its failure (`key` of its details), as `model`s."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
+        return [model.model_validate(item) for item in cause.details[0].get(key) or []]
+    return []
 
 
 def _cause_attempts(exc: ActivityError, max_attempts: int) -> int:

@@ -1,18 +1,30 @@
 """The model interface every provider implements, and the `provider:name` model strings.
 
-A provider turns a `ModelRequest` (messages, an optional JSON schema for structured output)
-into a `ModelResponse` (text plus token usage). Providers live on the worker: they may read
-files and API keys, which never travel through workflow history.
+A provider turns a `ModelRequest` (messages, the tools the caller offers, an optional JSON
+schema for structured output) into a `ModelResponse` (text and/or tool calls, plus token
+usage). Providers live on the worker: they may read files and API keys, which never travel
+through workflow history.
+
+Failures are classified here, once, for every provider:
+
+- `ModelCallError`: another attempt may succeed (429, 5xx, timeouts, a garbled response).
+  `retry_after` carries the server's Retry-After, which Temporal's next retry honours.
+- `ModelAuthError`: the credentials were refused. Retrying cannot help.
+- `ModelRequestError`: the provider refused the request itself (400, unknown model...).
+- `ModelConfigError`: the model string or the worker's configuration is wrong.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from enum import Enum
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from pydantic import BaseModel, Field
 
-from ..errors import ModelConfigError
+from ..errors import ModelConfigError, StratagemError
+from ..tools.spec import ToolSpec
 
 
 class Purpose(str, Enum):
@@ -21,9 +33,23 @@ class Purpose(str, Enum):
     synthesize = "synthesize"
 
 
+class ToolCall(BaseModel):
+    """A tool call a model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | None = Field(
+        default=None, description="The arguments, or None when the model's arguments were not a JSON object."
+    )
+    raw_arguments: str = Field(default="", description="The arguments as the model sent them, when they did not parse.")
+
+
 class Message(BaseModel):
-    role: str = Field(description="system, user or assistant")
-    content: str
+    role: str = Field(description="system, user, assistant or tool")
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list, description="Assistant turns: the tools it called.")
+    tool_call_id: str | None = Field(default=None, description="Tool turns: the call this result answers.")
+    is_error: bool = Field(default=False, description="Tool turns: the call was refused or failed.")
 
 
 class Usage(BaseModel):
@@ -33,13 +59,21 @@ class Usage(BaseModel):
     def __add__(self, other: Usage) -> Usage:
         return Usage(input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens)
 
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
 
 class ModelRequest(BaseModel):
     purpose: Purpose
     messages: list[Message]
     response_schema: dict[str, Any] | None = Field(
-        default=None, description="JSON schema the answer must follow (structured output), if any."
+        default=None,
+        description="JSON schema the answer must follow (structured output). {} asks for any JSON value; "
+        "None for free text.",
     )
+    schema_name: str = Field(default="answer", description="A name for the schema, where the provider wants one.")
+    tools: list[ToolSpec] = Field(default_factory=list, description="Tools the model may call in its answer.")
     step_id: str | None = None
     call_index: int = Field(
         default=0,
@@ -47,16 +81,37 @@ class ModelRequest(BaseModel):
         "a retried activity asks for the same response.",
     )
     attempt: int = 1
+    timeout_seconds: float | None = Field(default=None, gt=0, description="Limit for this one HTTP request.")
+    max_output_tokens: int | None = Field(default=None, ge=1)
+
+    @property
+    def round(self) -> int:
+        """How many assistant turns the conversation already holds (0 for the first call)."""
+        return sum(1 for m in self.messages if m.role == "assistant")
 
 
 class ModelResponse(BaseModel):
-    text: str
+    text: str = ""
     model: str
     usage: Usage = Field(default_factory=Usage)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    stop_reason: str | None = None
 
 
 class ModelCallError(Exception):
     """A call failed in a way another attempt may fix (rate limits, timeouts, server errors)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ModelAuthError(StratagemError):
+    """The provider refused the credentials (401/403). Another attempt cannot help."""
+
+
+class ModelRequestError(StratagemError):
+    """The provider refused the request itself (400, 404 unknown model, 422). Another attempt cannot help."""
 
 
 class Model(Protocol):
@@ -78,7 +133,7 @@ def split_model_string(model: str) -> tuple[str, str]:
     provider, sep, name = model.partition(":")
     if not sep or not provider or not name:
         raise ModelConfigError(
-            f"model '{model}' is not of the form provider:name (for example scripted:script.yaml)"
+            f"model '{model}' is not of the form provider:name (for example openai:gpt-4.1-mini or scripted:script.yaml)"
         )
     return provider, name
 
@@ -89,3 +144,36 @@ def load_model(model: str) -> Model:
         known = ", ".join(sorted(_providers)) or "none"
         raise ModelConfigError(f"unknown model provider '{provider}' in '{model}' (known: {known})")
     return _providers[provider](name)
+
+
+def known_providers() -> list[str]:
+    return sorted(_providers)
+
+
+# Shapes of provider API keys, so a key echoed back by a server never reaches a message.
+_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{6,}|sk-ant-[A-Za-z0-9_\-*]{6,}|key-[A-Za-z0-9]{16,})")
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """`text` without any of `secrets` and without anything shaped like an API key."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    return _KEY_SHAPES.sub("[redacted]", text)
+
+
+DEFAULT_REQUEST_TIMEOUT = 120.0
+
+
+def request_timeout_default() -> float:
+    """Seconds one HTTP request to a model may take: STRATAGEM_REQUEST_TIMEOUT, else 120."""
+    raw = os.environ.get("STRATAGEM_REQUEST_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_REQUEST_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ModelConfigError(f"STRATAGEM_REQUEST_TIMEOUT must be a positive number of seconds, not '{raw}'")
+    return value

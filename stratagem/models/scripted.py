@@ -4,11 +4,17 @@
       - plan: {goal: ..., steps: [...]}     # a plan, sent as JSON text
       - text: "not json"                    # raw text (useful to exercise repairs)
     executor:                # executor responses by step id
-      draft_email: "Dear ..."               # the same text on every attempt
-      classify:                             # one entry per attempt; the last one repeats
-        - fail: "upstream timeout"          # this attempt fails (retryable)
+      draft_email: "Dear ..."               # the same text on every call
+      classify:                             # one entry per call; the last one repeats
+        - fail: "upstream timeout"          # this call fails (retryable)
         - json: {label: "urgent"}           # a JSON value, sent as JSON text
+      look_up:
+        - call: {tool: read_file, args: {path: vendors.csv}}   # a tool call (also calls: [...])
+        - text: "Vendor found."             # the answer once the tool's result is back
     synthesis: "All done."   # the final synthesis, if the run asks for one
+
+An executor's calls are counted across attempts: the entry used is the number of model turns
+the step's conversation already has plus the number of failed attempts before this one.
 
 Any entry may carry `usage: {input_tokens: N, output_tokens: M}`; otherwise the usage is an
 estimate of four characters per token, so budgets and costs see realistic figures.
@@ -23,7 +29,7 @@ from typing import Any
 import yaml
 
 from ..errors import ModelConfigError, ModelOutputError
-from .base import ModelCallError, ModelRequest, ModelResponse, Purpose, Usage
+from .base import ModelCallError, ModelRequest, ModelResponse, Purpose, ToolCall, Usage
 
 
 class ScriptedModel:
@@ -36,9 +42,10 @@ class ScriptedModel:
         entry = self._entry(request)
         if isinstance(entry, dict) and "fail" in entry:
             raise ModelCallError(f"scripted failure: {entry['fail']}")
-        text = _text(entry, self.path)
-        usage = _usage(entry, request, text)
-        return ModelResponse(text=text, model=self.name, usage=usage)
+        calls = _tool_calls(entry, request, self.path)
+        text = "" if calls else _text(entry, self.path)
+        usage = _usage(entry, request, text or json.dumps([c.model_dump() for c in calls]))
+        return ModelResponse(text=text, model=self.name, usage=usage, tool_calls=calls)
 
     def _entry(self, request: ModelRequest) -> Any:
         if request.purpose is Purpose.plan:
@@ -60,7 +67,7 @@ class ScriptedModel:
         if isinstance(entry, list):
             if not entry:
                 raise ModelOutputError(f"scripted model {self.path}: executor response for '{request.step_id}' is empty")
-            return entry[min(request.attempt, len(entry)) - 1]
+            return entry[min(request.round + request.attempt, len(entry)) - 1]
         return entry
 
 
@@ -97,6 +104,26 @@ def _text(entry: Any, path: Path) -> str:
             if key in entry:
                 return json.dumps(entry[key], default=str)
     raise ModelConfigError(f"scripted model file '{path}': a response must be text or a mapping with text, plan, json or fail")
+
+
+def _tool_calls(entry: Any, request: ModelRequest, path: Path) -> list[ToolCall]:
+    if not isinstance(entry, dict) or not ({"call", "calls"} & set(entry)):
+        return []
+    raw = [entry["call"]] if "call" in entry else entry["calls"]
+    calls = []
+    for number, call in enumerate(raw if isinstance(raw, list) else [raw]):
+        if not isinstance(call, dict) or not isinstance(call.get("tool"), str):
+            raise ModelConfigError(f"scripted model file '{path}': a tool call needs 'tool' (a name) and 'args'")
+        args = call.get("args", {})
+        calls.append(
+            ToolCall(
+                id=f"call_{request.round}_{number}",
+                name=call["tool"],
+                arguments=args if isinstance(args, dict) else None,
+                raw_arguments="" if isinstance(args, dict) else str(args),
+            )
+        )
+    return calls
 
 
 def _usage(entry: Any, request: ModelRequest, text: str) -> Usage:

@@ -37,6 +37,11 @@ class ToolContext:
     collides with an earlier one. Tools with side effects should pass it on
     (as an `Idempotency-Key` header, a request id, a row key) so a repeated attempt has no
     repeated effect.
+
+    When an llm step's executor calls a tool, `call` is the call's position in the step's
+    conversation and the key ends in `/c<call>`: each call of the conversation has its own
+    key, and a retried attempt that resumes the conversation makes the same calls with the
+    same keys.
     """
 
     run_id: str
@@ -45,14 +50,16 @@ class ToolContext:
     attempt: int
     workspace: Path
     execution_id: str
+    call: int | None = None
 
     @property
     def idempotency_key(self) -> str:
-        return idempotency_key(self.run_id, self.execution_id, self.step_id, self.revision)
+        return idempotency_key(self.run_id, self.execution_id, self.step_id, self.revision, self.call)
 
 
-def idempotency_key(run_id: str, execution_id: str, step_id: str, revision: int) -> str:
-    return f"{run_id}/{execution_id}/{step_id}/r{revision}"
+def idempotency_key(run_id: str, execution_id: str, step_id: str, revision: int, call: int | None = None) -> str:
+    key = f"{run_id}/{execution_id}/{step_id}/r{revision}"
+    return key if call is None else f"{key}/c{call}"
 
 
 @dataclass(frozen=True)

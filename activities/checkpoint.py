@@ -1,0 +1,64 @@
+"""What an attempt hands on to the next one: progress sent with every heartbeat.
+
+Temporal keeps an activity's last heartbeat details and gives them to the next attempt, so
+work an attempt finished (model calls paid for, tool calls made) survives its failure, a
+retry and a worker crash, as far as the last heartbeat that reached the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import Any, Awaitable, TypeVar
+
+from temporalio import activity
+
+T = TypeVar("T")
+
+# Heartbeat details travel in Temporal's history; larger progress is sent without the bulky part.
+MAX_CHECKPOINT_BYTES = 256 * 1024
+# Leave this much of an attempt's time to the work around a model request.
+REQUEST_MARGIN_SECONDS = 5.0
+
+
+class Checkpoint:
+    def __init__(self, every: float = 5.0):
+        self.every = every
+        self.details: Any = None
+
+    @staticmethod
+    def previous() -> Any:
+        """The last progress an earlier attempt sent, or None."""
+        details = activity.info().heartbeat_details
+        return details[0] if details else None
+
+    def save(self, details: Any) -> None:
+        self.details = details
+        activity.heartbeat(details)
+
+    async def run(self, work: Awaitable[T]) -> T:
+        """Await `work`, heartbeating meanwhile (with the latest progress), so a dead worker is
+        noticed within the heartbeat timeout and cancellation reaches the work."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.every)
+                if done:
+                    return task.result()
+                if self.details is None:
+                    activity.heartbeat()
+                else:
+                    activity.heartbeat(self.details)
+        finally:
+            if not task.done():
+                task.cancel()
+
+
+def request_timeout(default: float) -> float:
+    """A model request's time limit: `default`, or less, so it ends before the attempt does."""
+    info = activity.info()
+    if not info.start_to_close_timeout:
+        return default
+    deadline = info.started_time + info.start_to_close_timeout
+    remaining = (deadline - datetime.now(timezone.utc)).total_seconds() - REQUEST_MARGIN_SECONDS
+    return max(1.0, min(default, remaining))

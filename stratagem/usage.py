@@ -1,0 +1,209 @@
+"""Token usage, cost estimates and budgets.
+
+Activities report every model call they made (`CallUsage`); the workflow prices each one with
+the run's price table and keeps the totals per step and per run in the ledger. Prices travel
+with the run's options, so the estimate a run shows was computed with the prices it was
+started with, and replaying it computes the same figures.
+
+Budgets bound a run's tokens, cost, model calls and wall-clock time. The rules deciding
+whether a dispatch may go ahead are plain functions here; the workflow applies them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Mapping
+
+from pydantic import BaseModel, Field
+
+from .errors import ConfigError
+
+
+class Price(BaseModel):
+    """List price of a model in US dollars per million tokens."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1_000_000
+
+
+# Published list prices (USD per million tokens, standard tier, no caching or batch discounts)
+# as last checked for this table. Providers change prices: extend or override them under
+# `prices:` in the configuration file. Dated variants (gpt-4o-mini-2024-07-18) match by prefix.
+DEFAULT_PRICES: dict[str, Price] = {
+    name: Price(input_per_mtok=i, output_per_mtok=o)
+    for name, (i, o) in {
+        "openai:gpt-5": (1.25, 10.0),
+        "openai:gpt-5-mini": (0.25, 2.0),
+        "openai:gpt-5-nano": (0.05, 0.40),
+        "openai:gpt-4.1": (2.0, 8.0),
+        "openai:gpt-4.1-mini": (0.40, 1.60),
+        "openai:gpt-4.1-nano": (0.10, 0.40),
+        "openai:gpt-4o": (2.50, 10.0),
+        "openai:gpt-4o-mini": (0.15, 0.60),
+        "openai:o3": (2.0, 8.0),
+        "openai:o4-mini": (1.10, 4.40),
+        "anthropic:claude-opus-4-1": (15.0, 75.0),
+        "anthropic:claude-opus-4-5": (5.0, 25.0),
+        "anthropic:claude-sonnet-4-5": (3.0, 15.0),
+        "anthropic:claude-sonnet-4": (3.0, 15.0),
+        "anthropic:claude-haiku-4-5": (1.0, 5.0),
+        "anthropic:claude-3-5-haiku": (0.80, 4.0),
+    }.items()
+}
+
+
+def price_for(model: str, prices: Mapping[str, Price]) -> Price | None:
+    """The price of `model`: an exact entry, else the longest entry its name starts with.
+
+    A base URL (`openai:llama3@http://...`) is ignored for the lookup. Scripted models are
+    free unless priced explicitly.
+    """
+    if model in prices:
+        return prices[model]
+    bare = _without_base_url(model)
+    if bare in prices:
+        return prices[bare]
+    matches = [key for key in prices if bare.startswith(key + "-") or bare.startswith(key + "@")]
+    if matches:
+        return prices[max(matches, key=len)]
+    if model.startswith("scripted:") or model.startswith("slow:"):
+        return Price(input_per_mtok=0, output_per_mtok=0)
+    return None
+
+
+def _without_base_url(model: str) -> str:
+    name, at, url = model.rpartition("@")
+    return name if at and url.startswith(("http://", "https://")) else model
+
+
+def load_prices(raw: Any, *, source: str) -> dict[str, Price]:
+    """Price entries from a configuration file's `prices:` mapping."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: 'prices' must map model strings to {{input_per_mtok, output_per_mtok}}")
+    prices = {}
+    for model, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{source}: the price of '{model}' must have input_per_mtok and output_per_mtok")
+        try:
+            prices[str(model)] = Price.model_validate(entry)
+        except ValueError as exc:
+            first = str(exc).splitlines()
+            raise ConfigError(f"{source}: the price of '{model}' is invalid ({'; '.join(first[1:3]).strip()})") from None
+    return prices
+
+
+class CallUsage(BaseModel):
+    """One model call, as an activity reports it."""
+
+    model: str
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    attempt: int = Field(default=1, description="The activity attempt that made the call.")
+
+
+class CallRecord(CallUsage):
+    """One model call, as the ledger keeps it."""
+
+    seq: int
+    at: datetime
+    purpose: str = Field(description="plan, execute or synthesize")
+    step_id: str | None = None
+    revision: int | None = None
+    cost_usd: float | None = Field(default=None, description="None when the model has no price.")
+
+
+class UsageTotals(BaseModel):
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_calls: int = Field(default=0, description="Calls whose model has no price: cost_usd leaves them out.")
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, call: CallRecord) -> None:
+        self.calls += 1
+        self.input_tokens += call.input_tokens
+        self.output_tokens += call.output_tokens
+        if call.cost_usd is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost_usd += call.cost_usd
+
+    def widen(self, other: UsageTotals) -> None:
+        """Keep, per dimension, the larger of the two (the largest step seen so far)."""
+        self.calls = max(self.calls, other.calls)
+        self.input_tokens = max(self.input_tokens, other.input_tokens)
+        self.output_tokens = max(self.output_tokens, other.output_tokens)
+        self.cost_usd = max(self.cost_usd, other.cost_usd)
+
+    def describe(self) -> str:
+        cost = f"${self.cost_usd:.4f}"
+        if self.unpriced_calls:
+            cost += f" + {self.unpriced_calls} unpriced call(s)"
+        return f"{self.calls} calls, {self.input_tokens:,} in / {self.output_tokens:,} out tokens, {cost}"
+
+
+class Budget(BaseModel):
+    """Limits for one run. None means no limit."""
+
+    tokens: int | None = Field(default=None, ge=1, description="Input plus output tokens of every model call.")
+    cost_usd: float | None = Field(default=None, gt=0, description="Estimated cost in US dollars.")
+    model_calls: int | None = Field(default=None, ge=1)
+    wall_clock_seconds: float | None = Field(default=None, gt=0, description="Since the run started.")
+
+    @property
+    def limits_models(self) -> bool:
+        return any(v is not None for v in (self.tokens, self.cost_usd, self.model_calls))
+
+    @property
+    def is_set(self) -> bool:
+        return self.limits_models or self.wall_clock_seconds is not None
+
+
+def _dimensions(usage: UsageTotals) -> dict[str, float]:
+    return {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "model_calls": usage.calls}
+
+
+_LABELS = {"tokens": "token", "cost_usd": "cost", "model_calls": "model-call", "wall_clock_seconds": "wall-clock"}
+
+
+def exhausted(budget: Budget, used: UsageTotals, elapsed_seconds: float) -> list[str]:
+    """Each budget that is used up, as a sentence; empty when every one has room left."""
+    found = []
+    for name, value in _dimensions(used).items():
+        limit = getattr(budget, name)
+        if limit is not None and value >= limit:
+            found.append(f"the {_LABELS[name]} budget is used up ({_figure(name, value)} of {_figure(name, limit)})")
+    if budget.wall_clock_seconds is not None and elapsed_seconds >= budget.wall_clock_seconds:
+        found.append(
+            f"the wall-clock budget is used up ({elapsed_seconds:,.0f} s of {budget.wall_clock_seconds:,.0f} s)"
+        )
+    return found
+
+
+def may_cross(budget: Budget, used: UsageTotals, largest_step: UsageTotals | None, in_flight: int) -> bool:
+    """Whether one more model-using step, started now beside `in_flight` others, could take
+    usage past a limit. `largest_step` is the most any one step used so far (None: no step
+    has finished, so nothing is known and any step could)."""
+    if not budget.limits_models:
+        return False
+    if largest_step is None:
+        return True
+    estimate = _dimensions(largest_step)
+    for name, value in _dimensions(used).items():
+        limit = getattr(budget, name)
+        if limit is not None and value + (in_flight + 1) * estimate[name] > limit:
+            return True
+    return False
+
+
+def _figure(name: str, value: float) -> str:
+    if name == "cost_usd":
+        return f"${value:,.4f}"
+    return f"{value:,.0f}"
