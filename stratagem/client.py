@@ -26,6 +26,7 @@ from .run import (
     WORKFLOW_NAME,
     AnswerInput,
     ApproveInput,
+    BudgetInput,
     DecisionOutcome,
     PendingDecision,
     RejectInput,
@@ -95,6 +96,10 @@ class Run:
 
     async def answer(self, answer: AnswerInput) -> DecisionOutcome:
         return await self._decide("answer", answer)
+
+    async def budget(self, decision: BudgetInput) -> DecisionOutcome:
+        """Raise the run's budget, or stop a run waiting on it."""
+        return await self._decide("budget", decision)
 
     async def _decide(self, update: str, decision: Any) -> DecisionOutcome:
         """Send a decision as an update. A refusal raises DecisionRefusedError with the run's reason."""

@@ -6,6 +6,7 @@ the machine): the server reuses the same file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -295,12 +296,26 @@ def owns_server(server: EmbeddedServer) -> bool:
 _WORKER_MARKER = "stratagem.cli worker"
 
 
+# The worker reads these when it calls a model; a change must reach the background worker.
+MODEL_ENV = (
+    "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "STRATAGEM_REQUEST_TIMEOUT",
+)
+
+
+def model_settings_fingerprint() -> str:
+    """A short digest of the model settings in the environment. worker.json keeps this, never
+    the keys, so a new or rotated key restarts the background worker with it."""
+    text = "\n".join(f"{name}={os.environ.get(name, '')}" for name in MODEL_ENV)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class BackgroundWorker:
     """The embedded setup's worker: one process per STRATAGEM_HOME, serving every tool module
     any run asked for. All workers on a task queue must offer the same tools, or a step could
     land on one that lacks its tool; so a new tool module restarts the worker with the union.
-    A changed workspace, task queue, namespace or address restarts it too, keeping its tools.
+    A changed workspace, task queue, namespace, address or model setting (an API key, a base URL)
+    restarts it too, keeping its tools.
 
     `namespace` and `address` default to TEMPORAL_NAMESPACE and TEMPORAL_ADDRESS."""
 
@@ -326,6 +341,7 @@ class BackgroundWorker:
             "workspace": str(Path(self.workspace).resolve()),
             "namespace": self.namespace or env.namespace,
             "address": self.address or env.address,
+            "model_settings": model_settings_fingerprint(),
         }
 
     def _recorded(self) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, RejectInput, RunInput, RunOptions
-from stratagem.server import BackgroundWorker, EmbeddedServer, owns_server, split_address
+from stratagem.server import BackgroundWorker, EmbeddedServer, model_settings_fingerprint, owns_server, split_address
 from test_cli import free_port_pair
 
 # ---------------------------------------------------------------------------- addresses
@@ -211,6 +211,7 @@ def _write_state(worker: BackgroundWorker, pid: int, tools: list[str], **setup: 
         "workspace": str(worker.workspace.resolve()),
         "namespace": "default",
         "address": "127.0.0.1:1",
+        "model_settings": model_settings_fingerprint(),
         **setup,
     }
     worker.state_file.write_text(json.dumps(state))
@@ -253,6 +254,28 @@ def test_ensure_keeps_a_worker_that_already_has_the_tools_and_the_workspace(tmp_
         assert fake.poll() is None
     finally:
         _kill(fake.pid)
+
+
+def test_a_new_api_key_restarts_the_worker_without_writing_the_key_down(tmp_path, worker_env, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    fake = _fake_worker()
+    started = None
+    try:
+        _write_state(worker, fake.pid, ["a.tools"])
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-rotated-0123456789")
+        done = worker.ensure([])
+        assert done is not None and done.startswith("restarted (new model settings) a background worker")
+        assert fake.wait(timeout=20) is not None
+        text = worker.state_file.read_text()
+        started = json.loads(text)["pid"]
+        assert "sk-rotated" not in text
+        assert json.loads(text)["model_settings"] == model_settings_fingerprint()
+    finally:
+        _kill(fake.pid)
+        if started:
+            _kill(started)
 
 
 def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_path, worker_env):

@@ -294,7 +294,7 @@ class StratagemRun:
             refused = call.status is ToolCallStatus.refused
             ledger.record(
                 EventKind.tool_call_refused if refused else EventKind.tool_called, self._now(), revision=revision,
-                step_id=step.id, message=call.message, tool=call.tool, call=call.call, status=call.status.value,
+                step_id=step.id, message=call.message or call.tool, tool=call.tool, call=call.call, status=call.status.value,
             )
 
     def _budget_used_up(self) -> list[str]:

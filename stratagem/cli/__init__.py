@@ -31,8 +31,18 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("goal", nargs="?", help="what to achieve (needs --planner)")
     source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person")
     run.add_argument("--tools", action="append", default=[], metavar="MODULE", help="tool module or .py file; repeatable")
-    run.add_argument("--planner", metavar="MODEL", help="planner model, e.g. scripted:planner.yaml")
-    run.add_argument("--executor", metavar="MODEL", help="executor model for llm steps")
+    run.add_argument("--planner", metavar="MODEL", help="planner model, e.g. openai:gpt-4.1 or scripted:planner.yaml")
+    run.add_argument("--executor", metavar="MODEL", help="executor model for llm steps (default: the planner)")
+    run.add_argument("--tier", action="append", default=[], metavar="NAME=MODEL", help="a model tier llm steps may name; repeatable")
+    run.add_argument("--synthesizer", metavar="MODEL", help="model that summarises the outcome at the end")
+    run.add_argument("--config", metavar="FILE", help="models, tiers, budget and prices (default: $STRATAGEM_CONFIG)")
+    run.add_argument("--mode", choices=["plan", "joint"], default="plan", help="joint: one model thinks and acts in one loop")
+    run.add_argument("--allow-tool", action="append", dest="allow_tools", metavar="TOOL", help="joint mode: a tool the model may call; repeatable (default: all)")
+    run.add_argument("--max-tool-rounds", type=_positive(int), metavar="N", help="model calls one llm step may make")
+    run.add_argument("--budget-tokens", type=_positive(int), metavar="N", help="pause the run past this many tokens")
+    run.add_argument("--budget-cost", type=_positive(float), metavar="USD", help="pause the run past this estimated cost")
+    run.add_argument("--budget-calls", type=_positive(int), metavar="N", help="pause the run past this many model calls")
+    run.add_argument("--budget-seconds", type=_positive(float), metavar="N", help="pause the run this long after it started")
     run.add_argument("--auto-approve", action="store_true", help="approve the plan and gated steps without asking")
     run.add_argument("--detach", action="store_true", help="print the run id and return at once")
     run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
@@ -73,6 +83,16 @@ def parser() -> argparse.ArgumentParser:
     answer.add_argument("--json-value", action="store_true", help="parse TEXT as JSON")
     answer.add_argument("--by", metavar="NAME")
 
+    budget = command("budget", commands.cmd_budget, "raise a run's budget, or stop a run that used it up")
+    budget.add_argument("run_id")
+    budget.add_argument("--tokens", type=_positive(int), metavar="N", help="new token limit (input + output)")
+    budget.add_argument("--cost", type=_positive(float), metavar="USD", help="new cost limit in US dollars")
+    budget.add_argument("--calls", type=_positive(int), metavar="N", help="new limit on model calls")
+    budget.add_argument("--seconds", type=_positive(float), metavar="N", help="new wall-clock limit, from the run's start")
+    budget.add_argument("--stop", action="store_true", help="end the run instead (it must be waiting on its budget)")
+    budget.add_argument("--reason", default="")
+    budget.add_argument("--by", metavar="NAME")
+
     cancel = command("cancel", commands.cmd_cancel, "cancel a run", json=False)
     cancel.add_argument("run_id")
 
@@ -87,6 +107,19 @@ def parser() -> argparse.ArgumentParser:
 
     command("server", commands.cmd_server, "run the embedded Temporal server (SQLite under STRATAGEM_HOME)", json=False)
     return top
+
+
+def _positive(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a {'whole ' if kind is int else ''}number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} is not above zero")
+        return value
+
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:

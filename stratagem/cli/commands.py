@@ -24,13 +24,15 @@ from ..client import Run, connect, get_run, start_run
 from ..config import Settings
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
 from ..ledger import EventKind
-from ..models import load_model
+from ..model_config import load_config, run_prices, with_defaults
+from ..models import load_model, split_model_string
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import dump_plan, load_plan_file
 from ..run import (
     WORKFLOW_NAME,
     AnswerInput,
     ApproveInput,
+    BudgetInput,
     DecisionKind,
     PendingDecision,
     Phase,
@@ -148,6 +150,57 @@ def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | 
     return f"scripted:{scripted}" if scripted.exists() else None
 
 
+def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDraft | None) -> RunOptions:
+    """The run's options: the configuration file, overridden by the command line."""
+    file = load_config(args.config)
+    values: dict[str, object] = {
+        "planner": args.planner or file.planner,
+        "executor": args.executor or file.executor,
+        "synthesizer": args.synthesizer or file.synthesizer,
+        "tiers": {**file.tiers, **_tiers(args.tier)},
+        "mode": args.mode,
+        "auto_approve": args.auto_approve,
+    }
+    if not values["executor"] and not values["planner"]:
+        values["executor"] = _default_executor(plan_file, draft)
+        if values["executor"]:
+            note(
+                f"note: no API key is used; llm steps answer from scripted responses in "
+                f"{str(values['executor']).removeprefix('scripted:')}",
+                json_mode=args.json,
+            )
+    values = with_defaults(values)
+    for key in ("planner", "executor", "synthesizer"):
+        values[key] = _absolute(values[key])  # type: ignore[arg-type]
+    values["tiers"] = {name: _absolute(model) for name, model in values["tiers"].items()}  # type: ignore[union-attr]
+    if args.mode == "joint":
+        if args.plan:
+            raise CliError("--mode joint takes a goal, not --plan")
+        values["joint_tools"] = args.allow_tools
+    elif args.allow_tools:
+        raise CliError("--allow-tool is for --mode joint; in a plan, an llm step lists its tools")
+    overrides = {
+        "tokens": args.budget_tokens, "cost_usd": args.budget_cost,
+        "model_calls": args.budget_calls, "wall_clock_seconds": args.budget_seconds,
+    }
+    budget = file.budget.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    rounds = args.max_tool_rounds or file.max_tool_rounds
+    options = RunOptions(**values, budget=budget, **({"max_tool_rounds": rounds} if rounds else {}))
+    options.prices = run_prices(options.models, file.prices, need_all=budget.cost_usd is not None)
+    return options
+
+
+def _tiers(specs: list[str]) -> dict[str, str]:
+    tiers = {}
+    for spec in specs:
+        name, sep, model = spec.partition("=")
+        if not sep or not name.strip() or not model.strip():
+            raise CliError(f"--tier '{spec}' is not NAME=MODEL (for example fast=openai:gpt-4.1-nano)")
+        split_model_string(model.strip())
+        tiers[name.strip()] = model.strip()
+    return tiers
+
+
 async def cmd_run(args: argparse.Namespace) -> int:
     config = settings()
     plan_file = Path(args.plan) if args.plan else None
@@ -157,23 +210,28 @@ async def cmd_run(args: argparse.Namespace) -> int:
         note(f"note: loading tools from {args.tools[0]}", json_mode=args.json)
     registry = ToolRegistry.from_modules(args.tools)
     draft = load_plan_file(plan_file) if plan_file else None
-    executor = args.executor or _default_executor(plan_file, draft)
-    if executor and not args.executor:
-        note(f"note: no API key is used; llm steps answer from scripted responses in {executor.removeprefix('scripted:')}", json_mode=args.json)
-    for model in (args.planner, executor):
-        if model:
-            load_model(_absolute(model) or model)  # a missing script file or unknown provider fails here, not mid-run
+    options = run_options(args, plan_file, draft)
     if draft is not None:
-        validate_plan(draft, registry.catalog(), has_executor=bool(executor))
-    elif not args.planner:
+        validate_plan(draft, registry.catalog(), **options.plan_rules())
+    elif options.mode.value == "joint":
+        unknown = sorted(set(options.joint_tools or []) - set(registry.catalog().names))
+        if unknown:
+            raise CliError(f"--allow-tool names unknown tool(s): {', '.join(unknown)} (available: {', '.join(registry.catalog().names)})")
+    elif not options.planner:
         raise CliError("a goal needs a planner model: --planner provider:name (for example scripted:planner.yaml)")
     by = args.by or getpass.getuser()
-    run_input = RunInput(
-        goal=args.goal,
-        plan=draft,
-        author=Author(kind=AuthorKind.human, name=by) if draft else None,
-        options=RunOptions(planner=_absolute(args.planner), executor=_absolute(executor), auto_approve=args.auto_approve),
-    )
+    try:
+        run_input = RunInput(
+            goal=args.goal, plan=draft, author=Author(kind=AuthorKind.human, name=by) if draft else None, options=options
+        )
+    except ValueError as exc:
+        raise CliError(str(exc).splitlines()[-1].removeprefix("  Value error, ")) from None
+    if not (args.detach and not is_local(config.address)):
+        # The worker that will call the models runs with this environment (the background
+        # worker, or one hosted by this command): check now that each model loads (a script
+        # file exists, an API key is set), rather than mid-run.
+        for model in options.models:
+            load_model(model)
     client = await open_client(config, start_server=True, json_mode=args.json)
 
     if owns_server(embedded(config)):
@@ -268,6 +326,11 @@ def _question(pending: PendingDecision) -> str:
         return f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: "
     if pending.kind is DecisionKind.step_approval:
         return f"{pending.prompt}? [y]es / [n]o / [l]ater: "
+    if pending.kind is DecisionKind.budget:
+        return (
+            f"paused: {pending.prompt}\n"
+            "raise it (for example: tokens=200000 cost=5 calls=100 seconds=3600), [s]top, or [l]ater: "
+        )
     return f"{pending.step_id} asks: {pending.prompt}\n(type the answer; JSON if it starts with {{ or [; empty for later)\n> "
 
 
@@ -369,6 +432,18 @@ async def respond(
                 return "later"
             else:
                 render.console.print("please answer y, n or l")
+        elif pending.kind is DecisionKind.budget:
+            if choice in ("", "l", "later"):
+                return "later"
+            if choice in ("s", "stop"):
+                await run.budget(BudgetInput(by=by, stop=True, reason=await _reason(prompter)))
+            else:
+                try:
+                    limits = parse_limits(reply)
+                except CliError as exc:
+                    render.errors.print(f"error: {exc}", markup=False)
+                    return "retry"
+                await run.budget(BudgetInput(by=by, **limits))
         else:
             if not reply:
                 return "later"
@@ -521,6 +596,43 @@ async def cmd_answer(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as exc:
             raise CliError(f"--json-value: the answer is not JSON ({exc.msg})") from None
     return await _decide(args, "answer", AnswerInput(step_id=args.step_id, answer=answer, by=args.by or getpass.getuser()))
+
+
+_LIMIT_NAMES = {"tokens": "tokens", "cost": "cost_usd", "calls": "model_calls", "seconds": "wall_clock_seconds"}
+
+
+def parse_limits(text: str) -> dict[str, float]:
+    """`tokens=200000 cost=5` as BudgetInput fields; a clear error for anything else."""
+    limits: dict[str, float] = {}
+    for part in text.replace(",", " ").split():
+        name, sep, value = part.partition("=")
+        if not sep or name not in _LIMIT_NAMES:
+            raise CliError(f"'{part}' is not a limit; write name=value with name one of {', '.join(_LIMIT_NAMES)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise CliError(f"'{value}' is not a number (in '{part}')") from None
+        if number <= 0:
+            raise CliError(f"{name} must be above zero")
+        limits[_LIMIT_NAMES[name]] = int(number) if name in ("tokens", "calls") else number
+    if not limits:
+        raise CliError("give at least one limit, for example tokens=200000")
+    return limits
+
+
+async def cmd_budget(args: argparse.Namespace) -> int:
+    by = args.by or getpass.getuser()
+    if args.stop:
+        if any(v is not None for v in (args.tokens, args.cost, args.calls, args.seconds)):
+            raise CliError("--stop ends the run; give it no limits")
+        decision = BudgetInput(by=by, stop=True, reason=args.reason or "stopped at the budget")
+    else:
+        given = {"tokens": args.tokens, "cost": args.cost, "calls": args.calls, "seconds": args.seconds}
+        limits = {_LIMIT_NAMES[k]: v for k, v in given.items() if v is not None}
+        if not limits:
+            raise CliError("give a limit to raise (--tokens, --cost, --calls, --seconds) or --stop")
+        decision = BudgetInput(by=by, reason=args.reason or "", **limits)
+    return await _decide(args, "budget", decision)
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:

@@ -9,9 +9,10 @@ from rich.console import Console
 from rich.table import Table
 
 from ..graph import topological_order
-from ..ledger import EventKind, Ledger, LedgerEvent, StepStatus
+from ..ledger import EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
 from ..plan import PlanDraft, StepKind
 from ..run import PendingDecision, RunResult, RunStatus
+from ..usage import Budget, UsageTotals
 
 # soft_wrap: long lines (paths, hints to copy) are not broken when output is not a terminal.
 console = Console(highlight=False, soft_wrap=True)
@@ -36,6 +37,8 @@ _EVENT_MARK = {
     EventKind.replan_requested: "↻",
     EventKind.run_succeeded: "★",
     EventKind.run_failed: "✘",
+    EventKind.tool_call_refused: "⛔",
+    EventKind.budget_exhausted: "⏸",
 }
 
 
@@ -49,6 +52,7 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
     table.add_column("risk")
     if ledger is not None:
         table.add_column("status")
+        table.add_column("usage")
     order = topological_order({s.id: s.depends_on for s in plan.steps})
     by_id = {s.id: s for s in plan.steps}
     for step_id in order:
@@ -60,8 +64,34 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
             record = ledger.steps.get(step.id)
             status = record.status if record else StepStatus.pending
             row.append(f"[{_STATUS_STYLE[status]}]{status.value}[/]")
+            row.append(step_usage(record.usage, record.tool_calls) if record else "")
         table.add_row(*row)
     return table
+
+
+def step_usage(usage: UsageTotals | None, tool_calls: list[ToolCallRecord]) -> str:
+    if usage is None:
+        return ""
+    text = f"{usage.calls} calls, {usage.tokens:,} tok"
+    if usage.unpriced_calls == 0:
+        text += f", ${usage.cost_usd:.4f}"
+    refused = sum(1 for c in tool_calls if c.status is ToolCallStatus.refused)
+    if tool_calls:
+        text += f"; {len(tool_calls)} tool calls" + (f" ({refused} refused)" if refused else "")
+    return text
+
+
+def budget_line(budget: Budget) -> str:
+    parts = []
+    if budget.tokens is not None:
+        parts.append(f"{budget.tokens:,} tokens")
+    if budget.cost_usd is not None:
+        parts.append(f"${budget.cost_usd:,.2f}")
+    if budget.model_calls is not None:
+        parts.append(f"{budget.model_calls:,} model calls")
+    if budget.wall_clock_seconds is not None:
+        parts.append(f"{budget.wall_clock_seconds:,.0f} s wall clock")
+    return ", ".join(parts)
 
 
 def _short_args(args: dict[str, Any], limit: int = 60) -> str:
@@ -89,6 +119,12 @@ def decision_hint(run_id: str, pending: PendingDecision) -> str:
         )
     if pending.kind.value == "step_approval":
         return f"step '{pending.step_id}' waits for approval: stratagem approve {run_id} --step {pending.step_id}"
+    if pending.kind.value == "budget":
+        return (
+            f"paused: {pending.prompt}\n"
+            f"  raise it with: stratagem budget {run_id} --tokens N --cost USD --calls N --seconds N  (any of them)\n"
+            f"  or stop with:  stratagem budget {run_id} --stop --reason TEXT"
+        )
     return (
         f"step '{pending.step_id}' asks: {pending.prompt}\n"
         f"  answer with: stratagem answer {run_id} {pending.step_id} TEXT   (add --json-value if TEXT is JSON)"
@@ -106,6 +142,10 @@ def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None
     )
     if status.reason:
         console.print(f"reason: {status.reason}")
+    if status.usage.calls or status.budget.is_set:
+        console.print(f"model usage: {status.usage.describe()}")
+    if status.budget.is_set:
+        console.print(f"budget: {budget_line(status.budget)}")
     if plan is not None:
         console.print(plan_table(plan, ledger))
     for pending in status.pending:

@@ -1,0 +1,104 @@
+"""Which models a run uses, what they cost and how much it may spend: a configuration file.
+
+    # stratagem.yaml (pass with --config, or set STRATAGEM_CONFIG)
+    planner: anthropic:claude-sonnet-4-5
+    executor: openai:gpt-4.1-mini          # default: the planner plays both roles
+    synthesizer: openai:gpt-4.1-mini       # optional final summary
+    tiers:                                 # llm steps may name one: tier: strong
+      fast: openai:gpt-4.1-nano
+      strong: anthropic:claude-sonnet-4-5
+      local: openai:llama3.1:8b@http://127.0.0.1:11434/v1
+    budget: {tokens: 500000, cost_usd: 5, model_calls: 200, wall_clock_seconds: 86400}
+    max_tool_rounds: 12
+    prices:                                # USD per million tokens; extends the built-in table
+      openai:llama3.1:8b: {input_per_mtok: 0, output_per_mtok: 0}
+
+Command-line options override the file. API keys never go here: the worker reads them from
+its environment (OPENAI_API_KEY, ANTHROPIC_API_KEY).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+from .models import split_model_string
+from .usage import DEFAULT_PRICES, Budget, Price, price_for
+
+CONFIG_ENV = "STRATAGEM_CONFIG"
+
+
+class ModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    planner: str | None = None
+    executor: str | None = None
+    synthesizer: str | None = None
+    tiers: dict[str, str] = Field(default_factory=dict)
+    budget: Budget = Field(default_factory=Budget)
+    max_tool_rounds: int | None = Field(default=None, ge=1, le=200)
+    prices: dict[str, Price] = Field(default_factory=dict)
+
+
+def load_config(path: str | Path | None) -> ModelConfig:
+    """The file at `path`, else at $STRATAGEM_CONFIG, else an empty configuration."""
+    source = path or os.environ.get(CONFIG_ENV) or None
+    if source is None:
+        return ModelConfig()
+    where = f"configuration file '{source}'" + (f" (from {CONFIG_ENV})" if path is None else "")
+    try:
+        raw = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{where} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {where}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} is not valid YAML: {exc}".replace("\n", " ")) from None
+    if raw is None:
+        return ModelConfig()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a mapping (planner:, executor:, tiers:, budget:, prices:)")
+    try:
+        config = ModelConfig.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        place = ".".join(str(p) for p in error["loc"])
+        raise ConfigError(f"{where}: {place}: {error['msg']}") from None
+    for model in [config.planner, config.executor, config.synthesizer, *config.tiers.values()]:
+        if model:
+            split_model_string(model)
+    return config
+
+
+def run_prices(models: list[str], extra: dict[str, Price], *, need_all: bool) -> dict[str, Price]:
+    """The price of each of the run's models, from `extra` over the built-in table.
+
+    `need_all` (a cost budget is set) refuses a model without a price: its calls could not
+    count against the budget."""
+    table = {**DEFAULT_PRICES, **extra}
+    prices: dict[str, Price] = {}
+    missing = []
+    for model in models:
+        price = price_for(model, table)
+        if price is None:
+            missing.append(model)
+        else:
+            prices[model] = price
+    if missing and need_all:
+        raise ConfigError(
+            f"a cost budget needs a price for every model, and {', '.join(missing)} has none; "
+            "add it under prices: in the configuration file (USD per million tokens)"
+        )
+    return prices
+
+
+def with_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """One model may play both roles: without an executor, the planner executes its own plan."""
+    if not values.get("executor") and values.get("planner"):
+        values["executor"] = values["planner"]
+    return values
