@@ -12,11 +12,9 @@ whether a dispatch may go ahead are plain functions here; the workflow applies t
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Mapping
 
 from pydantic import BaseModel, Field
-
-from .errors import ConfigError
 
 
 class Price(BaseModel):
@@ -77,22 +75,6 @@ def price_for(model: str, prices: Mapping[str, Price]) -> Price | None:
 def _without_base_url(model: str) -> str:
     name, at, url = model.rpartition("@")
     return name if at and url.startswith(("http://", "https://")) else model
-
-
-def load_prices(raw: Any, *, source: str) -> dict[str, Price]:
-    """Price entries from a configuration file's `prices:` mapping."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: 'prices' must map model strings to {{input_per_mtok, output_per_mtok}}")
-    prices = {}
-    for model, entry in raw.items():
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{source}: the price of '{model}' must have input_per_mtok and output_per_mtok")
-        try:
-            prices[str(model)] = Price.model_validate(entry)
-        except ValueError as exc:
-            first = str(exc).splitlines()
-            raise ConfigError(f"{source}: the price of '{model}' is invalid ({'; '.join(first[1:3]).strip()})") from None
-    return prices
 
 
 class CallUsage(BaseModel):

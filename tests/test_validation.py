@@ -403,3 +403,37 @@ def test_long_chains_validate_without_recursion_and_long_cycles_stay_readable():
     [problem] = [p for p in plan_problems(PlanDraft.model_validate({"goal": "g", "steps": steps}), catalog) if "cycle" in p]
     assert problem.startswith("dependency cycle: s0 -> s4999 -> s4998")
     assert f"({n + 1 - 10} more)" in problem and len(problem) < 200
+
+
+def llm_step(step_id: str, **extra: Any) -> dict[str, Any]:
+    return {"id": step_id, "title": step_id, "kind": "llm", "instructions": "think", **extra}
+
+
+def test_an_llm_steps_tools_must_exist(catalog):
+    problems = plan_problems(plan(llm_step("x", tools=["add", "gret", "add"])), catalog)
+    assert problems == [
+        "step 'x' lists tool 'add' 2 times",
+        "step 'x' allows unknown tool 'gret' (did you mean 'greet'?) (available: add, fetch_profile, greet, total)",
+    ]
+
+
+def test_only_llm_steps_have_tools_and_tiers(catalog):
+    problems = plan_problems(plan(tool_step("t", tools=["add"], tier="fast")), catalog, tiers=["fast"])
+    assert problems == [
+        "step 't' lists tools for an executor, but only llm steps have one",
+        "step 't' names model tier 'fast', but only llm steps run on a model",
+    ]
+
+
+def test_a_tier_must_be_routed(catalog):
+    draft = plan(llm_step("x", tier="strnog"), llm_step("y", tier="strong"))
+    assert plan_problems(draft, catalog, tiers=["fast", "strong"]) == [
+        "step 'x' names model tier 'strnog', which the run does not route (configured tiers: fast, strong) (did you mean 'strong'?)"
+    ]
+
+
+def test_a_step_with_a_tier_needs_no_default_executor(catalog):
+    draft = plan(llm_step("x", tier="fast"), llm_step("y"))
+    assert plan_problems(draft, catalog, has_executor=False, tiers=["fast"]) == [
+        "step 'y' is an llm step, but the run has no executor model; set one or use a tool step"
+    ]
