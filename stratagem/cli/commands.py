@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -176,6 +177,8 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
     if args.mode == "joint":
         if args.plan:
             raise CliError("--mode joint takes a goal, not --plan")
+        if not values["executor"]:
+            raise CliError("--mode joint needs a model: --executor MODEL (or --planner MODEL)")
         values["joint_tools"] = args.allow_tools
     elif args.allow_tools:
         raise CliError("--allow-tool is for --mode joint; in a plan, an llm step lists its tools")
@@ -224,8 +227,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
         run_input = RunInput(
             goal=args.goal, plan=draft, author=Author(kind=AuthorKind.human, name=by) if draft else None, options=options
         )
-    except ValueError as exc:
-        raise CliError(str(exc).splitlines()[-1].removeprefix("  Value error, ")) from None
+    except ValidationError as exc:
+        raise CliError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
     if not (args.detach and not is_local(config.address)):
         # The worker that will call the models runs with this environment (the background
         # worker, or one hosted by this command): check now that each model loads (a script

@@ -1,0 +1,106 @@
+"""The command line's model options: tiers, joint mode, budgets, the configuration file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import yaml
+
+from plans import step
+from test_cli import TOOLS, acli, cli_env, one_line_error, write_plan  # noqa: F401 (cli_env is a fixture)
+
+KEYLESS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "STRATAGEM_CONFIG")
+
+
+def llm(id: str, **fields) -> dict:
+    return {"id": id, "title": id, "kind": "llm", "instructions": f"do {id}", **fields}
+
+
+async def status_json(run_id: str, env: dict) -> dict:
+    done = await acli("status", run_id, "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+async def test_a_budget_pauses_the_run_and_the_command_line_raises_it(cli_env, tmp_path):
+    env, _ = cli_env
+    usage = {"usage": {"input_tokens": 70, "output_tokens": 30}}
+    (tmp_path / "exec.yaml").write_text(yaml.safe_dump({"executor": {"a": {"text": "A", **usage}, "b": {"text": "B", **usage}}}))
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [llm("a"), llm("b", depends_on=["a"])]})
+    started = await acli(
+        "run", *TOOLS, "--plan", plan, "--executor", "scripted:exec.yaml", "--budget-calls", "1",
+        "--auto-approve", "--detach", "--id", "cli-budget", env=env,
+    )
+    assert started.returncode == 0, started.stderr
+    for _ in range(100):
+        status = await status_json("cli-budget", env)
+        if status["pending"]:
+            break
+        await asyncio.sleep(0.1)
+    assert status["pending"][0]["kind"] == "budget"
+    assert status["usage"]["calls"] == 1 and status["usage"]["input_tokens"] == 70
+    assert status["budget"] == {"tokens": None, "cost_usd": None, "model_calls": 1, "wall_clock_seconds": None}
+
+    shown = await acli("status", "cli-budget", env=env)
+    assert "paused: the model-call budget is used up (1 of 1)" in shown.stdout
+    assert "stratagem budget cli-budget --tokens N" in shown.stdout
+    assert "model usage: 1 calls, 70 in / 30 out tokens, $0.0000" in shown.stdout
+
+    one_line_error(await acli("budget", "cli-budget", env=env), "give a limit to raise")
+    one_line_error(await acli("budget", "cli-budget", "--calls", "1", env=env), "leaves no room: the run has used 1 already")
+    one_line_error(await acli("budget", "cli-budget", "--calls", "3", "--stop", env=env), "--stop ends the run; give it no limits")
+    raised = await acli("budget", "cli-budget", "--calls", "3", "--by", "dana", "--json", env=env)
+    assert raised.returncode == 0, raised.stderr
+    assert json.loads(raised.stdout)["message"] == "budget changed"
+
+    waited = await acli("wait", "cli-budget", "--json", env=env)
+    assert json.loads(waited.stdout)["outputs"] == {"b": "B"}
+    audit = [json.loads(line) for line in (await acli("audit", "cli-budget", env=env)).stdout.splitlines()]
+    assert [r["step_id"] for r in audit if r["type"] == "model_call"] == ["a", "b"]
+    assert any(r["type"] == "decision" and r["action"] == "budget" and r["by"] == "dana" for r in audit)
+
+
+async def test_joint_mode_and_tiers_from_the_command_line(cli_env, tmp_path):
+    env, harness = cli_env
+    (tmp_path / "joint.yaml").write_text(yaml.safe_dump(
+        {"executor": {"task": [{"call": {"tool": "record", "args": {"label": "joint"}}}, {"text": "recorded"}]}}
+    ))
+    done = await acli(
+        "run", *TOOLS, "record that we were here", "--mode", "joint", "--executor", "scripted:joint.yaml",
+        "--allow-tool", "record", "--auto-approve", "--json", env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outputs"] == {"task": "recorded"}
+    assert [c["label"] for c in harness.calls()] == ["joint"]
+
+    (tmp_path / "fast.yaml").write_text(yaml.safe_dump({"executor": {"q": "quick answer"}}))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"tiers": {"fast": "scripted:fast.yaml"}}))
+    plan = write_plan(tmp_path / "tiered.yaml", {"goal": "g", "steps": [llm("q", tier="fast")]})
+    tiered = await acli("run", *TOOLS, "--plan", plan, "--config", "config.yaml", "--auto-approve", "--json", env=env)
+    assert tiered.returncode == 0, tiered.stderr
+    assert json.loads(tiered.stdout)["outputs"] == {"q": "quick answer"}
+
+
+async def test_model_option_mistakes_are_one_line(cli_env, tmp_path):
+    env, _ = cli_env
+    env = {k: v for k, v in env.items() if k not in KEYLESS}
+    plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
+    one_line_error(await acli("run", "g", "--planner", "openai:gpt-4.1", env=env), "OPENAI_API_KEY is not set in the worker's environment")
+    one_line_error(await acli("run", "g", "--planner", "scripted:p.yaml", "--tier", "fast", env=env), "--tier 'fast' is not NAME=MODEL")
+    one_line_error(await acli("run", "g", "--config", "nope.yaml", env=env), "configuration file 'nope.yaml' does not exist")
+    one_line_error(await acli("run", "--plan", plan, "--mode", "joint", env=env), "--mode joint takes a goal, not --plan")
+    one_line_error(await acli("run", "g", "--mode", "joint", env=env), "--mode joint needs a model: --executor MODEL")
+    (tmp_path / "p.yaml").write_text("executor: {}\n")
+    one_line_error(
+        await acli("run", *TOOLS, "g", "--mode", "joint", "--executor", "scripted:p.yaml", "--allow-tool", "rm_rf", env=env),
+        "--allow-tool names unknown tool(s): rm_rf",
+    )
+    one_line_error(
+        await acli("run", "g", "--planner", "openai:mystery@http://127.0.0.1:9/v1", "--budget-cost", "1", env=env),
+        "openai:mystery@http://127.0.0.1:9/v1 has none; add it under prices:",
+    )
+    one_line_error(
+        await acli("run", "g", "--planner", "openai:x@http://user:pw@127.0.0.1:9/v1", env=env),
+        "carries credentials",
+    )
