@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -165,3 +166,18 @@ async def harness(time_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterato
 async def dev_harness(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Harness]:
     async with harness_for(dev_env, tmp_path) as h:
         yield h
+
+
+@pytest_asyncio.fixture
+async def cli_env(dev_env, tmp_path):
+    """Environment for the CLI: the dev server, a private task queue served by an in-process worker."""
+    async with harness_for(dev_env, tmp_path) as harness:
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+            "TEMPORAL_TASK_QUEUE": harness.task_queue,
+            "STRATAGEM_HOME": str(tmp_path / "home"),
+            "STRATAGEM_WORKSPACE": str(harness.workspace),
+            "CLI_CWD": str(tmp_path),
+        }
+        yield env, harness

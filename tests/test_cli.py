@@ -12,10 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
-from conftest import harness_for
 from plans import step
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,21 +37,6 @@ def one_line_error(done: subprocess.CompletedProcess[str], expected: str) -> Non
 def write_plan(path: Path, plan: dict) -> str:
     path.write_text(yaml.safe_dump(plan, sort_keys=False))
     return str(path)
-
-
-@pytest.fixture
-async def cli_env(dev_env, tmp_path):
-    """Environment for the CLI: the dev server, a private task queue served by an in-process worker."""
-    async with harness_for(dev_env, tmp_path) as harness:
-        env = {
-            **os.environ,
-            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-            "TEMPORAL_TASK_QUEUE": harness.task_queue,
-            "STRATAGEM_HOME": str(tmp_path / "home"),
-            "STRATAGEM_WORKSPACE": str(harness.workspace),
-            "CLI_CWD": str(tmp_path),
-        }
-        yield env, harness
 
 
 async def acli(*args: str, env: dict[str, str], timeout: float = 90) -> subprocess.CompletedProcess[str]:

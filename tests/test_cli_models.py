@@ -8,7 +8,7 @@ import json
 import yaml
 
 from plans import step
-from test_cli import TOOLS, acli, cli_env, one_line_error, write_plan  # noqa: F401 (cli_env is a fixture)
+from test_cli import TOOLS, acli, one_line_error, write_plan
 
 KEYLESS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "STRATAGEM_CONFIG")
 

@@ -16,6 +16,7 @@ Failures are classified here, once, for every provider:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from enum import Enum
@@ -163,17 +164,18 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
 
 
 DEFAULT_REQUEST_TIMEOUT = 120.0
+REQUEST_TIMEOUT_ENV = "STRATAGEM_REQUEST_TIMEOUT"
 
 
 def request_timeout_default() -> float:
     """Seconds one HTTP request to a model may take: STRATAGEM_REQUEST_TIMEOUT, else 120."""
-    raw = os.environ.get("STRATAGEM_REQUEST_TIMEOUT", "").strip()
+    raw = os.environ.get(REQUEST_TIMEOUT_ENV, "").strip()
     if not raw:
         return DEFAULT_REQUEST_TIMEOUT
     try:
-        value = float(raw)
+        seconds = float(raw)
     except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise ModelConfigError(f"STRATAGEM_REQUEST_TIMEOUT must be a positive number of seconds, not '{raw}'")
-    return value
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ModelConfigError(f"{REQUEST_TIMEOUT_ENV} must be a number of seconds greater than 0, not '{raw}'")
+    return seconds

@@ -1,0 +1,124 @@
+"""`anthropic:<model>[@<base url>]`: Anthropic's Messages API.
+
+Configuration, clients and error handling are shared with the openai provider in `_http`; this
+module only translates to and from the Messages wire format, which differs from chat completions:
+system prompts travel apart from the turns, tool results are blocks of a user turn, and
+`max_tokens` is required.
+
+Structured output uses tool use, which every Claude model supports: the schema becomes a tool
+the model is made to call, and the call's input is the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._http import ANTHROPIC, Endpoint, client_for, reading, resolve_endpoint, send
+from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
+
+DEFAULT_MAX_TOKENS = 4096
+SCHEMA_TOOL_DESCRIPTION = "Give your answer by calling this tool; its input is the answer, in the required structure."
+
+
+class AnthropicModel:
+    def __init__(self, spec: str):
+        self.endpoint = resolve_endpoint(ANTHROPIC, spec)
+        self.name = self.endpoint.label
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        client = client_for(self.endpoint, _make_client)
+        message = await send(self.endpoint, request, client.messages.create, _arguments(self.endpoint.model, request))
+        schema_tool = request.schema_name if request.response_schema else None
+        with reading(self.endpoint):
+            return _response(message, self.name, schema_tool)
+
+
+def _make_client(endpoint: Endpoint) -> Any:
+    from anthropic import AsyncAnthropic
+
+    # Temporal retries the activity, with backoff and Retry-After; the SDK must not retry too.
+    return AsyncAnthropic(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0)
+
+
+def _arguments(model: str, request: ModelRequest) -> dict[str, Any]:
+    system, turns = _conversation(request.messages)
+    arguments: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.max_output_tokens or DEFAULT_MAX_TOKENS,
+        "messages": turns,
+    }
+    if system:
+        arguments["system"] = system
+    tools = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools]
+    if request.response_schema:
+        schema = request.response_schema
+        tools.append({"name": request.schema_name, "description": SCHEMA_TOOL_DESCRIPTION, "input_schema": schema})
+        if not request.tools:
+            # Only the answer is wanted: make the model call the schema tool.
+            arguments["tool_choice"] = {"type": "tool", "name": request.schema_name}
+    if tools:
+        arguments["tools"] = tools
+    return arguments
+
+
+def _conversation(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """The system prompt, and the turns: consecutive tool results become one user turn of blocks."""
+    system = "\n\n".join(m.content for m in messages if m.role == "system" and m.content)
+    turns: list[dict[str, Any]] = []
+    previous = None
+    for message in messages:
+        if message.role == "system":
+            continue
+        if message.role == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id,
+                "content": message.content,
+                "is_error": message.is_error,
+            }
+            if previous == "tool":
+                turns[-1]["content"].append(block)
+            else:
+                turns.append({"role": "user", "content": [block]})
+        elif message.role == "assistant" and message.tool_calls:
+            turns.append({"role": "assistant", "content": _assistant_blocks(message)})
+        else:
+            turns.append({"role": message.role, "content": message.content})
+        previous = message.role
+    return system, turns
+
+
+def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    for call in message.tool_calls:
+        # The API wants an object: arguments that did not parse are sent as an empty one.
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments or {}})
+    return blocks
+
+
+def _response(message: Any, name: str, schema_tool: str | None) -> ModelResponse:
+    text = "".join(block.text for block in message.content if block.type == "text")
+    calls: list[ToolCall] = []
+    for block in message.content:
+        if block.type != "tool_use":
+            continue
+        if block.name == schema_tool:
+            text = json.dumps(block.input)
+        else:
+            calls.append(_tool_call(block))
+    usage = _usage(message.usage)
+    return ModelResponse(text=text, model=name, usage=usage, tool_calls=calls, stop_reason=message.stop_reason)
+
+
+def _tool_call(block: Any) -> ToolCall:
+    if isinstance(block.input, dict):
+        return ToolCall(id=block.id, name=block.name, arguments=block.input)
+    raw = block.input if isinstance(block.input, str) else json.dumps(block.input)
+    return ToolCall(id=block.id, name=block.name, arguments=None, raw_arguments=raw)
+
+
+def _usage(usage: Any) -> Usage:
+    """Input tokens include the prompt cache's: Anthropic counts cached and uncached ones apart."""
+    cached = (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+    return Usage(input_tokens=usage.input_tokens + cached, output_tokens=usage.output_tokens)

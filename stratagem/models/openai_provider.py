@@ -1,0 +1,103 @@
+"""`openai:<model>[@<base url>]`: OpenAI's chat completions, and every server that speaks them.
+
+vLLM, Ollama, LM Studio and many gateways implement the same endpoint, so one provider covers
+them: `openai:llama3.1:8b@http://127.0.0.1:11434/v1`. Configuration, clients and error handling
+are shared with the anthropic provider in `_http`; this module only translates messages, tools
+and structured output to and from the chat-completions wire format.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._http import OPENAI, Endpoint, client_for, reading, resolve_endpoint, send
+from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
+
+
+class OpenAIModel:
+    def __init__(self, spec: str):
+        self.endpoint = resolve_endpoint(OPENAI, spec)
+        self.name = self.endpoint.label
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        client = client_for(self.endpoint, _make_client)
+        arguments = _arguments(self.endpoint.model, request)
+        completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
+        with reading(self.endpoint):
+            return _response(completion, self.name)
+
+
+def _make_client(endpoint: Endpoint) -> Any:
+    from openai import AsyncOpenAI
+
+    # Temporal retries the activity, with backoff and Retry-After; the SDK must not retry too.
+    return AsyncOpenAI(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0)
+
+
+def _arguments(model: str, request: ModelRequest) -> dict[str, Any]:
+    arguments: dict[str, Any] = {"model": model, "messages": [_message(m) for m in request.messages]}
+    if request.tools:
+        arguments["tools"] = [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in request.tools
+        ]
+    if request.response_schema:
+        arguments["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": request.schema_name, "schema": request.response_schema, "strict": False},
+        }
+    elif request.response_schema == {}:
+        arguments["response_format"] = {"type": "json_object"}
+    if request.max_output_tokens is not None:
+        arguments["max_completion_tokens"] = request.max_output_tokens
+    return arguments
+
+
+def _message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if message.role == "assistant" and message.tool_calls:
+        return {
+            "role": "assistant",
+            "content": message.content or None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}
+                for c in message.tool_calls
+            ],
+        }
+    return {"role": message.role, "content": message.content}
+
+
+def _arguments_text(call: ToolCall) -> str:
+    """The arguments as the model sent them: re-encoded when they parsed, else the raw text."""
+    return json.dumps(call.arguments) if call.arguments is not None else call.raw_arguments
+
+
+def _response(completion: Any, name: str) -> ModelResponse:
+    choice = completion.choices[0]
+    return ModelResponse(
+        text=choice.message.content or "",
+        model=name,
+        usage=_usage(completion.usage),
+        tool_calls=[_tool_call(c) for c in choice.message.tool_calls or []],
+        stop_reason=choice.finish_reason,
+    )
+
+
+def _usage(usage: Any) -> Usage:
+    """Zeros when the server did not count (some local servers leave usage out)."""
+    if usage is None:
+        return Usage()
+    return Usage(input_tokens=usage.prompt_tokens or 0, output_tokens=usage.completion_tokens or 0)
+
+
+def _tool_call(call: Any) -> ToolCall:
+    raw = call.function.arguments or ""
+    try:
+        arguments = json.loads(raw or "{}")  # some servers send "" for a call without arguments
+    except ValueError:
+        arguments = None
+    if isinstance(arguments, dict):
+        return ToolCall(id=call.id, name=call.function.name, arguments=arguments)
+    return ToolCall(id=call.id, name=call.function.name, arguments=None, raw_arguments=raw)
