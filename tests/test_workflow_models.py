@@ -113,7 +113,7 @@ async def test_an_unpriced_model_is_counted_but_not_costed(harness):
     assert (totals.calls, totals.tokens, totals.unpriced_calls, totals.cost_usd) == (1, 15, 1, 0.0)
 
 
-async def test_a_retry_resumes_the_conversation_and_counts_every_attempt(harness):
+async def resumes_after_a_failed_attempt(harness) -> None:
     model = harness.script(
         "resume.yaml",
         {"executor": {"work": [
@@ -130,6 +130,16 @@ async def test_a_retry_resumes_the_conversation_and_counts_every_attempt(harness
     assert record.attempts == 2
     assert [(c.attempt, c.input_tokens) for c in (await run.ledger()).calls] == [(1, 100), (2, 150)]
     assert [t.attempt for t in record.tool_calls] == [1]
+
+
+async def test_a_retry_resumes_the_conversation_and_counts_every_attempt(harness):
+    await resumes_after_a_failed_attempt(harness)
+
+
+async def test_the_dev_server_hands_the_checkpoint_to_the_next_attempt(dev_harness):
+    # The time-skipping server does not promise to keep heartbeat details across a failure; the
+    # real server does. Same scenario, on the server production uses.
+    await resumes_after_a_failed_attempt(dev_harness)
 
 
 async def test_a_step_that_never_finishes_fails_with_its_usage_counted(harness):
