@@ -58,6 +58,11 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
     for step_id in order:
         step = by_id[step_id]
         does = f"{step.tool}({_short_args(step.args)})" if step.kind is StepKind.tool else step.title
+        if step.kind is StepKind.llm:
+            # What the executor may do is part of what a reviewer approves.
+            does += f" · tools: {', '.join(step.tools) if step.tools else 'none'}"
+            if step.tier:
+                does += f" · tier {step.tier}"
         risk = step.risk.value + (" · approval" if step.needs_step_approval else "")
         row = [step.id, step.kind.value, does, ", ".join(step.depends_on) or "-", risk]
         if ledger is not None:
@@ -72,12 +77,12 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
 def step_usage(usage: UsageTotals | None, tool_calls: list[ToolCallRecord]) -> str:
     if usage is None:
         return ""
-    text = f"{usage.calls} calls, {usage.tokens:,} tok"
+    text = f"{usage.calls} call{'s' if usage.calls != 1 else ''}, {usage.tokens:,} tok"
     if usage.unpriced_calls == 0:
         text += f", ${usage.cost_usd:.4f}"
     refused = sum(1 for c in tool_calls if c.status is ToolCallStatus.refused)
     if tool_calls:
-        text += f"; {len(tool_calls)} tool calls" + (f" ({refused} refused)" if refused else "")
+        text += f"; tools {len(tool_calls)}" + (f" ({refused} refused)" if refused else "")
     return text
 
 
