@@ -24,7 +24,9 @@ REQUEST_MARGIN_SECONDS = 5.0
 class Checkpoint:
     def __init__(self, every: float = 5.0):
         self.every = every
-        self.details: Any = None
+        # Heartbeats replace the stored details: until this attempt saves its own progress,
+        # keep sending what the earlier attempt left, or a second retry would find nothing.
+        self.details: Any = self.previous()
 
     @staticmethod
     def previous() -> Any:

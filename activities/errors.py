@@ -24,10 +24,11 @@ def as_application_error(exc: BaseException, **progress: Any) -> ApplicationErro
     """
     details = {"attempt": activity.info().attempt, **progress}
     if isinstance(exc, ApplicationError):
-        if exc.details:
-            return exc
-        # Raised by a tool itself: keep its message, type and retry choice, add the attempt.
-        return ApplicationError(redact(exc.message), details, type=exc.type, non_retryable=exc.non_retryable)
+        # Raised by a tool itself: keep its message, type, retry choice and details after ours.
+        return ApplicationError(
+            redact(exc.message), details, *exc.details, type=exc.type, non_retryable=exc.non_retryable,
+            next_retry_delay=exc.next_retry_delay,
+        )
     message = redact(str(exc) or type(exc).__name__)
     if isinstance(exc, ToolError):
         return ApplicationError(

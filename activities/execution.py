@@ -75,6 +75,9 @@ class ExecutionActivities:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            # What this attempt did reaches the next attempt (the checkpoint) and, if none
+            # follows, the workflow (the failure's details).
+            checkpoint.save(_checkpoint_of(progress))
             raise as_application_error(
                 exc,
                 calls=[c.model_dump(mode="json") for c in progress.calls],

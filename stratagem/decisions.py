@@ -29,6 +29,7 @@ from .run import (
     RunState,
 )
 from .scheduling import reconcile
+from .usage import price_for
 from .validation import plan_problems
 
 # ------------------------------------------------------------------ checks
@@ -88,9 +89,17 @@ def check_budget(state: RunState, decision: BudgetInput, *, elapsed_seconds: flo
     if decision.stop:
         if not waiting:
             raise DecisionRefusedError("the run is not waiting on its budget; to end it anyway, cancel it")
+        if decision.limits:
+            raise DecisionRefusedError("a stop takes no limits: send either the limits or the stop")
         return
     if not decision.limits:
         raise DecisionRefusedError("give at least one limit: tokens, cost_usd, model_calls or wall_clock_seconds")
+    if decision.cost_usd is not None:
+        unpriced = [m for m in state.options.models if price_for(m, state.options.prices) is None]
+        if unpriced:
+            raise DecisionRefusedError(
+                f"a cost limit cannot hold: {', '.join(unpriced)} has no price in this run; limit tokens instead"
+            )
     usage = state.ledger.usage
     used = {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "model_calls": usage.calls, "wall_clock_seconds": elapsed_seconds}
     for name, limit in decision.limits.items():

@@ -47,7 +47,8 @@ class ExecutorProgress(BaseModel):
 
     @property
     def rounds(self) -> int:
-        return sum(1 for m in self.messages if m.role == "assistant")
+        """Model calls made for the step, in every attempt (also when a conversation restarted)."""
+        return len(self.calls)
 
 
 def executor_messages(request: io.LlmStepInput, tool_names: list[str]) -> list[Message]:
@@ -98,6 +99,14 @@ class Executor:
 
     async def run(self) -> Any:
         step = self.request.step
+        # A resumed attempt first finishes what the earlier one got as far as: the tool calls the
+        # model asked for, or the final answer it gave.
+        await self._finish_round()
+        last = self.progress.messages[-1]
+        if last.role == "assistant" and not last.tool_calls:
+            output = self._final(last.content)
+            if output is not _REPAIR:
+                return output
         while True:
             if self.progress.rounds >= self.request.max_rounds:
                 raise ModelOutputError(
@@ -124,15 +133,27 @@ class Executor:
                 )
             )
             self.progress.messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
+            self.save(self.progress)  # the call is paid for: a later attempt must count it
             if response.tool_calls:
-                for call in response.tool_calls:
-                    self.progress.messages.append(await self._call_tool(call))
-                self.save(self.progress)
+                await self._finish_round()
                 continue
             output = self._final(response.text)
             if output is not _REPAIR:
                 return output
             self.save(self.progress)
+
+    async def _finish_round(self) -> None:
+        """Answer the tool calls of the last assistant turn that have no result yet, saving the
+        progress after each, so an attempt that dies midway resumes with the calls it owes."""
+        messages = self.progress.messages
+        turn = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
+        if turn is None or not messages[turn].tool_calls:
+            return
+        answered = {m.tool_call_id for m in messages[turn + 1:] if m.role == "tool"}
+        for call in messages[turn].tool_calls:
+            if call.id not in answered:
+                messages.append(await self._call_tool(call))
+                self.save(self.progress)
 
     def _final(self, text: str) -> Any:
         step = self.request.step
@@ -154,7 +175,8 @@ class Executor:
 
     async def _call_tool(self, call: ToolCall) -> Message:
         """Run one tool call if the step allows it; the answer to the model either way."""
-        position = sum(1 for m in self.progress.messages if m.role == "tool")
+        # Counted over every attempt, so a conversation that had to restart never reuses a key.
+        position = len(self.progress.tool_calls)
         arguments = call.raw_arguments if call.arguments is None else json.dumps(call.arguments, default=str)
 
         def answer(status: ToolCallStatus, content: str, message: str = "") -> Message:

@@ -302,6 +302,10 @@ MODEL_ENV = (
 )
 
 
+def model_settings_given() -> bool:
+    return any(os.environ.get(name) for name in MODEL_ENV)
+
+
 def model_settings_fingerprint() -> str:
     """A short digest of the model settings in the environment. worker.json keeps this, never
     the keys, so a new or rotated key restarts the background worker with it."""
@@ -382,15 +386,21 @@ class BackgroundWorker:
         state = self._state()
         return int(state["pid"]) if state else None
 
-    def ensure(self, tools: list[str]) -> str | None:
+    def ensure(self, tools: list[str], *, models: bool = True) -> str | None:
         """Make sure a worker runs with this setup and at least `tools` plus every tool module
         recorded before (a restarted worker keeps what runs asked for). Returns what was done,
-        or None if nothing."""
+        or None if nothing.
+
+        New model settings (keys, base URLs) restart the worker only when `models` is true and
+        this environment sets some: a shell without keys must not replace a worker that has them."""
         wanted = sorted({str(Path(t).resolve()) if t.endswith(".py") else t for t in tools})
         setup = self._setup()
         state = self._state()
         current = sorted(state["tools"]) if state else []
-        changed = [key.replace("_", " ") for key, value in setup.items() if state is not None and state.get(key) != value]
+        changed = [
+            key.replace("_", " ") for key, value in setup.items()
+            if state is not None and state.get(key) != value and (key != "model_settings" or (models and model_settings_given()))
+        ]
         if state is not None and not changed and set(wanted) <= set(current):
             return None
         prepare_home(self.home)
@@ -427,10 +437,16 @@ class BackgroundWorker:
             verb = f"restarted (new {', '.join(changed)})"
         else:
             verb = "restarted (new tools)"
-        return (
+        done = (
             f"{verb} a background worker (pid {process.pid}); tools: {tools_text}; "
             f"workspace: {setup['workspace']}; log: {self.log_file}"
         )
+        if state is not None and not model_settings_given() and state.get("model_settings") != setup["model_settings"]:
+            done += (
+                "\nwarning: the worker had model settings (API keys, base URLs) that this shell lacks, and now runs "
+                "without them; export them and run again so runs calling OpenAI or Anthropic models can"
+            )
+        return done
 
     def _stop(self, pid: int, wait_seconds: float = 15) -> None:
         # SIGTERM lets the worker finish its current activities' bookkeeping and leave cleanly.

@@ -7,7 +7,10 @@ import json
 
 import yaml
 
+import pytest
+
 from plans import step
+from stratagem.cli.commands import CliError, parse_limits
 from test_cli import TOOLS, acli, one_line_error, write_plan
 
 KEYLESS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "STRATAGEM_CONFIG")
@@ -104,3 +107,27 @@ async def test_model_option_mistakes_are_one_line(cli_env, tmp_path):
         await acli("run", "g", "--planner", "openai:x@http://user:pw@127.0.0.1:9/v1", env=env),
         "carries credentials",
     )
+
+
+def test_limits_typed_at_the_prompt_are_checked():
+    assert parse_limits("tokens=200000, cost=2.5 calls=10 seconds=90") == {
+        "tokens": 200000, "cost_usd": 2.5, "model_calls": 10, "wall_clock_seconds": 90.0,
+    }
+    for text, message in [
+        ("tokens=0.5", "tokens must be a whole number"),
+        ("cost=nan", "cost must be a finite number above zero"),
+        ("calls=1e400", "calls must be a finite number above zero"),
+        ("tokens=-3", "above zero"),
+        ("money=5", "'money=5' is not a limit"),
+        ("", "give at least one limit"),
+    ]:
+        with pytest.raises(CliError, match=message):
+            parse_limits(text)
+
+
+async def test_values_no_model_takes_are_one_line(cli_env, tmp_path):
+    env, _ = cli_env
+    done = await acli("run", "g", "--planner", "scripted:p.yaml", "--max-tool-rounds", "500", env=env)
+    one_line_error(done, "error: max_tool_rounds: Input should be less than or equal to 200")
+    done = await acli("budget", "x", "--cost", "nan", env=env)
+    assert done.returncode == 2 and "'nan' is not a finite number" in done.stderr and "Traceback" not in done.stderr

@@ -26,7 +26,7 @@ from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, RejectInput, RunInput, RunOptions
-from stratagem.server import BackgroundWorker, EmbeddedServer, model_settings_fingerprint, owns_server, split_address
+from stratagem.server import MODEL_ENV, BackgroundWorker, EmbeddedServer, model_settings_fingerprint, owns_server, split_address
 from test_cli import free_port_pair
 
 # ---------------------------------------------------------------------------- addresses
@@ -222,6 +222,8 @@ def worker_env(monkeypatch):
     # Nothing listens on port 1: a worker the tests start exits at once with a clear error.
     monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "default")
+    for name in MODEL_ENV:
+        monkeypatch.delenv(name, raising=False)
 
 
 def test_recorded_tools_are_the_background_workers(tmp_path, worker_env):
@@ -276,6 +278,26 @@ def test_a_new_api_key_restarts_the_worker_without_writing_the_key_down(tmp_path
         _kill(fake.pid)
         if started:
             _kill(started)
+
+
+def test_a_shell_without_keys_keeps_a_worker_that_has_them(tmp_path, worker_env, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-kept-0123456789")
+    keyed = model_settings_fingerprint()
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    fake = _fake_worker()
+    try:
+        _write_state(worker, fake.pid, ["a.tools"], model_settings=keyed)
+        assert worker.ensure(["a.tools"]) is None
+        # A new tool module does restart it, without the keys: say so.
+        done = worker.ensure(["b.tools"])
+        assert done is not None and "warning: the worker had model settings" in done
+    finally:
+        _kill(fake.pid)
+        state = json.loads(worker.state_file.read_text())
+        _kill(state["pid"])
 
 
 def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_path, worker_env):

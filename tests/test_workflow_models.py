@@ -132,6 +132,15 @@ async def resumes_after_a_failed_attempt(harness) -> None:
     assert [t.attempt for t in record.tool_calls] == [1]
 
 
+async def test_a_cost_limit_is_refused_while_a_model_has_no_price(harness):
+    path = harness.script("unpriced2.yaml", {"executor": {"a": "A"}})
+    run = await harness.start({"goal": "g", "steps": [llm("a")]}, executor=path.replace("scripted:", "recording:"))
+    await harness.wait_for(run, awaiting)
+    with pytest.raises(DecisionRefusedError, match=r"a cost limit cannot hold: recording:.* has no price in this run"):
+        await run.budget(BudgetInput(by="x", cost_usd=1))
+    await run.budget(BudgetInput(by="x", tokens=1000))  # tokens can always be counted
+
+
 async def test_a_retry_resumes_the_conversation_and_counts_every_attempt(harness):
     await resumes_after_a_failed_attempt(harness)
 
@@ -140,6 +149,20 @@ async def test_the_dev_server_hands_the_checkpoint_to_the_next_attempt(dev_harne
     # The time-skipping server does not promise to keep heartbeat details across a failure; the
     # real server does. Same scenario, on the server production uses.
     await resumes_after_a_failed_attempt(dev_harness)
+
+
+async def test_a_timed_out_step_still_counts_the_calls_it_paid_for(dev_harness):
+    model = dev_harness.script(
+        "hang.yaml", {"executor": {"hang": {"call": {"tool": "slow", "args": {"label": "x", "seconds": 6}}, **usage(50, 5)}}}
+    )
+    plan = {"goal": "g", "steps": [llm("hang", tools=["slow"], timeout_seconds=2, max_attempts=1)]}
+    run = await dev_harness.start(plan, auto_approve=True, executor=model)
+    with pytest.raises(Exception):
+        await run.result()
+    ledger = await run.ledger()
+    assert ledger.steps["hang"].status is StepStatus.failed and ledger.steps["hang"].error == "timed out: an attempt took longer than its time limit"
+    # The model call was checkpointed before the tool hung, and reached the workflow with the timeout.
+    assert (ledger.usage.calls, ledger.usage.tokens) == (1, 55)
 
 
 async def test_a_step_that_never_finishes_fails_with_its_usage_counted(harness):
@@ -249,6 +272,8 @@ async def test_a_person_may_stop_a_run_at_its_budget(harness):
     model, plan = four_steps(harness, "stop.yaml")
     run = await harness.start(plan, auto_approve=True, executor=model, budget={"model_calls": 2})
     await harness.wait_for(run, lambda s: bool(s.pending))
+    with pytest.raises(DecisionRefusedError, match="a stop takes no limits"):
+        await run.budget(BudgetInput(by="carol", stop=True, model_calls=10))
     await run.handle.signal("budget_signal", BudgetInput(by="carol", stop=True, reason="enough"))
     result = await run.result()
     assert result.status is Phase.rejected

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError as TemporalCancelledError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError, TimeoutType
 from temporalio.exceptions import is_cancelled_exception
 from temporalio.workflow import ActivityCancellationType
 
@@ -941,14 +942,28 @@ def _cause_message(exc: ActivityError) -> str:
         cause = cause.cause
     if cause is None:
         return str(exc)
+    if isinstance(exc.cause, TemporalTimeoutError):
+        return _TIMEOUTS.get(exc.cause.type, "timed out") if exc.cause.type else "timed out"
     return cause.message if isinstance(cause, ApplicationError) else str(cause)
+
+
+_TIMEOUTS = {
+    TimeoutType.START_TO_CLOSE: "timed out: an attempt took longer than its time limit",
+    TimeoutType.HEARTBEAT: "timed out: the worker running it stopped reporting (it crashed or is stuck)",
+    TimeoutType.SCHEDULE_TO_CLOSE: "timed out: no attempt finished in the time allowed",
+}
 
 
 def _cause_detail(exc: ActivityError, key: str, model: Any) -> list[Any]:
     """Records an activity reported with its failure (`key` of its details), as `model`s."""
     cause = exc.cause
-    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
-        return [model.model_validate(item) for item in cause.details[0].get(key) or []]
+    details: Any = None
+    if isinstance(cause, ApplicationError) and cause.details:
+        details = cause.details[0]
+    elif isinstance(cause, TemporalTimeoutError) and cause.last_heartbeat_details:
+        details = cause.last_heartbeat_details[0]  # the attempt timed out: its last checkpoint
+    if isinstance(details, dict):
+        return [model.model_validate(item) for item in details.get(key) or []]
     return []
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
 from typing import Any, Callable
 
+from pydantic import ValidationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from ..config import Settings
@@ -115,6 +117,8 @@ def _positive(kind: type) -> Callable[[str], Any]:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not a {'whole ' if kind is int else ''}number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{text} is not above zero")
         return value
@@ -139,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except StratagemError as exc:  # includes invalid plans, whose message lists each problem
         render.errors.print(f"error: {exc}", markup=False)
+        return commands.USAGE
+    except ValidationError as exc:  # a value the option parser let through but a model refuses
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        render.errors.print(f"error: {where}: {error['msg']}", markup=False)
         return commands.USAGE
     except Exception as exc:
         # The SDK may wrap a lost connection (a worker's poll failing, for one). Anything that

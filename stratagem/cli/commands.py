@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -45,6 +46,7 @@ from ..run import (
 )
 from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server, stratagem_home
 from ..tools import ToolRegistry
+from ..usage import Budget
 from ..validation import validate_plan
 from ..worker import build_worker, run_worker, workflow_runner
 from . import render
@@ -186,7 +188,7 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
         "tokens": args.budget_tokens, "cost_usd": args.budget_cost,
         "model_calls": args.budget_calls, "wall_clock_seconds": args.budget_seconds,
     }
-    budget = file.budget.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    budget = Budget.model_validate({**file.budget.model_dump(), **{k: v for k, v in overrides.items() if v is not None}})
     rounds = args.max_tool_rounds or file.max_tool_rounds
     options = RunOptions(**values, budget=budget, **({"max_tool_rounds": rounds} if rounds else {}))
     options.prices = run_prices(options.models, file.prices, need_all=budget.cost_usd is not None)
@@ -615,9 +617,13 @@ def parse_limits(text: str) -> dict[str, float]:
             number = float(value)
         except ValueError:
             raise CliError(f"'{value}' is not a number (in '{part}')") from None
-        if number <= 0:
-            raise CliError(f"{name} must be above zero")
-        limits[_LIMIT_NAMES[name]] = int(number) if name in ("tokens", "calls") else number
+        if not math.isfinite(number) or number <= 0:
+            raise CliError(f"{name} must be a finite number above zero (in '{part}')")
+        if name in ("tokens", "calls"):
+            if not number.is_integer():
+                raise CliError(f"{name} must be a whole number (in '{part}')")
+            number = int(number)
+        limits[_LIMIT_NAMES[name]] = number
     if not limits:
         raise CliError("give at least one limit, for example tokens=200000")
     return limits
@@ -657,7 +663,7 @@ async def cmd_wait(args: argparse.Namespace) -> int:
     if owns_server(embedded(config)):
         # After a restart, the background worker may be gone: bring it back with its tools.
         background = BackgroundWorker(stratagem_home(), task_queue, config.workspace.resolve())
-        done = await asyncio.to_thread(background.ensure, [])
+        done = await asyncio.to_thread(background.ensure, [], models=False)
         if done:
             note(done, json_mode=args.json)
     async with workflow_host(client, task_queue):
