@@ -16,7 +16,7 @@ from temporalio import activity
 T = TypeVar("T")
 
 # Heartbeat details travel in Temporal's history; larger progress is sent without the bulky part.
-MAX_CHECKPOINT_BYTES = 256 * 1024
+MAX_CHECKPOINT_BYTES = 128 * 1024
 # Leave this much of an attempt's time to the work around a model request.
 REQUEST_MARGIN_SECONDS = 5.0
 

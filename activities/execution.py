@@ -1,4 +1,9 @@
-"""Execution activities: one per step attempt, for tool steps and llm steps."""
+"""Execution activities: one per step attempt, for tool steps and llm steps.
+
+Outputs above the inline limit, and every executor transcript, go to the output store; the
+step's record keeps a reference. Inputs that refer to stored outputs are loaded here, where
+I/O is allowed, never in the workflow.
+"""
 
 from __future__ import annotations
 
@@ -11,25 +16,22 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from stratagem import activity_io as io
-from stratagem.errors import ToolError
 from stratagem.executor import Executor, ExecutorProgress
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
+from stratagem.references import resolve
+from stratagem.store import OutputStore, default_store, externalize, hydrate, store_value
 from stratagem.tools import ToolContext, ToolRegistry
 
 from .checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, request_timeout
 from .errors import as_application_error
 
-# Step outputs live in workflow history and in the state continue-as-new carries, so one
-# output may not crowd out the rest. Larger results belong in a file or a store, with the
-# step returning a reference (for example the path `write_file` returns).
-MAX_OUTPUT_BYTES = 128 * 1024
-
 
 class ExecutionActivities:
-    def __init__(self, registry: ToolRegistry, workspace: Path, heartbeat_every: float = 5.0):
+    def __init__(self, registry: ToolRegistry, workspace: Path, store: OutputStore | None = None, heartbeat_every: float = 5.0):
         self._registry = registry
         self._workspace = workspace
+        self._store = store or default_store()
         self._heartbeat_every = heartbeat_every
 
     @activity.defn(name=io.RUN_TOOL)
@@ -44,8 +46,11 @@ class ExecutionActivities:
             execution_id=request.execution_id,
         )
         try:
-            output = await Checkpoint(self._heartbeat_every).run(self._registry.invoke(request.tool, request.args, context))
-            _check_size(output, request.step_id)
+            args = hydrate(self._store, request.args)
+            if request.references is not None:
+                args = resolve(args, hydrate(self._store, request.references))
+            output = await Checkpoint(self._heartbeat_every).run(self._registry.invoke(request.tool, args, context))
+            output = externalize(self._store, _key(request.run_id, request.step_id), output)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -59,7 +64,9 @@ class ExecutionActivities:
         info = activity.info()
         checkpoint = Checkpoint(self._heartbeat_every)
         progress = _resume(checkpoint.previous())
+        key = _key(request.run_id, request.step.id)
         try:
+            request = _materialized(request, self._store)
             executor = Executor(
                 load_model(request.model),
                 request,
@@ -71,7 +78,8 @@ class ExecutionActivities:
                 request_timeout=lambda: request_timeout(request_timeout_default()),
             )
             output = await checkpoint.run(executor.run())
-            _check_size(output, request.step.id)
+            output = externalize(self._store, key, output)
+            transcript = _transcript(self._store, key, progress)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -84,8 +92,29 @@ class ExecutionActivities:
                 tool_calls=[t.model_dump(mode="json") for t in progress.tool_calls],
             ) from exc
         return io.StepOutput(
-            output=output, attempt=info.attempt, model=request.model, calls=progress.calls, tool_calls=progress.tool_calls
+            output=output, attempt=info.attempt, model=request.model, calls=progress.calls,
+            tool_calls=progress.tool_calls, transcript=transcript,
         )
+
+
+def _key(run_id: str, step_id: str) -> str:
+    return f"runs/{run_id}/{step_id}"
+
+
+def _materialized(request: io.LlmStepInput, store: OutputStore) -> io.LlmStepInput:
+    """The request with stored inputs loaded and deferred references resolved."""
+    inputs = hydrate(store, request.inputs)
+    instructions = request.instructions
+    if request.references is not None:
+        instructions = str(resolve(instructions, hydrate(store, request.references)))
+    return request.model_copy(update={"inputs": inputs, "instructions": instructions, "references": None})
+
+
+def _transcript(store: OutputStore, key: str, progress: ExecutorProgress) -> dict[str, Any] | None:
+    """The conversation, in the store: audits can read it, history only holds its reference."""
+    if not progress.messages:
+        return None
+    return store_value(store, f"{key}/transcripts", [m.model_dump(mode="json") for m in progress.messages])
 
 
 def _resume(previous: Any) -> ExecutorProgress:
@@ -105,13 +134,3 @@ def _checkpoint_of(progress: ExecutorProgress) -> dict[str, Any]:
     if len(json.dumps(data)) > MAX_CHECKPOINT_BYTES:
         data["messages"] = []
     return data
-
-
-def _check_size(output: Any, step_id: str) -> None:
-    size = len(json.dumps(output, default=str).encode("utf-8"))
-    if size > MAX_OUTPUT_BYTES:
-        raise ToolError(
-            f"step '{step_id}' produced {size // 1024} KiB of output, above the {MAX_OUTPUT_BYTES // 1024} KiB limit "
-            "for a step's output; write large results to a file and return its path",
-            retryable=False,
-        )

@@ -11,6 +11,7 @@ from stratagem import activity_io as io
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.planner import Progress, plan_with_repairs
+from stratagem.store import OutputStore, default_store, hydrate
 from stratagem.tools import ToolCatalog, ToolRegistry
 from stratagem.usage import CallUsage
 
@@ -19,8 +20,9 @@ from .errors import as_application_error
 
 
 class PlanningActivities:
-    def __init__(self, registry: ToolRegistry):
+    def __init__(self, registry: ToolRegistry, store: OutputStore | None = None):
         self._registry = registry
+        self._store = store or default_store()
 
     @activity.defn(name=io.DESCRIBE_TOOLS)
     async def describe_tools(self) -> ToolCatalog:
@@ -74,7 +76,7 @@ class PlanningActivities:
     async def synthesize(self, request: io.SynthesisInput) -> io.SynthesisOutput:
         try:
             model = load_model(request.model)
-            outputs = json.dumps(request.outputs, indent=1, default=str)
+            outputs = json.dumps(hydrate(self._store, request.outputs), indent=1, default=str)
             attempt = activity.info().attempt
             response = await model.complete(
                 ModelRequest(

@@ -66,6 +66,11 @@ class ToolStepInput(BaseModel):
     revision: int
     tool: str
     args: dict[str, Any]
+    references: dict[str, Any] | None = Field(
+        default=None,
+        description="Set when `args` still hold references into stored outputs: the outputs they refer to, "
+        "which the activity loads and resolves the references with.",
+    )
 
 
 class LlmStepInput(BaseModel):
@@ -77,6 +82,9 @@ class LlmStepInput(BaseModel):
     inputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the steps it depends on.")
     model: str
     max_rounds: int = Field(default=12, ge=1, description="Model calls the step may make.")
+    references: dict[str, Any] | None = Field(
+        default=None, description="Set when `instructions` still hold references into stored outputs (see ToolStepInput)."
+    )
 
 
 class StepOutput(BaseModel):
@@ -85,6 +93,7 @@ class StepOutput(BaseModel):
     model: str | None = None
     calls: list[CallUsage] = Field(default_factory=list, description="Model calls, failed attempts' included.")
     tool_calls: list[ToolCallRecord] = Field(default_factory=list, description="Tool calls of an llm step's executor.")
+    transcript: dict[str, Any] | None = Field(default=None, description="An llm step's conversation, in the store.")
 
 
 class SynthesisInput(BaseModel):

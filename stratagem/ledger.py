@@ -40,6 +40,9 @@ class StepRecord(BaseModel):
     revision: int | None = Field(default=None, description="The plan revision the step last ran under.")
     usage: UsageTotals | None = Field(default=None, description="Model calls made for the step (llm steps).")
     tool_calls: list[ToolCallRecord] = Field(default_factory=list, description="Tools its executor called or tried to.")
+    transcript: dict[str, Any] | None = Field(
+        default=None, description="A reference to the executor's conversation in the output store (llm steps)."
+    )
 
 
 class ToolCallStatus(str, Enum):

@@ -11,6 +11,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from .client import connect
 from .config import Settings
+from .store import OutputStore
 from .tools import ToolRegistry
 
 # Pure modules the workflow imports. Passing them through the sandbox keeps one copy of the
@@ -29,6 +30,7 @@ def build_worker(
     registry: ToolRegistry,
     workspace: Path,
     max_concurrent_activities: int | None = None,
+    store: OutputStore | None = None,
 ) -> Worker:
     from activities import build_activities
     from workflows import StratagemRun
@@ -37,7 +39,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[StratagemRun],
-        activities=build_activities(registry, workspace),
+        activities=build_activities(registry, workspace, store),
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
     )

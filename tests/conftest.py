@@ -10,10 +10,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
+import pytest
 import pytest_asyncio
 import yaml
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli, temporal_test_server
@@ -21,6 +23,8 @@ from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, registe
 from stratagem.client import Run, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RunInput, RunOptions, RunStatus
+from stratagem.payloads import with_claim_checks
+from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker, workflow_runner
 from temporalio.worker import Replayer
@@ -45,21 +49,27 @@ class SlowScriptedModel(ScriptedModel):
 register_provider("slow", SlowScriptedModel)
 
 
+@pytest.fixture(scope="session")
+def converter(tmp_path_factory) -> DataConverter:
+    """Stratagem's data converter, with large payloads going to a store for the session."""
+    return with_claim_checks(pydantic_data_converter, FileStore(tmp_path_factory.mktemp("payload-store")))
+
+
 @pytest_asyncio.fixture(scope="session")
-async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+async def time_env(converter: DataConverter) -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server: review timeouts and long waits take no real time."""
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(temporal_test_server())
+        data_converter=converter, test_server_existing_path=str(temporal_test_server())
     )
     yield env
     await env.shutdown()
 
 
 @pytest_asyncio.fixture(scope="session")
-async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+async def dev_env(converter: DataConverter) -> AsyncIterator[WorkflowEnvironment]:
     """The Temporal dev server (the same one `stratagem server` runs), with real time."""
     env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
+        data_converter=converter,
         dev_server_existing_path=str(temporal_cli()),
         dev_server_log_level="error",
     )
@@ -70,10 +80,11 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
 class Harness:
     """One worker on its own task queue, and helpers to start and observe runs."""
 
-    def __init__(self, env: WorkflowEnvironment, workspace: Path, task_queue: str):
+    def __init__(self, env: WorkflowEnvironment, workspace: Path, task_queue: str, store: FileStore):
         self.env = env
         self.client = env.client
         self.workspace = workspace
+        self.store = store
         self.task_queue = task_queue
         self.runs: list[Run] = []
 
@@ -103,7 +114,7 @@ class Harness:
         workflow task is outstanding, which would stall later tests. The replay catches any
         non-determinism in the workflow code on every scenario the tests exercise.
         """
-        replayer = Replayer(workflows=[StratagemRun], data_converter=pydantic_data_converter, workflow_runner=workflow_runner())
+        replayer = Replayer(workflows=[StratagemRun], data_converter=self.client.data_converter, workflow_runner=workflow_runner())
         for run in self.runs:
             description = await run.handle.describe()
             if description.status == WorkflowExecutionStatus.RUNNING:
@@ -143,14 +154,36 @@ class Harness:
         return f"scripted:{path}"
 
 
+def payload_sizes(history: Any) -> list[int]:
+    """The size in bytes of every payload in a workflow history."""
+    import base64
+
+    sizes: list[int] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "metadata" in node and isinstance(node.get("data"), str):
+                sizes.append(len(base64.b64decode(node["data"])))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(history.to_json_dict())
+    return sizes
+
+
 @asynccontextmanager
-async def harness_for(env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Harness]:
+async def harness_for(env: WorkflowEnvironment, tmp_path: Path, registry: ToolRegistry | None = None) -> AsyncIterator[Harness]:
+    """A worker with `registry` (default: the fixture tools) on a task queue of its own."""
     workspace = tmp_path / "workspace"
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
-    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
-    harness = Harness(env, workspace, task_queue)
+    registry = registry or ToolRegistry.from_modules([FIXTURE_TOOLS])
+    store = FileStore(tmp_path / "store")
+    harness = Harness(env, workspace, task_queue, store)
     try:
-        async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=workspace):
+        async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=workspace, store=store):
             yield harness
     finally:
         await harness.close()

@@ -12,18 +12,16 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
-from contextlib import asynccontextmanager
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 import yaml
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from conftest import Harness
+from conftest import Harness, harness_for
 from stratagem.errors import ToolError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import StepKind
@@ -31,7 +29,6 @@ from stratagem.plan_files import load_plan_file
 from stratagem.run import AnswerInput, ApproveInput, DecisionKind, Phase, RunStatus
 from stratagem.tools import ToolContext, ToolRegistry
 from stratagem.validation import validate_plan
-from stratagem.worker import build_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -111,17 +108,9 @@ def test_plans_use_parallel_steps_gates_and_people():
 # --- Running them ---------------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def example_harness(env: WorkflowEnvironment, tmp_path: Path, example: Example) -> AsyncIterator[Harness]:
-    """Like conftest.harness_for, with the example's tools module instead of the fixture tools."""
-    workspace = tmp_path / "workspace"
-    task_queue = f"ex-{uuid.uuid4().hex[:8]}"
-    harness = Harness(env, workspace, task_queue)
-    try:
-        async with build_worker(env.client, task_queue=task_queue, registry=example.registry(), workspace=workspace):
-            yield harness
-    finally:
-        await harness.close()
+def example_harness(env: WorkflowEnvironment, tmp_path: Path, example: Example):
+    """Like the `harness` fixture, with the example's tools module instead of the fixture tools."""
+    return harness_for(env, tmp_path, example.registry())
 
 
 async def drive(run, answers: dict[str, Any], timeout: float = 60) -> tuple[RunStatus, list[tuple[str, str | None, str]]]:

@@ -8,12 +8,14 @@ import uuid
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
+from conftest import payload_sizes
 from plans import awaiting, step
 from stratagem.client import start_run
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import AnswerInput, ApproveInput, Phase, ReviseInput, RunInput, RunOptions
+from stratagem.store import is_stored, load_value
 
 
 
@@ -134,10 +136,24 @@ async def test_attempts_are_counted_exactly(harness):
     assert wobbly.error == "RuntimeError: transient trouble on attempt 2"
 
 
-async def test_an_oversized_output_fails_its_step_clearly(harness):
-    run = await harness.start({"goal": "g", "steps": [step("huge", "big_output", kib=300)]}, auto_approve=True)
-    with pytest.raises(WorkflowFailureError) as info:
-        await run.result()
-    assert "step 'huge' produced 300 KiB of output, above the 128 KiB limit" in str(info.value.cause)
-    record = (await run.ledger()).steps["huge"]
-    assert record.attempts == 1 and record.output is None
+async def test_large_outputs_live_in_the_store_and_still_feed_later_steps(harness):
+    plan = {
+        "goal": "g",
+        "steps": [
+            step("huge", "big_output", kib=300),
+            step("small", "big_output", kib=1),
+            step("whole", "record", ["huge"], label="${huge}"),
+            step("inside", "record", ["huge", "small"], label="head ${huge} and ${small}"),
+        ],
+    }
+    run = await harness.start(plan, auto_approve=True)
+    await run.result()
+    ledger = await run.ledger()
+    stored = ledger.steps["huge"].output
+    assert is_stored(stored) and stored["bytes"] == 300 * 1024 + 2 and stored["preview"] == "x" * 300
+    assert ledger.steps["small"].output == "x" * 1024  # small outputs stay inline
+    assert load_value(harness.store, stored) == "x" * 300 * 1024
+    labels = {c["step"]: c["label"] for c in harness.calls()}
+    assert labels["whole"] == "x" * 300 * 1024  # a whole-value reference gets the stored value
+    assert labels["inside"] == f"head {'x' * 300 * 1024} and {'x' * 1024}"  # resolved in the activity
+    assert max(payload_sizes(await run.handle.fetch_history())) < 64 * 1024

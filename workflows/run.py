@@ -27,7 +27,8 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.errors import DecisionRefusedError, ReferenceResolutionError
     from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
-    from stratagem.references import resolve
+    from stratagem.references import references_in, resolve
+    from stratagem.store import describe, is_stored
     from stratagem.run import (
         JOINT_STEP_ID,
         WORKFLOW_NAME,
@@ -440,17 +441,23 @@ class StratagemRun:
         self._busy_slots += 1
         self._model_steps_in_flight += uses_model
         try:
-            try:
-                outputs = state.ledger.outputs()
-                args = resolve(step.args, outputs)
-                instructions = resolve(step.instructions, outputs)
-            except ReferenceResolutionError as exc:
-                self._step_started(record, plan.revision)
-                self._step_failed(step, record, str(exc), attempts=0)
-                return
+            outputs = state.ledger.outputs()
+            deferred = _stored_references(step, outputs)
+            if deferred is None:
+                try:
+                    args = resolve(step.args, outputs)
+                    instructions = resolve(step.instructions, outputs)
+                except ReferenceResolutionError as exc:
+                    self._step_started(record, plan.revision)
+                    self._step_failed(step, record, str(exc), attempts=0)
+                    return
+            else:
+                # Some referenced outputs are in the store, where only an activity may read:
+                # the activity resolves the references.
+                args, instructions = step.args, step.instructions
             self._step_started(record, plan.revision)
             try:
-                result = await self._dispatch(step, plan.revision, args, str(instructions), outputs)
+                result = await self._dispatch(step, plan.revision, args, str(instructions), outputs, deferred)
             except ActivityError as exc:
                 if isinstance(exc.cause, TemporalCancelledError):
                     # The run was cancelled while the activity ran: that is not the step's failure.
@@ -463,6 +470,7 @@ class StratagemRun:
             self._record_step_work(step, result.calls, result.tool_calls)
             record.attempts += result.attempt
             record.output = result.output
+            record.transcript = result.transcript
             self._close_step(record, StepStatus.succeeded, None)
             state.ledger.record(
                 EventKind.step_succeeded, self._now(), revision=plan.revision, step_id=step.id,
@@ -511,7 +519,8 @@ class StratagemRun:
         return False
 
     async def _dispatch(
-        self, step: Step, revision: int, args: Any, instructions: str, outputs: dict[str, Any]
+        self, step: Step, revision: int, args: Any, instructions: str, outputs: dict[str, Any],
+        references: dict[str, Any] | None,
     ) -> io.StepOutput:
         options = self.state.options
         timeout = timedelta(seconds=step.timeout_seconds or options.step_timeout_seconds)
@@ -534,7 +543,8 @@ class StratagemRun:
         if step.kind is StepKind.tool:
             assert step.tool is not None
             request: Any = io.ToolStepInput(
-                run_id=self.state.run_id, execution_id=self.state.execution_id, step_id=step.id, revision=revision, tool=step.tool, args=args
+                run_id=self.state.run_id, execution_id=self.state.execution_id, step_id=step.id, revision=revision,
+                tool=step.tool, args=args, references=references,
             )
             return await workflow.execute_activity(io.RUN_TOOL, request, **common)
         model = options.model_for(step)
@@ -542,7 +552,7 @@ class StratagemRun:
         request = io.LlmStepInput(
             run_id=self.state.run_id, execution_id=self.state.execution_id, revision=revision, step=step,
             instructions=instructions, inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=model,
-            max_rounds=options.max_tool_rounds,
+            max_rounds=options.max_tool_rounds, references=references,
         )
         return await workflow.execute_activity(io.RUN_LLM, request, **common)
 
@@ -570,7 +580,9 @@ class StratagemRun:
         pending = decisions.pending_for(state, DecisionKind.human_answer, step.id)
         if pending is None:
             try:
-                question = str(resolve(step.instructions, state.ledger.outputs()))
+                # A stored output appears in a question as a short description of itself.
+                shown = {sid: describe(v) if is_stored(v) else v for sid, v in state.ledger.outputs().items()}
+                question = str(resolve(step.instructions, shown))
             except ReferenceResolutionError as exc:
                 self._step_started(record, revision)
                 self._step_failed(step, record, str(exc), attempts=0)
@@ -934,6 +946,14 @@ class StratagemRun:
 
     def _now(self) -> Any:
         return workflow.now()
+
+
+def _stored_references(step: Step, outputs: dict[str, Any]) -> dict[str, Any] | None:
+    """The outputs a step refers to, if any of them is in the store; else None."""
+    referenced = {ref.step_id for ref in references_in(step.instructions, step.args)}
+    if not any(is_stored(outputs.get(sid)) for sid in referenced):
+        return None
+    return {sid: outputs[sid] for sid in referenced if sid in outputs}
 
 
 def _cause_message(exc: ActivityError) -> str:

@@ -1,0 +1,80 @@
+"""Claim checks: no Temporal payload above `PAYLOAD_LIMIT` bytes ever reaches the history.
+
+A payload codec runs in every client and worker, outside workflow code. A payload above the
+limit (a plan of thousands of steps, the state a continue-as-new carries, a long ledger in a
+query answer) is written to the output store, and the history holds a small payload naming
+it. Decoding reads it back and checks its digest. Workflow code sees the full value either
+way, so this changes nothing about determinism.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+from typing import Sequence
+
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import DataConverter, PayloadCodec
+
+from .store import OutputStore, StoreError, default_store
+
+ENCODING = b"stratagem/stored-payload"
+# Temporal warns above 512 KB and refuses 2 MB; keep every payload well below both.
+PAYLOAD_LIMIT = 128 * 1024
+
+
+class ClaimCheckCodec(PayloadCodec):
+    def __init__(self, store: OutputStore, limit: int = PAYLOAD_LIMIT):
+        self.store = store
+        self.limit = limit
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [await self._encode(p) if p.ByteSize() > self.limit else p for p in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [await self._decode(p) if p.metadata.get("encoding") == ENCODING else p for p in payloads]
+
+    async def _encode(self, payload: Payload) -> Payload:
+        data = payload.SerializeToString()
+        digest = hashlib.sha256(data).hexdigest()
+        ref = await asyncio.to_thread(self.store.put, f"payloads/{digest[:2]}/{digest}.bin", data)
+        claim = {"ref": ref, "sha256": digest, "bytes": len(data)}
+        return Payload(metadata={"encoding": ENCODING}, data=json.dumps(claim).encode())
+
+    async def _decode(self, payload: Payload) -> Payload:
+        claim = json.loads(payload.data)
+        data = await asyncio.to_thread(self.store.get, claim["ref"])
+        if hashlib.sha256(data).hexdigest() != claim["sha256"]:
+            raise StoreError(f"stored payload {claim['ref']} does not match its checksum: it was changed or damaged")
+        original = Payload()
+        original.ParseFromString(data)
+        return original
+
+
+class ChainCodec(PayloadCodec):
+    """Codecs applied in order when encoding, in reverse when decoding."""
+
+    def __init__(self, codecs: Sequence[PayloadCodec]):
+        self.codecs = list(codecs)
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        result = list(payloads)
+        for codec in self.codecs:
+            result = await codec.encode(result)
+        return result
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        result = list(payloads)
+        for codec in reversed(self.codecs):
+            result = await codec.decode(result)
+        return result
+
+
+def with_claim_checks(converter: DataConverter, store: OutputStore | None = None) -> DataConverter:
+    """`converter` whose large payloads go to `store` (default: the configured store). A codec
+    already there (encryption) runs first, so what the store keeps is what history would have."""
+    claim = ClaimCheckCodec(store or default_store())
+    codec = ChainCodec([converter.payload_codec, claim]) if converter.payload_codec else claim
+    return dataclasses.replace(converter, payload_codec=codec)
