@@ -10,16 +10,18 @@ from typing import Any
 from temporalio.client import (
     Client,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
+from .codec import data_converter
 from .config import Settings
-from .errors import DecisionRefusedError, RunUnresponsiveError
+from .payloads import with_claim_checks
+from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .ledger import Ledger
 from .plan import Plan
 from .run import (
@@ -48,14 +50,15 @@ def quiet_runtime() -> Runtime:
 
 
 async def connect(settings: Settings | None = None, *, runtime: Runtime | None = None, quiet: bool = False) -> Client:
-    """A client with Stratagem's data converter. `runtime` defaults to the SDK's; `quiet=True`
-    uses `quiet_runtime()` (for command-line tools, where the core's warnings are noise)."""
+    """A client with Stratagem's data converter: the pydantic converter, encrypting payloads and
+    failure messages when the settings carry an encryption key (STRATAGEM_ENCRYPTION_KEY; see
+    `stratagem.codec`). A malformed key raises ConfigError. `runtime` defaults to the SDK's;
+    `quiet=True` uses `quiet_runtime()` (for command-line tools, where the core's warnings are noise)."""
     settings = settings or Settings.from_env()
+    converter = with_claim_checks(data_converter(settings))
     if runtime is None and quiet:
         runtime = quiet_runtime()
-    return await Client.connect(
-        settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter, runtime=runtime
-    )
+    return await Client.connect(settings.address, namespace=settings.namespace, data_converter=converter, runtime=runtime)
 
 
 NO_WORKER = "no worker is running its workflow; start one with `stratagem worker`"
@@ -119,9 +122,12 @@ class Run:
             raise
 
     async def _query(self, name: str, result_type: Any) -> Any:
-        """A query. One that times out (nobody runs the workflow) raises RunUnresponsiveError."""
+        """A query. One that times out (nobody runs the workflow) raises RunUnresponsiveError;
+        one the workflow cannot answer (a worker with another encryption key) StratagemError."""
         try:
             return await self.handle.query(name, result_type=result_type, rpc_timeout=self.rpc_timeout)
+        except WorkflowQueryFailedError as exc:
+            raise StratagemError(f"run {self.id} could not answer the {name} query: {exc.message}") from None
         except RPCError as exc:
             if _query_timed_out(exc):
                 raise RunUnresponsiveError(f"run {self.id} did not answer the {name} query in time: {NO_WORKER}") from None

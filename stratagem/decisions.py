@@ -50,8 +50,16 @@ def pending_for(state: RunState, kind: DecisionKind, step_id: str | None) -> Pen
     return next((p for p in state.pending if p.kind is kind and p.step_id == step_id), None)
 
 
+def check_approver(state: RunState, by: str) -> None:
+    approvers = state.options.approvers
+    if approvers is not None and by not in approvers:
+        names = ", ".join(approvers) or "nobody"
+        raise DecisionRefusedError(f"{by} is not on this run's approver list ({names})")
+
+
 def check_approve(state: RunState, decision: ApproveInput) -> None:
     check_open(state)
+    check_approver(state, decision.by)
     check_revision(state, decision.revision)
     if decision.step_id is not None:
         if pending_for(state, DecisionKind.step_approval, decision.step_id) is None:
@@ -67,6 +75,7 @@ def check_reject(state: RunState, decision: RejectInput) -> None:
 def check_revise(state: RunState, decision: ReviseInput) -> None:
     """The edited plan must be valid as laid over what already ran, against the run's tools."""
     check_open(state)
+    check_approver(state, decision.by)
     if state.phase is not Phase.awaiting_approval:
         raise DecisionRefusedError(f"a plan can only be revised while it awaits approval (the run is {state.phase.value})")
     check_revision(state, decision.revision)
@@ -85,6 +94,7 @@ def check_answer(state: RunState, answer: AnswerInput) -> None:
 def check_budget(state: RunState, decision: BudgetInput, *, elapsed_seconds: float) -> None:
     """A stop needs a run waiting on its budget; a change must leave room above what is used."""
     check_open(state)
+    check_approver(state, decision.by)
     waiting = pending_for(state, DecisionKind.budget, None) is not None
     if decision.stop:
         if not waiting:

@@ -43,6 +43,7 @@ class ModelConfig(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     max_tool_rounds: int | None = Field(default=None, ge=1, le=200)
     prices: dict[str, Price] = Field(default_factory=dict)
+    approvers: list[str] | None = Field(default=None, description="Who may approve, reject, revise or change the budget; none: anyone.")
 
 
 def load_config(path: str | Path | None) -> ModelConfig:

@@ -68,6 +68,10 @@ class RunOptions(BaseModel):
         """What plan validation must know about the run's models."""
         return {"has_executor": bool(self.executor), "tiers": sorted(self.tiers)}
     auto_approve: bool = Field(default=False, description="Approve every plan and gated step without a person.")
+    approvers: list[str] | None = Field(
+        default=None,
+        description="Who may approve, reject, revise or change the budget. None: anyone.",
+    )
     replan_requires_approval: bool = Field(default=True, description="Revisions from replanning wait for approval.")
     max_parallel: int = Field(default=4, ge=1, le=256, description="Tool and llm steps running at once.")
     max_replans: int = Field(default=3, ge=0)

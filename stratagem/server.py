@@ -296,20 +296,22 @@ def owns_server(server: EmbeddedServer) -> bool:
 _WORKER_MARKER = "stratagem.cli worker"
 
 
-# The worker reads these when it calls a model; a change must reach the background worker.
-MODEL_ENV = (
+# The worker reads these (model keys and endpoints, the encryption keys, the output store);
+# a change must reach the background worker.
+WORKER_ENV = (
     "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "STRATAGEM_REQUEST_TIMEOUT",
+    "STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT",
 )
 
 
-def model_settings_given() -> bool:
-    return any(os.environ.get(name) for name in MODEL_ENV)
+def worker_settings_given() -> bool:
+    return any(os.environ.get(name) for name in WORKER_ENV)
 
 
-def model_settings_fingerprint() -> str:
-    """A short digest of the model settings in the environment. worker.json keeps this, never
-    the keys, so a new or rotated key restarts the background worker with it."""
-    text = "\n".join(f"{name}={os.environ.get(name, '')}" for name in MODEL_ENV)
+def worker_settings_fingerprint() -> str:
+    """A short digest of those settings. worker.json keeps this, never the keys, so a new or
+    rotated key restarts the background worker with it."""
+    text = "\n".join(f"{name}={os.environ.get(name, '')}" for name in WORKER_ENV)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -345,7 +347,7 @@ class BackgroundWorker:
             "workspace": str(Path(self.workspace).resolve()),
             "namespace": self.namespace or env.namespace,
             "address": self.address or env.address,
-            "model_settings": model_settings_fingerprint(),
+            "worker_settings": worker_settings_fingerprint(),
         }
 
     def _recorded(self) -> dict[str, Any] | None:
@@ -391,7 +393,7 @@ class BackgroundWorker:
         recorded before (a restarted worker keeps what runs asked for). Returns what was done,
         or None if nothing.
 
-        New model settings (keys, base URLs) restart the worker only when `models` is true and
+        New worker settings (keys, base URLs, the store) restart the worker only when `models` is true and
         this environment sets some: a shell without keys must not replace a worker that has them."""
         wanted = sorted({str(Path(t).resolve()) if t.endswith(".py") else t for t in tools})
         setup = self._setup()
@@ -399,7 +401,7 @@ class BackgroundWorker:
         current = sorted(state["tools"]) if state else []
         changed = [
             key.replace("_", " ") for key, value in setup.items()
-            if state is not None and state.get(key) != value and (key != "model_settings" or (models and model_settings_given()))
+            if state is not None and state.get(key) != value and (key != "worker_settings" or (models and worker_settings_given()))
         ]
         if state is not None and not changed and set(wanted) <= set(current):
             return None
@@ -441,9 +443,9 @@ class BackgroundWorker:
             f"{verb} a background worker (pid {process.pid}); tools: {tools_text}; "
             f"workspace: {setup['workspace']}; log: {self.log_file}"
         )
-        if state is not None and not model_settings_given() and state.get("model_settings") != setup["model_settings"]:
+        if state is not None and not worker_settings_given() and state.get("worker_settings") != setup["worker_settings"]:
             done += (
-                "\nwarning: the worker had model settings (API keys, base URLs) that this shell lacks, and now runs "
+                "\nwarning: the worker had settings (API keys, encryption keys, the store) that this shell lacks, and now runs "
                 "without them; export them and run again so runs calling OpenAI or Anthropic models can"
             )
         return done

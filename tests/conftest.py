@@ -32,6 +32,11 @@ from workflows import StratagemRun
 
 FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 
+# A developer's shell must not change what the tests see: the CLI processes they start would
+# encrypt, or store elsewhere, while the in-process workers do not.
+for _name in ("STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT", "STRATAGEM_CONFIG"):
+    os.environ.pop(_name, None)
+
 
 class SlowScriptedModel(ScriptedModel):
     """`slow:<seconds>:<script>`: a scripted model that takes its time, to cancel runs mid-call."""

@@ -26,7 +26,7 @@ from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, RejectInput, RunInput, RunOptions
-from stratagem.server import MODEL_ENV, BackgroundWorker, EmbeddedServer, model_settings_fingerprint, owns_server, split_address
+from stratagem.server import WORKER_ENV, BackgroundWorker, EmbeddedServer, worker_settings_fingerprint, owns_server, split_address
 from test_cli import free_port_pair
 
 # ---------------------------------------------------------------------------- addresses
@@ -211,7 +211,7 @@ def _write_state(worker: BackgroundWorker, pid: int, tools: list[str], **setup: 
         "workspace": str(worker.workspace.resolve()),
         "namespace": "default",
         "address": "127.0.0.1:1",
-        "model_settings": model_settings_fingerprint(),
+        "worker_settings": worker_settings_fingerprint(),
         **setup,
     }
     worker.state_file.write_text(json.dumps(state))
@@ -222,7 +222,7 @@ def worker_env(monkeypatch):
     # Nothing listens on port 1: a worker the tests start exits at once with a clear error.
     monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "default")
-    for name in MODEL_ENV:
+    for name in WORKER_ENV:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -268,12 +268,12 @@ def test_a_new_api_key_restarts_the_worker_without_writing_the_key_down(tmp_path
         _write_state(worker, fake.pid, ["a.tools"])
         monkeypatch.setenv("OPENAI_API_KEY", "sk-rotated-0123456789")
         done = worker.ensure([])
-        assert done is not None and done.startswith("restarted (new model settings) a background worker")
+        assert done is not None and done.startswith("restarted (new worker settings) a background worker")
         assert fake.wait(timeout=20) is not None
         text = worker.state_file.read_text()
         started = json.loads(text)["pid"]
         assert "sk-rotated" not in text
-        assert json.loads(text)["model_settings"] == model_settings_fingerprint()
+        assert json.loads(text)["worker_settings"] == worker_settings_fingerprint()
     finally:
         _kill(fake.pid)
         if started:
@@ -285,15 +285,15 @@ def test_a_shell_without_keys_keeps_a_worker_that_has_them(tmp_path, worker_env,
     home.mkdir()
     worker = BackgroundWorker(home, "q", tmp_path / "ws")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-kept-0123456789")
-    keyed = model_settings_fingerprint()
+    keyed = worker_settings_fingerprint()
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     fake = _fake_worker()
     try:
-        _write_state(worker, fake.pid, ["a.tools"], model_settings=keyed)
+        _write_state(worker, fake.pid, ["a.tools"], worker_settings=keyed)
         assert worker.ensure(["a.tools"]) is None
         # A new tool module does restart it, without the keys: say so.
         done = worker.ensure(["b.tools"])
-        assert done is not None and "warning: the worker had model settings" in done
+        assert done is not None and "warning: the worker had settings" in done
     finally:
         _kill(fake.pid)
         state = json.loads(worker.state_file.read_text())

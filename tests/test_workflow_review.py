@@ -250,3 +250,28 @@ async def test_the_temporal_ui_shows_summary_and_progress(harness):
     shown = await details()
     assert shown.startswith("**succeeded**")
     assert "| second | record | succeeded | 1 |" in shown
+
+
+async def test_only_listed_approvers_decide(harness):
+    gated = {**SIDE_EFFECT, "steps": [{**SIDE_EFFECT["steps"][0], "risk": "high"}, SIDE_EFFECT["steps"][1]]}
+    run = await harness.start(gated, approvers=["bob", "carol"])
+    status = await harness.wait_for(run, awaiting)
+    message = await refused(run.approve(ApproveInput(by="mallory", revision=status.revision)))
+    assert message.endswith("mallory is not on this run's approver list (bob, carol)")
+    assert "not on this run's approver list" in await refused(run.reject(RejectInput(by="mallory", reason="no")))
+    draft = PlanDraft.model_validate(SIDE_EFFECT)
+    assert "not on this run's approver list" in await refused(run.revise(ReviseInput(by="mallory", plan=draft)))
+    await run.handle.signal("approve_signal", ApproveInput(by="mallory"))
+    assert await update_events(run) == 0  # refused updates leave no trace in history
+
+    await run.approve(ApproveInput(by="bob", revision=status.revision))
+    # The gated step's own approval is held to the same list.
+    await harness.wait_for(run, lambda s: any(p.step_id == "first" for p in s.pending))
+    assert "not on this run's approver list" in await refused(run.approve(ApproveInput(by="mallory", step_id="first")))
+    await run.approve(ApproveInput(by="carol", step_id="first"))
+    await run.result()
+    ledger = await run.ledger()
+    assert [(d.by, d.action) for d in ledger.decisions] == [("bob", DecisionAction.approve), ("carol", DecisionAction.approve)]
+    ignored = [e for e in ledger.events if e.kind is EventKind.signal_ignored]
+    assert len(ignored) == 1 and ignored[0].actor == "mallory"
+    assert [c["label"] for c in harness.calls()] == ["one", "two"]

@@ -46,6 +46,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--budget-calls", type=_positive(int), metavar="N", help="pause the run past this many model calls")
     run.add_argument("--budget-seconds", type=_positive(float), metavar="N", help="pause the run this long after it started")
     run.add_argument("--auto-approve", action="store_true", help="approve the plan and gated steps without asking")
+    run.add_argument("--approver", action="append", dest="approvers", metavar="NAME", help="only these people may approve, reject, revise or change the budget; repeatable")
     run.add_argument("--detach", action="store_true", help="print the run id and return at once")
     run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
     run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")

@@ -23,6 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from ..client import Run, connect, get_run, start_run
+from ..codec import codec_from
 from ..config import Settings
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
 from ..ledger import EventKind
@@ -62,7 +63,9 @@ FAILED, USAGE = 1, 2
 
 
 def settings() -> Settings:
-    return Settings.from_env()
+    config = Settings.from_env()
+    codec_from(config)  # a malformed encryption key is reported before anything starts
+    return config
 
 
 def embedded(config: Settings) -> EmbeddedServer:
@@ -163,6 +166,7 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
         "tiers": {**file.tiers, **_tiers(args.tier)},
         "mode": args.mode,
         "auto_approve": args.auto_approve,
+        "approvers": args.approvers or file.approvers,
     }
     if not values["executor"] and not values["planner"]:
         values["executor"] = _default_executor(plan_file, draft)
