@@ -157,3 +157,14 @@ async def test_large_outputs_live_in_the_store_and_still_feed_later_steps(harnes
     assert labels["whole"] == "x" * 300 * 1024  # a whole-value reference gets the stored value
     assert labels["inside"] == f"head {'x' * 300 * 1024} and {'x' * 1024}"  # resolved in the activity
     assert max(payload_sizes(await run.handle.fetch_history())) < 64 * 1024
+
+
+async def test_a_hanging_tool_times_out_each_attempt_and_fails_its_step(dev_harness):
+    plan = {"goal": "g", "steps": [{**step("stuck", "slow", label="stuck", seconds=60), "timeout_seconds": 1.5, "max_attempts": 2}]}
+    run = await dev_harness.start(plan, auto_approve=True)
+    with pytest.raises(WorkflowFailureError) as info:
+        await run.result()
+    assert "step 'stuck' failed: timed out: an attempt took longer than its time limit" in str(info.value.cause)
+    record = (await run.ledger()).steps["stuck"]
+    assert record.status is StepStatus.failed and record.attempts == 2
+    assert [c for c in dev_harness.calls() if c["tool"] == "slow"] == []  # no attempt ever finished
