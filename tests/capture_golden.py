@@ -1,0 +1,83 @@
+"""Capture the golden histories: `python tests/capture_golden.py [SCENARIO ...] [--force]`.
+
+Runs each scenario of tests/golden_scenarios.py on the time-skipping server and writes every
+execution's history to tests/golden/<scenario>[-<n>].json. Existing files are kept unless
+--force: a golden history stands for runs already in flight, so it is added, not rewritten,
+when the workflow changes (see RELIABILITY.md, "Changing the workflow").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
+from conftest import harness_for  # noqa: E402
+from golden_scenarios import SCENARIOS  # noqa: E402
+from stratagem.binaries import temporal_test_server  # noqa: E402
+
+GOLDEN = HERE / "golden"
+
+
+async def capture(names: list[str], force: bool) -> None:
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=str(temporal_test_server())
+    )
+    try:
+        for name in names:
+            if not force and any(GOLDEN.glob(f"{name}*.json")):
+                print(f"{name}: kept (use --force to capture it again)")
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                async with harness_for(env, Path(tmp)) as harness:
+                    runs = await SCENARIOS[name](harness)
+                    histories = []
+                    for run in runs:
+                        histories += await chain(harness, run.id)
+            for number, history in enumerate(histories, start=1):
+                suffix = f"-{number}" if len(histories) > 1 else ""
+                path = GOLDEN / f"{name}{suffix}.json"
+                path.write_text(json.dumps({"workflow_id": history.workflow_id, "history": history.to_json_dict()}, indent=1) + "\n")
+                print(f"{name}: wrote {path.relative_to(HERE.parent)} ({len(history.events)} events)")
+    finally:
+        await env.shutdown()
+
+
+async def chain(harness, run_id: str) -> list:
+    """Every execution of a run, oldest first (a continue-as-new chain has several)."""
+    histories = []
+    handle = harness.client.get_workflow_handle(run_id)
+    while True:
+        history = await handle.fetch_history()
+        histories.insert(0, history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return histories
+        handle = harness.client.get_workflow_handle(run_id, run_id=started.continued_execution_run_id)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenarios", nargs="*", choices=[[], *SCENARIOS], help="default: all")
+    parser.add_argument("--force", action="store_true", help="overwrite existing golden files")
+    args = parser.parse_args()
+    GOLDEN.mkdir(exist_ok=True)
+    asyncio.run(capture(args.scenarios or list(SCENARIOS), args.force))
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)
