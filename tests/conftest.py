@@ -216,6 +216,7 @@ async def cli_env(dev_env, tmp_path):
             "TEMPORAL_TASK_QUEUE": harness.task_queue,
             "STRATAGEM_HOME": str(tmp_path / "home"),
             "STRATAGEM_WORKSPACE": str(harness.workspace),
+            "STRATAGEM_STORE": str(harness.store.root),
             "CLI_CWD": str(tmp_path),
         }
         yield env, harness

@@ -131,3 +131,16 @@ async def test_values_no_model_takes_are_one_line(cli_env, tmp_path):
     one_line_error(done, "error: max_tool_rounds: Input should be less than or equal to 200")
     done = await acli("budget", "x", "--cost", "nan", env=env)
     assert done.returncode == 2 and "'nan' is not a finite number" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_a_stored_output_is_described_and_printed_on_demand(cli_env, tmp_path):
+    env, _ = cli_env
+    plan = write_plan(tmp_path / "big.yaml", {"goal": "g", "steps": [step("huge", "big_output", kib=40)]})
+    done = await acli("run", *TOOLS, "--plan", plan, "--auto-approve", "--id", "cli-big", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "huge: [stored output, 40,962 bytes: store:runs/cli-big/huge/" in done.stdout
+    assert "(print it with: stratagem output cli-big huge)" in done.stdout
+    printed = await acli("output", "cli-big", "huge", env=env)
+    assert printed.returncode == 0 and printed.stdout == "x" * 40 * 1024 + "\n"
+    one_line_error(await acli("output", "cli-big", "nope", env=env), "run cli-big has no step 'nope' (steps: huge)")
+    one_line_error(await acli("output", "cli-big", "huge", "--transcript", env=env), "step 'huge' has no transcript")

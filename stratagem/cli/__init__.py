@@ -105,6 +105,11 @@ def parser() -> argparse.ArgumentParser:
     audit = command("audit", commands.cmd_audit, "print every plan revision, decision and event as JSON Lines", json=False)
     audit.add_argument("run_id")
 
+    output = command("output", commands.cmd_output, "print a step's output (loaded from the output store if it is there)")
+    output.add_argument("run_id")
+    output.add_argument("step_id")
+    output.add_argument("--transcript", action="store_true", help="print an llm step's conversation instead")
+
     worker = command("worker", commands.cmd_worker, "run a worker", json=False)
     worker.add_argument("--tools", action="append", default=[], metavar="MODULE")
 

@@ -46,6 +46,7 @@ from ..run import (
     RunResult,
 )
 from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server, stratagem_home
+from ..store import default_store, is_stored, load_value
 from ..tools import ToolRegistry
 from ..usage import Budget
 from ..validation import validate_plan
@@ -681,6 +682,29 @@ async def cmd_audit(args: argparse.Namespace) -> int:
         ledger = await run.ledger()
     for record in ledger.audit_records():
         print(json.dumps(record, default=str, sort_keys=True))
+    return 0
+
+
+async def cmd_output(args: argparse.Namespace) -> int:
+    client = await open_client(settings())
+    run, task_queue = await find_run(client, args.run_id)
+    async with workflow_host(client, task_queue):
+        ledger = await run.ledger()
+    record = ledger.steps.get(args.step_id)
+    if record is None:
+        known = ", ".join(ledger.steps) or "none"
+        raise CliError(f"run {run.id} has no step '{args.step_id}' (steps: {known})")
+    value = record.transcript if args.transcript else record.output
+    if args.transcript and value is None:
+        raise CliError(f"step '{args.step_id}' has no transcript (only llm steps that ran have one)")
+    if not args.transcript and record.status.value != "succeeded":
+        raise CliError(f"step '{args.step_id}' has no output: it is {record.status.value}")
+    if is_stored(value):
+        value = await asyncio.to_thread(load_value, default_store(), value)
+    if args.json or not isinstance(value, str):
+        render.emit_json(value)
+    else:
+        print(value)
     return 0
 
 

@@ -7,11 +7,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ..graph import topological_order
 from ..ledger import EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
 from ..plan import PlanDraft, StepKind
 from ..run import PendingDecision, RunResult, RunStatus
+from ..store import describe, is_stored
 from ..usage import Budget, UsageTotals
 
 # soft_wrap: long lines (paths, hints to copy) are not broken when output is not a terminal.
@@ -161,8 +163,11 @@ def result_view(result: RunResult) -> None:
     if result.status.value == "succeeded":
         console.print(f"[green]succeeded[/] (revision {result.revision}, {result.replans} replans)")
         for step_id, output in result.outputs.items():
-            text = output if isinstance(output, str) else json.dumps(output, indent=1, default=str)
-            console.print(f"[bold]{step_id}[/]: {text}")
+            if is_stored(output):
+                text = f"{describe(output)} (print it with: stratagem output {result.run_id} {step_id})"
+            else:
+                text = output if isinstance(output, str) else json.dumps(output, indent=1, default=str)
+            console.print(Text.assemble((step_id, "bold"), ": ", text))
         if result.synthesis:
             console.print(f"\n{result.synthesis}")
     else:
