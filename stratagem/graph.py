@@ -6,7 +6,7 @@ in one chain must not hit Python's recursion limit.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 
 def find_cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:
@@ -70,28 +70,28 @@ def topological_order(edges: Mapping[str, Iterable[str]]) -> list[str]:
     return order
 
 
-def depends_on(edges: Mapping[str, Iterable[str]], node: str, target: str) -> bool:
-    """True if `node` depends on `target` directly or transitively.
+def ancestry(edges: Mapping[str, Iterable[str]]) -> Callable[[str, str], bool]:
+    """`is_ancestor(node, target)`: whether `node` depends on `target`, directly or not.
+    Assumes no cycles.
 
-    Direct dependencies are checked first, the common case in real plans; otherwise a
-    breadth-first walk stops as soon as it finds the target.
+    Each node's ancestors are one integer used as a bit set, built in topological order, so a
+    plan with thousands of steps and references is checked in a fraction of a second instead
+    of one graph walk per reference.
     """
-    direct = list(edges.get(node, ()))
-    if target in direct:
-        return True
-    seen = {node}
-    frontier = [d for d in direct if d in edges]
-    while frontier:
-        following = []
-        for dep in frontier:
-            if dep == target:
-                return True
-            if dep in seen:
-                continue
-            seen.add(dep)
-            following.extend(d for d in edges[dep] if d in edges and d not in seen)
-        frontier = following
-    return False
+    order = topological_order(edges)
+    index = {node: position for position, node in enumerate(order)}
+    bits: dict[str, int] = {}
+    for node in order:
+        mask = 0
+        for dep in edges[node]:
+            if dep in index and dep != node:
+                mask |= bits[dep] | (1 << index[dep])
+        bits[node] = mask
+
+    def is_ancestor(node: str, target: str) -> bool:
+        return target in index and bool(bits.get(node, 0) >> index[target] & 1)
+
+    return is_ancestor
 
 
 def sinks(edges: Mapping[str, Iterable[str]]) -> list[str]:

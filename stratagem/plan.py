@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# A year: longer limits are surely mistakes, and Python's dates overflow not far above.
+MAX_SECONDS = 366 * 24 * 3600
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 
 
@@ -79,7 +81,7 @@ class Step(BaseModel):
         default=OutputFormat.text, description="For llm steps: 'json' asks the executor for a JSON value."
     )
     timeout_seconds: float | None = Field(
-        default=None, gt=0, description="Per-attempt time limit (tool and llm steps) or answer deadline (human steps)."
+        default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False, description="Per-attempt time limit (tool and llm steps) or answer deadline (human steps)."
     )
     max_attempts: int | None = Field(default=None, ge=1, le=20, description="Attempts before the step counts as failed.")
 

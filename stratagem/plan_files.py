@@ -20,6 +20,8 @@ def load_plan_file(path: str | Path) -> PlanDraft:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise PlanFileError(f"plan file '{file}' does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise PlanFileError(f"plan file '{file}' is not UTF-8 text (byte {exc.start + 1} cannot be read)") from None
     except OSError as exc:
         raise PlanFileError(f"cannot read plan file '{file}': {exc.strerror}") from None
     try:
@@ -30,6 +32,8 @@ def load_plan_file(path: str | Path) -> PlanDraft:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise PlanFileError(f"plan file '{file}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise PlanFileError(f"plan file '{file}' is nested too deeply to be a plan") from None
     return parse_plan_data(data, source=f"plan file '{file}'")
 
 
@@ -65,4 +69,9 @@ def dump_plan(plan: PlanDraft) -> str:
     """A plan as YAML a person can edit and load again."""
     # Only the draft's fields: a Plan's revision and author are not part of a plan file.
     data = plan.model_dump(mode="json", exclude_defaults=True, include=set(PlanDraft.model_fields))
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    # YAML reads these characters back as line breaks, so a text holding one is written escaped.
+    readable = not any(c in json.dumps(data, ensure_ascii=False) for c in _YAML_LINE_BREAKS)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=readable)
+
+
+_YAML_LINE_BREAKS = ("\x85", "\u2028", "\u2029")

@@ -113,6 +113,9 @@ def _render_progress(records: Mapping[str, StepRecord], limit: int = 600) -> str
 _FENCE = re.compile(r"^\s*```(?:json|yaml)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 
 
+_TOO_DEEP = "the answer is nested too deeply to be a plan; reply with one flat JSON object following the plan schema"
+
+
 def parse_plan_output(text: str) -> tuple[PlanDraft | None, list[str]]:
     """Parse a model's answer into a draft, or explain exactly why it could not be parsed."""
     body = text.strip()
@@ -123,9 +126,13 @@ def parse_plan_output(text: str) -> tuple[PlanDraft | None, list[str]]:
         return None, ["the answer was empty; reply with one JSON object following the plan schema"]
     try:
         data: Any = json.loads(body)
+    except RecursionError:
+        return None, [_TOO_DEEP]
     except json.JSONDecodeError as exc:
         try:
             data = yaml.safe_load(body)
+        except RecursionError:
+            return None, [_TOO_DEEP]
         except yaml.YAMLError:
             return None, [f"the answer is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"]
     if not isinstance(data, dict):

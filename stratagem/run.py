@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from .ledger import Ledger
-from .plan import Author, Plan, PlanDraft, Step
+from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
 from .tools.spec import ToolCatalog
 from .usage import Budget, Price, UsageTotals
 
@@ -76,9 +76,11 @@ class RunOptions(BaseModel):
     max_parallel: int = Field(default=4, ge=1, le=256, description="Tool and llm steps running at once.")
     max_replans: int = Field(default=3, ge=0)
     max_plan_repairs: int = Field(default=2, ge=0, le=10)
-    review_timeout_seconds: float | None = Field(default=None, gt=0)
+    review_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     on_review_timeout: ReviewTimeoutAction = ReviewTimeoutAction.fail
-    step_timeout_seconds: float = Field(default=300, gt=0, description="Default per-attempt limit of a step.")
+    step_timeout_seconds: float = Field(
+        default=300, gt=0, le=MAX_SECONDS, allow_inf_nan=False, description="Default per-attempt limit of a step."
+    )
     step_max_attempts: int = Field(default=3, ge=1, le=20)
     continue_as_new_after_events: int | None = Field(
         default=None,
@@ -202,9 +204,9 @@ class BudgetInput(BaseModel):
 
     by: str = Field(min_length=1)
     tokens: int | None = Field(default=None, ge=1)
-    cost_usd: float | None = Field(default=None, gt=0)
+    cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     model_calls: int | None = Field(default=None, ge=1)
-    wall_clock_seconds: float | None = Field(default=None, gt=0)
+    wall_clock_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     stop: bool = Field(default=False, description="End the run instead (only while it waits on its budget).")
     reason: str = ""
 

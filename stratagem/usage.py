@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 class Price(BaseModel):
     """List price of a model in US dollars per million tokens."""
 
-    input_per_mtok: float = Field(ge=0)
-    output_per_mtok: float = Field(ge=0)
+    input_per_mtok: float = Field(ge=0, allow_inf_nan=False)
+    output_per_mtok: float = Field(ge=0, allow_inf_nan=False)
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1_000_000
@@ -135,9 +135,9 @@ class Budget(BaseModel):
     """Limits for one run. None means no limit."""
 
     tokens: int | None = Field(default=None, ge=1, description="Input plus output tokens of every model call.")
-    cost_usd: float | None = Field(default=None, gt=0, description="Estimated cost in US dollars.")
+    cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="Estimated cost in US dollars.")
     model_calls: int | None = Field(default=None, ge=1)
-    wall_clock_seconds: float | None = Field(default=None, gt=0, description="Since the run started.")
+    wall_clock_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="Since the run started.")
 
     @property
     def limits_models(self) -> bool:

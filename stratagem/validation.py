@@ -13,7 +13,7 @@ from typing import Any, Collection
 from jsonschema import Draft202012Validator
 
 from .errors import PlanValidationError
-from .graph import depends_on, find_cycles
+from .graph import ancestry, find_cycles
 from .plan import PlanDraft, Step, StepKind
 from .references import find_references, references_in
 from .tools.spec import ToolCatalog
@@ -48,6 +48,7 @@ def plan_problems(
         problems.append(f"dependency cycle: {_render_cycle(cycle)}")
 
     if not cycles:
+        is_ancestor = ancestry(edges)
         for step in plan.steps:
             for ref in references_in(step.instructions, step.args):
                 if ref.step_id not in known:
@@ -57,7 +58,7 @@ def plan_problems(
                     )
                 elif ref.step_id == step.id:
                     problems.append(f"step '{step.id}' references its own output {ref}")
-                elif not depends_on(edges, step.id, ref.step_id):
+                elif not is_ancestor(step.id, ref.step_id):
                     problems.append(
                         f"step '{step.id}' references {ref}, but '{ref.step_id}' is not among its dependencies; "
                         f"add '{ref.step_id}' to depends_on (directly or through another step)"
