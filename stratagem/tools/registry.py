@@ -70,11 +70,14 @@ class ToolDefinition:
     arguments: type[BaseModel]
     context_parameter: str | None
     side_effects: bool
+    local: bool = False
 
     def spec(self) -> ToolSpec:
         schema = self.arguments.model_json_schema()
         schema.pop("title", None)
-        return ToolSpec(name=self.name, description=self.description, parameters=schema, side_effects=self.side_effects)
+        return ToolSpec(
+            name=self.name, description=self.description, parameters=schema, side_effects=self.side_effects, local=self.local
+        )
 
 
 def tool(
@@ -83,18 +86,28 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     side_effects: bool = True,
+    local: bool = False,
 ) -> Any:
-    """Register a function as a tool. Use bare (`@tool`) or with options (`@tool(name=...)`)."""
+    """Register a function as a tool. Use bare (`@tool`) or with options (`@tool(name=...)`).
+
+    `local=True` is the fast path for cheap, quick, deterministic tools: their steps run as
+    Temporal local activities, in the worker that runs the workflow, with no task queue round
+    trip. Keep it for tools that finish in well under a second."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(fn, _MARK, define_tool(fn, name=name, description=description, side_effects=side_effects))
+        setattr(fn, _MARK, define_tool(fn, name=name, description=description, side_effects=side_effects, local=local))
         return fn
 
     return mark(function) if function is not None else mark
 
 
 def define_tool(
-    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None, side_effects: bool = True
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effects: bool = True,
+    local: bool = False,
 ) -> ToolDefinition:
     tool_name = name or fn.__name__
     try:
@@ -128,6 +141,7 @@ def define_tool(
         arguments=arguments,
         context_parameter=context_parameter,
         side_effects=side_effects,
+        local=local,
     )
 
 

@@ -14,6 +14,7 @@ class ToolSpec(BaseModel):
     side_effects: bool = Field(
         default=True, description="False for read-only tools; such tools are safe to call again."
     )
+    local: bool = Field(default=False, description="Run as a local activity (the fast path for cheap tools).")
 
 
 class ToolCatalog(BaseModel):
