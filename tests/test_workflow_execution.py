@@ -259,3 +259,29 @@ async def test_a_raising_tool_fails_its_step_not_the_worker(harness):
     # The same worker still runs the next run.
     run = await harness.start(GREETING, auto_approve=True)
     assert (await run.result()).status is Phase.succeeded
+
+
+async def test_local_tools_take_the_fast_path_with_the_same_guarantees(harness):
+    from temporalio.api.enums.v1 import EventType
+
+    plan = {
+        "goal": "fast",
+        "steps": [
+            step("a", "quick", label="fail once"),
+            step("b", "quick", ["a"], label="${a} then b"),
+            step("c", "record", ["b"], label="${b}"),
+        ],
+    }
+    run = await harness.start(plan, auto_approve=True)
+    assert (await run.result()).outputs == {"c": "FAIL ONCE THEN B"}
+    quick = [c for c in harness.calls() if c["tool"] == "quick"]
+    assert [(c["label"], c["attempt"]) for c in quick] == [("fail once", 1), ("fail once", 2), ("FAIL ONCE then b", 1)]
+    assert quick[0]["key"] == quick[1]["key"]  # one idempotency key across the local retry
+    ledger = await run.ledger()
+    assert (ledger.steps["a"].attempts, ledger.steps["b"].attempts) == (2, 1)
+    # Local steps leave markers, not scheduled activities, in history; the ordinary tool still schedules one.
+    scheduled = markers = 0
+    async for event in run.handle.fetch_history_events():
+        scheduled += event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        markers += event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    assert markers >= 2 and scheduled == 2  # describe_tools and step c

@@ -546,6 +546,11 @@ class StratagemRun:
                 run_id=self.state.run_id, execution_id=self.state.execution_id, step_id=step.id, revision=revision,
                 tool=step.tool, args=args, references=references,
             )
+            spec = self.state.catalog.get(step.tool)
+            if spec is not None and spec.local:
+                # The fast path: no task-queue round trip, and no heartbeats (the tool is quick).
+                del common["heartbeat_timeout"]
+                return await workflow.execute_local_activity(io.RUN_TOOL, request, **common)
             return await workflow.execute_activity(io.RUN_TOOL, request, **common)
         model = options.model_for(step)
         assert model, "validation refuses llm steps that no configured model can run"
