@@ -124,6 +124,25 @@ class LedgerEvent(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class SucceededOutputs(Mapping[str, Any]):
+    """step id -> output, for the steps that succeeded (a live, read-only view)."""
+
+    def __init__(self, steps: Mapping[str, StepRecord]):
+        self._steps = steps
+
+    def __getitem__(self, step_id: str) -> Any:
+        record = self._steps.get(step_id)
+        if record is None or record.status is not StepStatus.succeeded:
+            raise KeyError(step_id)
+        return record.output
+
+    def __iter__(self) -> Iterator[str]:
+        return (sid for sid, record in self._steps.items() if record.status is StepStatus.succeeded)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class Ledger(BaseModel):
     run_id: str
     revisions: list[Plan] = Field(default_factory=list, description="Every plan revision, oldest first.")
@@ -206,9 +225,10 @@ class Ledger(BaseModel):
     def step(self, step_id: str) -> StepRecord:
         return self.steps[step_id]
 
-    def outputs(self) -> dict[str, Any]:
-        """Outputs of every succeeded step, for reference resolution."""
-        return {sid: rec.output for sid, rec in self.steps.items() if rec.status is StepStatus.succeeded}
+    def outputs(self) -> Mapping[str, Any]:
+        """Outputs of every succeeded step, for reference resolution: a view, so looking up the
+        few a step refers to costs nothing however long the run is."""
+        return SucceededOutputs(self.steps)
 
     def revision(self, number: int) -> Plan:
         for plan in self.revisions:

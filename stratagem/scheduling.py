@@ -24,6 +24,44 @@ def ready_steps(plan: PlanDraft, ledger: Ledger) -> list[Step]:
     return ready
 
 
+class Frontier:
+    """The pending steps whose dependencies all succeeded, kept up to date as steps succeed.
+
+    `ready_steps` rescans the plan; a run of thousands of steps asks after every step, so the
+    workflow keeps this instead: each success touches only the steps that depend on it."""
+
+    def __init__(self, plan: PlanDraft, ledger: Ledger):
+        self._ledger = ledger
+        self._steps = {s.id: s for s in plan.steps}
+        self._position = {s.id: n for n, s in enumerate(plan.steps)}
+        self._dependents: dict[str, list[str]] = {}
+        self._waiting_on: dict[str, int] = {}
+        self._ready: set[str] = set()
+        for step in plan.steps:
+            for dep in step.depends_on:
+                self._dependents.setdefault(dep, []).append(step.id)
+            self._waiting_on[step.id] = sum(1 for dep in step.depends_on if not self._succeeded(dep))
+            if self._waiting_on[step.id] == 0:
+                self._ready.add(step.id)
+
+    def _succeeded(self, step_id: str) -> bool:
+        record = self._ledger.steps.get(step_id)
+        return record is not None and record.status is StepStatus.succeeded
+
+    def succeeded(self, step_id: str) -> None:
+        for dependent in self._dependents.get(step_id, ()):
+            self._waiting_on[dependent] -= 1
+            if self._waiting_on[dependent] == 0:
+                self._ready.add(dependent)
+
+    def ready(self) -> list[Step]:
+        """The same steps as `ready_steps`, in plan order."""
+        finished = {sid for sid in self._ready if self._ledger.steps[sid].status.finished}
+        self._ready -= finished  # a finished step never becomes pending again within a revision
+        pending = [sid for sid in self._ready if self._ledger.steps[sid].status is StepStatus.pending]
+        return [self._steps[sid] for sid in sorted(pending, key=self._position.__getitem__)]
+
+
 def all_succeeded(plan: PlanDraft, ledger: Ledger) -> bool:
     return all(ledger.steps[s.id].status is StepStatus.succeeded for s in plan.steps)
 

@@ -213,3 +213,37 @@ def test_first_plan_has_nothing_to_reconcile() -> None:
     result = reconcile(None, revised, {})
     assert (result.carried, result.dropped, result.retried, result.problems) == ([], [], [], [])
     assert result.draft is revised
+
+
+def test_the_frontier_agrees_with_a_full_rescan_at_every_point_of_a_run() -> None:
+    import random
+
+    from stratagem.scheduling import Frontier
+
+    rng = random.Random(11)
+    for _ in range(20):
+        ids = [f"s{i}" for i in range(30)]
+        plan = draft(*(step(sid, *rng.sample(ids[:n], k=min(n, rng.randint(0, 3)))) for n, sid in enumerate(ids)))
+        state = ledger(**{sid: S.pending for sid in ids})
+        frontier = Frontier(plan, state)
+        while True:
+            expected = [s.id for s in ready_steps(plan, state)]
+            assert [s.id for s in frontier.ready()] == expected
+            if not expected:
+                break
+            chosen = rng.choice(expected)
+            state.steps[chosen].status = S.running
+            assert chosen not in [s.id for s in frontier.ready()]  # running is not ready
+            outcome = rng.choice([S.succeeded, S.succeeded, S.succeeded, S.pending])  # pending: handed back
+            state.steps[chosen].status = outcome
+            if outcome is S.succeeded:
+                frontier.succeeded(chosen)
+        assert all_succeeded(plan, state)
+
+
+def test_outputs_are_a_live_view_of_succeeded_steps() -> None:
+    state = ledger(a=S.succeeded, b=S.failed, c=S.pending)
+    outputs = state.outputs()
+    assert dict(outputs) == {"a": "out-a"} and "b" not in outputs and outputs.get("c") is None
+    state.steps["c"].status, state.steps["c"].output = S.succeeded, "late"
+    assert outputs["c"] == "late" and len(outputs) == 2

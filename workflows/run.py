@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
         progress_markdown,
         StepCounts,
     )
-    from stratagem.scheduling import Reconciliation, all_succeeded, ready_steps, reconcile, sink_steps
+    from stratagem.scheduling import Frontier, Reconciliation, all_succeeded, reconcile, sink_steps
     from stratagem.tools.spec import ToolCatalog
     from stratagem.usage import CallUsage, UsageTotals, exhausted, may_cross
     from stratagem.validation import plan_problems
@@ -105,6 +105,8 @@ class StratagemRun:
         # Bumped whenever usage, a budget or the steps in flight change: what budget waits wake on.
         self._budget_epoch = 0
         self._model_steps_in_flight = 0
+        # Which steps may start; rebuilt whenever execution (re)starts on a plan.
+        self._frontier: Frontier | None = None
 
     # ------------------------------------------------------------------ the loop
 
@@ -378,6 +380,7 @@ class StratagemRun:
         self._stopping = False
         self._winding_down = False
         self._rejection = None
+        self._frontier = Frontier(state.plan, state.ledger)
         while True:
             if not self._winding_down and self._finished_here > 0 and self._continue_as_new_due():
                 self._winding_down = True
@@ -415,7 +418,8 @@ class StratagemRun:
         carried them here (their question stays asked; only the waiting resumes)."""
         state = self.state
         assert state.plan is not None
-        steps = [s for s in ready_steps(state.plan, state.ledger) if s.id not in self._tasks]
+        assert self._frontier is not None
+        steps = [s for s in self._frontier.ready() if s.id not in self._tasks]
         for step in state.plan.steps:
             if (
                 step.kind is StepKind.human
@@ -654,6 +658,8 @@ class StratagemRun:
         record.status = status
         record.error = error
         record.ended_at = self._now()
+        if status is StepStatus.succeeded and self._frontier is not None:
+            self._frontier.succeeded(record.step_id)
         if status in (StepStatus.skipped, StepStatus.cancelled):
             kind = EventKind.step_skipped if status is StepStatus.skipped else EventKind.step_cancelled
             self.state.ledger.record(kind, self._now(), step_id=record.step_id, message=error or "")
