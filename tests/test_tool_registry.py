@@ -422,3 +422,17 @@ def test_tool_definition_is_what_the_decorator_attaches() -> None:
     assert isinstance(definition, ToolDefinition)
     assert definition.function is add
     assert definition.context_parameter is None
+
+
+def test_the_catalogue_is_built_once_and_again_after_a_registration() -> None:
+    registry = ToolRegistry.from_modules([], builtins=True)
+    first = registry.catalog()
+    assert registry.catalog() is first  # every run asks; the schemas are not rebuilt
+
+    @tool
+    def added(x: int) -> int:
+        """Added late."""
+        return x
+
+    registry.register(added)
+    assert "added" in registry.catalog().names and "added" not in first.names

@@ -151,6 +151,7 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, ToolDefinition] = {}
         self._origins: dict[str, str] = {}
+        self._catalog: ToolCatalog | None = None
 
     @classmethod
     def from_modules(cls, modules: list[str], *, builtins: bool = True) -> ToolRegistry:
@@ -170,6 +171,7 @@ class ToolRegistry:
             )
         self._tools[definition.name] = definition
         self._origins[definition.name] = origin or getattr(definition.function, "__module__", "?")
+        self._catalog = None
         return definition
 
     def load_module(self, module: str) -> list[str]:
@@ -193,7 +195,11 @@ class ToolRegistry:
             raise UnknownToolError(f"unknown tool '{name}' (this worker has: {available})") from None
 
     def catalog(self) -> ToolCatalog:
-        return ToolCatalog(tools=[t.spec() for t in sorted(self._tools.values(), key=lambda t: t.name)])
+        """The tools' schemas. Built once (pydantic schema generation costs milliseconds per
+        tool, and every run asks) and again only after a registration; treat it as read-only."""
+        if self._catalog is None:
+            self._catalog = ToolCatalog(tools=[t.spec() for t in sorted(self._tools.values(), key=lambda t: t.name)])
+        return self._catalog
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
