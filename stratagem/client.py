@@ -30,6 +30,8 @@ from .run import (
     ApproveInput,
     BudgetInput,
     DecisionOutcome,
+    EventPage,
+    EventsQuery,
     PendingDecision,
     RejectInput,
     ReviseInput,
@@ -144,6 +146,13 @@ class Run:
 
     async def pending(self) -> list[PendingDecision]:
         return await self._query("pending", list[PendingDecision])
+
+    async def events(self, after: int = 0, limit: int = 500) -> EventPage:
+        """The progress stream: events with seq above `after`, oldest first."""
+        try:
+            return await self.handle.query("events", EventsQuery(after=after, limit=limit), result_type=EventPage, rpc_timeout=self.rpc_timeout)
+        except WorkflowQueryFailedError as exc:
+            raise StratagemError(f"run {self.id} could not answer the events query: {exc.message}") from None
 
     async def result(self) -> RunResult:
         return await self.handle.result()

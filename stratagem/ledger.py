@@ -103,6 +103,7 @@ class EventKind(str, Enum):
     replan_cap_reached = "replan_cap_reached"
     tool_called = "tool_called"
     tool_call_refused = "tool_call_refused"
+    budget_warning = "budget_warning"
     budget_exhausted = "budget_exhausted"
     budget_changed = "budget_changed"
     signal_ignored = "signal_ignored"

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from .ledger import Ledger
+from .ledger import Ledger, LedgerEvent
 from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
 from .tools.spec import ToolCatalog
 from .usage import Budget, Price, UsageTotals
@@ -166,6 +166,7 @@ class RunState(BaseModel):
     reason: str | None = Field(default=None, description="Why the run ended, when it did not succeed.")
     continued: int = Field(default=0, description="How many times this run continued as new.")
     started_at: datetime | None = Field(default=None, description="When the run started (for the wall-clock budget).")
+    budget_warned: list[str] = Field(default_factory=list, description="Budgets already warned about (80% used).")
 
     @property
     def plan(self) -> Plan | None:
@@ -197,6 +198,19 @@ class ReviseInput(BaseModel):
     revision: int | None = Field(
         default=None, description="The revision this edit is based on; refused if it is no longer current."
     )
+
+
+class EventsQuery(BaseModel):
+    after: int = Field(default=0, ge=0, description="Return events whose seq is above this.")
+    limit: int = Field(default=500, ge=1, le=5000)
+
+
+class EventPage(BaseModel):
+    """A page of the run's progress stream: ledger events in order, each with its seq (offset)."""
+
+    events: list[LedgerEvent]
+    last_seq: int = Field(description="The highest seq the run has recorded so far.")
+    phase: Phase
 
 
 class BudgetInput(BaseModel):

@@ -169,6 +169,29 @@ def exhausted(budget: Budget, used: UsageTotals, elapsed_seconds: float) -> list
     return found
 
 
+WARN_AT = 0.8
+
+
+class BudgetWarning(BaseModel):
+    dimension: str
+    message: str
+
+
+def budget_warnings(budget: Budget, used: UsageTotals, already: list[str]) -> list[BudgetWarning]:
+    """Budgets that just passed 80% of their limit (each warned about once)."""
+    warnings = []
+    for name, value in _dimensions(used).items():
+        limit = getattr(budget, name)
+        if limit is not None and name not in already and WARN_AT * limit <= value < limit:
+            warnings.append(
+                BudgetWarning(
+                    dimension=name,
+                    message=f"the {_LABELS[name]} budget is {value / limit:.0%} used ({_figure(name, value)} of {_figure(name, limit)})",
+                )
+            )
+    return warnings
+
+
 def may_cross(budget: Budget, used: UsageTotals, largest_step: UsageTotals | None, in_flight: int) -> bool:
     """Whether one more model-using step, started now beside `in_flight` others, could take
     usage past a limit. `largest_step` is the most any one step used so far (None: no step

@@ -144,3 +144,20 @@ async def test_a_stored_output_is_described_and_printed_on_demand(cli_env, tmp_p
     assert printed.returncode == 0 and printed.stdout == "x" * 40 * 1024 + "\n"
     one_line_error(await acli("output", "cli-big", "nope", env=env), "run cli-big has no step 'nope' (steps: huge)")
     one_line_error(await acli("output", "cli-big", "huge", "--transcript", env=env), "step 'huge' has no transcript")
+
+
+async def test_watch_streams_from_an_offset_without_gaps_or_repeats(cli_env, tmp_path):
+    env, _ = cli_env
+    plan = write_plan(tmp_path / "w.yaml", {"goal": "g", "steps": [step("a", "record", label="a"), step("b", "record", ["a"], label="b")]})
+    assert (await acli("run", *TOOLS, "--plan", plan, "--auto-approve", "--id", "cli-watch", env=env)).returncode == 0
+    whole = await acli("watch", "cli-watch", "--json", env=env)
+    assert whole.returncode == 0, whole.stderr
+    events = [json.loads(line) for line in whole.stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert [e["kind"] for e in events][-1] == "run_succeeded"
+    assert {"plan_proposed", "plan_approved", "step_started", "step_succeeded"} <= {e["kind"] for e in events}
+    # Resuming from an offset gives exactly the rest.
+    rest = await acli("watch", "cli-watch", "--json", "--from", "3", env=env)
+    assert [json.loads(line) for line in rest.stdout.splitlines()] == events[3:]
+    shown = await acli("watch", "cli-watch", "--from", str(len(events) - 1), env=env)
+    assert shown.returncode == 0 and "run succeeded" in shown.stdout and shown.stdout.count("\n") == 1

@@ -400,7 +400,8 @@ async def test_connect_can_use_a_quiet_runtime(dev_env):
 
 
 def test_a_lost_connection_is_one_line(monkeypatch, capsys):
-    from stratagem.cli import commands, connection_lost, main
+    from stratagem.cli import commands, main
+    from stratagem.cli.commands import connection_lost
 
     monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:7999")
 

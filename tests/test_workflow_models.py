@@ -264,6 +264,9 @@ async def test_the_budget_pauses_the_run_with_at_most_one_step_across_the_line(h
     ledger = await run.ledger()
     kinds = [e.kind for e in ledger.events]
     assert kinds.count(EventKind.budget_exhausted) == 1
+    warned = [e for e in ledger.events if e.kind is EventKind.budget_warning]
+    assert [w.message for w in warned] == ["the token budget is 80% used (200 of 250)"]  # once, before it ran out
+    assert kinds.index(EventKind.budget_warning) < kinds.index(EventKind.budget_exhausted)
     assert kinds.index(EventKind.budget_changed) < max(i for i, e in enumerate(ledger.events) if e.step_id == "d")
     assert ledger.decisions[-1].by == "bob" and ledger.decisions[-1].comment == "tokens 250 -> 1000. worth it"
 

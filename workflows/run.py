@@ -35,6 +35,8 @@ with workflow.unsafe.imports_passed_through():
         AnswerInput,
         ApproveInput,
         BudgetInput,
+        EventPage,
+        EventsQuery,
         Mode,
         DecisionKind,
         DecisionOutcome,
@@ -52,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from stratagem.scheduling import Frontier, Reconciliation, all_succeeded, reconcile, sink_steps
     from stratagem.tools.spec import ToolCatalog
-    from stratagem.usage import CallUsage, UsageTotals, exhausted, may_cross
+    from stratagem.usage import CallUsage, UsageTotals, budget_warnings, exhausted, may_cross
     from stratagem.validation import plan_problems
 
 # Planning and synthesis are a few model calls; these bound one attempt, not the whole run.
@@ -283,6 +285,9 @@ class StratagemRun:
             revision=state.plan.revision if state.plan else None,
         )
         self._budget_epoch += 1
+        for warning in budget_warnings(state.options.budget, state.ledger.usage, state.budget_warned):
+            state.budget_warned.append(warning.dimension)
+            state.ledger.record(EventKind.budget_warning, self._now(), message=warning.message, dimension=warning.dimension)
         return totals
 
     def _record_step_work(self, step: Step, calls: list[CallUsage], tool_calls: list[ToolCallRecord]) -> None:
@@ -943,6 +948,13 @@ class StratagemRun:
     @workflow.query
     def pending(self) -> list[PendingDecision]:
         return self.state.pending
+
+    @workflow.query
+    def events(self, query: EventsQuery) -> EventPage:
+        """The progress stream from an offset: small pages, so a watcher never fetches the whole ledger."""
+        events = self.state.ledger.events
+        # seq is the position in the list plus one, so the offset is an index.
+        return EventPage(events=events[query.after:query.after + query.limit], last_seq=len(events), phase=self.state.phase)
 
     def _show(self) -> None:
         """Publish the run's progress as its current details in the Temporal UI, and its phase in

@@ -10,7 +10,7 @@ import sys
 from typing import Any, Callable
 
 from pydantic import ValidationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from ..config import Settings
 from ..errors import StratagemError
@@ -102,8 +102,19 @@ def parser() -> argparse.ArgumentParser:
     wait = command("wait", commands.cmd_wait, "follow a run until it ends; exit like `run`")
     wait.add_argument("run_id")
 
+    watch = command("watch", commands.cmd_watch, "stream a run's progress events from an offset until it ends; reconnects after a disconnect")
+    watch.add_argument("run_id")
+    watch.add_argument("--from", dest="after", type=int, default=0, metavar="SEQ", help="start after this event number (default: from the start)")
+
     audit = command("audit", commands.cmd_audit, "print every plan revision, decision and event as JSON Lines", json=False)
     audit.add_argument("run_id")
+
+    show = command("show", commands.cmd_show, "show a plan revision as a graph, as Mermaid, or what changed between revisions")
+    show.add_argument("run_id")
+    show.add_argument("--revision", type=int, metavar="N", help="this revision instead of the newest")
+    shape = show.add_mutually_exclusive_group()
+    shape.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
+    shape.add_argument("--diff", nargs=2, type=int, metavar=("A", "B"), help="what changed from revision A to B")
 
     output = command("output", commands.cmd_output, "print a step's output (loaded from the output store if it is there)")
     output.add_argument("run_id")
@@ -158,27 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         # The SDK may wrap a lost connection (a worker's poll failing, for one). Anything that
         # is neither that nor a refusal from Temporal is a bug and keeps its traceback.
-        if connection_lost(exc):
+        if commands.connection_lost(exc):
             render.errors.print(lost_connection_message(args), markup=False)
         elif isinstance(exc, RPCError):
             render.errors.print(f"error: Temporal refused the request: {exc.message}", markup=False)
         else:
             raise
         return commands.USAGE
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """True if `exc`, or an exception it wraps, says the Temporal server went away."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, RPCError) and current.status is RPCStatusCode.UNAVAILABLE:
-            return True
-        if "tcp connect error" in str(current).lower():
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def lost_connection_message(args: argparse.Namespace) -> str:

@@ -675,6 +675,54 @@ async def cmd_wait(args: argparse.Namespace) -> int:
         return await follow(run, interactive=False, json_mode=args.json, by="")
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """True if `exc`, or an exception it wraps, says the Temporal server went away."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RPCError) and current.status is RPCStatusCode.UNAVAILABLE:
+            return True
+        if "tcp connect error" in str(current).lower():
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+async def cmd_watch(args: argparse.Namespace) -> int:
+    """Print the run's events after `--from`, following it to its end. A lost connection is
+    retried from the last event printed, so nothing is missed or repeated; `--json` prints one
+    event per line with its `seq`, the offset to resume from."""
+    if args.after < 0:
+        raise CliError("--from takes an event number, 0 or more")
+    config = settings()
+    client = await open_client(config)
+    run, task_queue = await find_run(client, args.run_id)
+    after, delay = args.after, 0.5
+    async with workflow_host(client, task_queue):
+        while True:
+            try:
+                page = await run.events(after)
+            except Exception as exc:
+                if not connection_lost(exc):
+                    raise
+                note(f"lost the connection to Temporal at {config.address}; retrying from event {after + 1}", json_mode=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10)
+                continue
+            delay = 0.5
+            for event in page.events:
+                if args.json:
+                    print(json.dumps(event.model_dump(mode="json"), sort_keys=True), flush=True)
+                else:
+                    render.console.print(f"{event.seq:>5} " + render.event_line(event))
+                after = event.seq
+            if page.phase.finished and after >= page.last_seq:
+                return 0 if page.phase is Phase.succeeded else FAILED
+            if after >= page.last_seq:
+                await asyncio.sleep(0.3)
+
+
 async def cmd_audit(args: argparse.Namespace) -> int:
     client = await open_client(settings())
     run, task_queue = await find_run(client, args.run_id)
@@ -682,6 +730,33 @@ async def cmd_audit(args: argparse.Namespace) -> int:
         ledger = await run.ledger()
     for record in ledger.audit_records():
         print(json.dumps(record, default=str, sort_keys=True))
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace) -> int:
+    from . import show
+
+    client = await open_client(settings())
+    run, task_queue = await find_run(client, args.run_id)
+    async with workflow_host(client, task_queue):
+        ledger = await run.ledger()
+        status = None if args.json or args.mermaid or args.diff else await run.status()
+    if args.diff:
+        old, new = (show.pick_revision(ledger, n) for n in args.diff)
+        diff = show.diff_revisions(old, new)
+        if args.json:
+            render.emit_json(diff)
+        else:
+            for line in show.diff_lines(diff):
+                render.console.print(line, markup=False)
+        return 0
+    plan = show.pick_revision(ledger, args.revision)
+    if args.mermaid:
+        print(show.mermaid(plan, ledger), end="")
+    elif args.json:
+        render.emit_json(show.plan_json(plan, ledger))
+    else:
+        render.console.print(show.plan_view(plan, ledger, phase=status.phase.value if status else None))
     return 0
 
 

@@ -1,0 +1,285 @@
+"""`stratagem show`: a plan revision as a graph, as Mermaid, or as a diff between revisions.
+
+Plain functions over `Plan` and `Ledger`, so they are tested without a server; the command
+only fetches the ledger and prints what these return.
+
+A plan is a DAG, not a tree. The terminal view is a spanning forest: each step is placed once,
+under its *primary* parent (the dependency that comes last in topological order), and a step
+with several parents says "after: a, b". The view is linear in the number of steps however
+many paths lead to a step.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Group
+from rich.text import Text
+from rich.tree import Tree
+
+from ..graph import topological_order
+from ..ledger import Ledger, StepRecord, StepStatus
+from ..plan import Plan, Step, StepKind
+
+STATUS_STYLE = {
+    StepStatus.pending: "dim",
+    StepStatus.running: "cyan",
+    StepStatus.succeeded: "green",
+    StepStatus.failed: "red",
+    StepStatus.skipped: "yellow",
+    StepStatus.cancelled: "yellow",
+}
+
+# Mermaid classes: succeeded green, failed red, running blue, pending grey, skipped/cancelled yellow.
+MERMAID_CLASSES = {
+    StepStatus.succeeded: "fill:#d4edda,stroke:#28a745,color:#155724",
+    StepStatus.failed: "fill:#f8d7da,stroke:#dc3545,color:#721c24",
+    StepStatus.running: "fill:#cce5ff,stroke:#007bff,color:#004085",
+    StepStatus.pending: "fill:#e2e3e5,stroke:#6c757d,color:#383d41",
+    StepStatus.skipped: "fill:#fff3cd,stroke:#ffc107,color:#856404",
+    StepStatus.cancelled: "fill:#fff3cd,stroke:#ffc107,color:#856404",
+}
+
+# The step fields a diff compares, in the order it reports them.
+DIFF_FIELDS = [name for name in Step.model_fields if name != "id"]
+
+
+# ---------------------------------------------------------------------------- choosing a revision
+
+
+def pick_revision(ledger: Ledger, number: int | None) -> Plan:
+    """Revision `number` of the run (default: the newest), or a one-line error naming those there are."""
+    from .commands import CliError
+
+    if not ledger.revisions:
+        raise CliError(f"run {ledger.run_id} has no plan yet (it is still planning)")
+    if number is None:
+        return ledger.revisions[-1]
+    try:
+        return ledger.revision(number)
+    except KeyError:
+        known = ", ".join(str(p.revision) for p in ledger.revisions)
+        raise CliError(f"run {ledger.run_id} has no revision {number} (revisions: {known})") from None
+
+
+def step_status(ledger: Ledger | None, step_id: str) -> StepStatus:
+    record = ledger.steps.get(step_id) if ledger is not None else None
+    return record.status if record else StepStatus.pending
+
+
+# ---------------------------------------------------------------------------- layout
+
+
+def edges_of(plan: Plan) -> dict[str, list[str]]:
+    """step id -> its dependencies that are in the plan, in the plan's step order."""
+    ids = set(plan.step_ids)
+    return {s.id: [d for d in s.depends_on if d in ids] for s in plan.steps}
+
+
+def spanning_forest(plan: Plan) -> tuple[list[str], dict[str, list[str]]]:
+    """(roots, children): every step exactly once, under the dependency that comes last in
+    topological order; roots are the steps with no dependency. Both in topological order."""
+    edges = edges_of(plan)
+    order = topological_order(edges)
+    position = {step_id: i for i, step_id in enumerate(order)}
+    roots: list[str] = []
+    children: dict[str, list[str]] = {step_id: [] for step_id in order}
+    for step_id in order:
+        deps = edges[step_id]
+        if deps:
+            children[max(deps, key=position.__getitem__)].append(step_id)
+        else:
+            roots.append(step_id)
+    return roots, children
+
+
+def step_line(step: Step, record: StepRecord | None, parents: list[str]) -> Text:
+    """One step: id, kind, what it does, status, attempts, usage, and its parents when several."""
+    status = record.status if record else StepStatus.pending
+    line = Text.assemble((step.id, "bold"), " ", (f"[{step.kind.value}]", "dim"), " ", no_wrap=False, overflow="fold")
+    line.append(f"{step.tool} · {step.title}" if step.kind is StepKind.tool and step.tool else step.title)
+    line.append("  ")
+    line.append(status.value, STATUS_STYLE[status])
+    if record and record.attempts:
+        line.append(f" · {record.attempts} attempt{'s' if record.attempts != 1 else ''}")
+    if record and record.usage is not None and record.usage.calls:
+        usage = record.usage
+        line.append(f" · {usage.tokens:,} tok")
+        if usage.unpriced_calls == 0:
+            line.append(f" · ${usage.cost_usd:.4f}")
+    if len(parents) > 1:
+        line.append(f"  after: {', '.join(parents)}", "magenta")
+    return line
+
+
+def plan_tree(plan: Plan, ledger: Ledger | None = None) -> Tree:
+    """The plan as a rich Tree over its spanning forest (built without recursion)."""
+    edges = edges_of(plan)
+    by_id = {s.id: s for s in plan.steps}
+    roots, children = spanning_forest(plan)
+    tree = Tree(Text(f"revision {plan.revision}", "bold"), guide_style="dim")
+    stack: list[tuple[Tree, str]] = [(tree, root) for root in reversed(roots)]
+    while stack:
+        parent, step_id = stack.pop()
+        record = ledger.steps.get(step_id) if ledger is not None else None
+        node = parent.add(step_line(by_id[step_id], record, edges[step_id]))
+        stack.extend((node, child) for child in reversed(children[step_id]))
+    return tree
+
+
+def header_lines(plan: Plan, *, run_id: str, phase: str | None, ledger: Ledger | None, total: int) -> list[str]:
+    lines = [f"{run_id}  revision {plan.revision} of {total}" + (f"  {phase}" if phase else "")]
+    lines.append(f"goal: {plan.goal}")
+    lines.append(f"author: {plan.author}" + (f"  reason: {plan.reason}" if plan.reason else ""))
+    if ledger is not None and ledger.usage.calls:
+        lines.append(f"model usage: {ledger.usage.describe()}")
+    return lines
+
+
+def plan_view(plan: Plan, ledger: Ledger, *, phase: str | None = None) -> Group:
+    header = [Text(line) for line in header_lines(plan, run_id=ledger.run_id, phase=phase, ledger=ledger, total=len(ledger.revisions))]
+    return Group(*header, plan_tree(plan, ledger))
+
+
+def plan_json(plan: Plan, ledger: Ledger) -> dict[str, Any]:
+    steps = []
+    for step_id in topological_order(edges_of(plan)):
+        step = plan.step(step_id)
+        record = ledger.steps.get(step_id)
+        steps.append(
+            {
+                "id": step.id,
+                "kind": step.kind.value,
+                "title": step.title,
+                "tool": step.tool,
+                "status": step_status(ledger, step_id).value,
+                "depends_on": list(step.depends_on),
+                "attempts": record.attempts if record else 0,
+                "usage": record.usage.model_dump(mode="json") if record and record.usage else None,
+            }
+        )
+    return {
+        "run_id": ledger.run_id,
+        "revision": plan.revision,
+        "author": str(plan.author),
+        "reason": plan.reason,
+        "goal": plan.goal,
+        "usage": ledger.usage.model_dump(mode="json"),
+        "steps": steps,
+    }
+
+
+# ---------------------------------------------------------------------------- mermaid
+
+
+def mermaid_id(step_id: str) -> str:
+    """A Mermaid-safe node id, one-to-one with step ids: '_' -> '__', '-' -> '_d', prefixed
+    with 's_' (so no id is a Mermaid keyword such as 'end')."""
+    return "s_" + "".join("__" if c == "_" else "_d" if c == "-" else c for c in step_id)
+
+
+_MERMAID_ENTITIES = {
+    "#": "#35;",  # first: the other escapes introduce '#'
+    '"': "#quot;",
+    "[": "#91;",
+    "]": "#93;",
+    "(": "#40;",
+    ")": "#41;",
+    "{": "#123;",
+    "}": "#125;",
+    "<": "#lt;",
+    ">": "#gt;",
+    "&": "#amp;",
+    "|": "#124;",
+    "`": "#96;",
+}
+
+
+def mermaid_text(text: str) -> str:
+    """Text safe inside a quoted Mermaid label: entity codes for the characters Mermaid reads,
+    line breaks as spaces."""
+    text = " ".join(text.split())
+    return "".join(_MERMAID_ENTITIES.get(c, c) for c in text)
+
+
+def mermaid(plan: Plan, ledger: Ledger | None = None) -> str:
+    """A `flowchart TD`: one node per step, an edge from each dependency to its dependent,
+    and a class per status."""
+    edges = edges_of(plan)
+    order = topological_order(edges)
+    by_id = {s.id: s for s in plan.steps}
+    lines = ["flowchart TD"]
+    for step_id in order:
+        status = step_status(ledger, step_id)
+        label = f"{mermaid_text(step_id)}: {mermaid_text(by_id[step_id].title)}<br/>{status.value}"
+        lines.append(f'    {mermaid_id(step_id)}["{label}"]')
+    for step_id in order:
+        for dep in edges[step_id]:
+            lines.append(f"    {mermaid_id(dep)} --> {mermaid_id(step_id)}")
+    for status, style in MERMAID_CLASSES.items():
+        lines.append(f"    classDef {status.value} {style}")
+    for status in MERMAID_CLASSES:
+        members = [mermaid_id(s) for s in order if step_status(ledger, s) is status]
+        if members:
+            lines.append(f"    class {','.join(members)} {status.value}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- diff
+
+
+def diff_revisions(old: Plan, new: Plan) -> dict[str, Any]:
+    """What changed from `old` to `new`: steps added and removed (in plan order), and for each
+    step in both, the fields that differ as [old, new] (JSON values, complete)."""
+    old_steps = {s.id: s for s in old.steps}
+    new_steps = {s.id: s for s in new.steps}
+    changed: dict[str, dict[str, list[Any]]] = {}
+    for step_id, after in new_steps.items():
+        before = old_steps.get(step_id)
+        if before is None:
+            continue
+        a, b = before.model_dump(mode="json"), after.model_dump(mode="json")
+        fields = {name: [a[name], b[name]] for name in DIFF_FIELDS if a[name] != b[name]}
+        if fields:
+            changed[step_id] = fields
+    result: dict[str, Any] = {
+        "from": old.revision,
+        "to": new.revision,
+        "added": [s for s in new_steps if s not in old_steps],
+        "removed": [s for s in old_steps if s not in new_steps],
+        "changed": changed,
+        "revisions": [
+            {"revision": p.revision, "author": str(p.author), "reason": p.reason} for p in (old, new)
+        ],
+    }
+    if old.goal != new.goal:
+        result["goal"] = [old.goal, new.goal]
+    return result
+
+
+def shorten(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def diff_lines(diff: dict[str, Any]) -> list[str]:
+    """The diff for people: one line per revision, added, removed, and each changed field."""
+    lines = []
+    for info, word in zip(diff["revisions"], ("from", "to")):
+        reason = f": {info['reason']}" if info["reason"] else ""
+        lines.append(f"{word} revision {info['revision']} by {info['author']}{reason}")
+    if "goal" in diff:
+        lines.append(f"goal: {shorten(diff['goal'][0])} → {shorten(diff['goal'][1])}")
+    if not (diff["added"] or diff["removed"] or diff["changed"]):
+        lines.append("no step changed")
+    for step_id in diff["added"]:
+        lines.append(f"+ {step_id}")
+    for step_id in diff["removed"]:
+        lines.append(f"- {step_id}")
+    for step_id, fields in diff["changed"].items():
+        lines.append(f"~ {step_id}")
+        for name, (before, after) in fields.items():
+            lines.append(f"    {name}: {shorten(before)} → {shorten(after)}")
+    return lines
