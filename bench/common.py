@@ -34,13 +34,7 @@ from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
 from stratagem.worker import workflow_runner
 
-from .baseline import (  # noqa: F401 - re-exported for the measures
-    BARE_ACTIVITIES,
-    BARE_WORKFLOWS,
-    ChainsInput,
-    ChainsResult,
-    DagNode,
-)
+from .baseline import BARE_ACTIVITIES, BARE_WORKFLOWS
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -221,19 +215,6 @@ def chain_plan(n: int, tool: str, args: dict[str, Any] | None = None, *, prefix:
 
 
 # ---------------------------------------------------------------------------- histories
-
-
-async def execution_histories(client: Client, workflow_id: str) -> list[Any]:
-    """Every execution of a run's continue-as-new chain, latest first."""
-    handle = client.get_workflow_handle(workflow_id)
-    histories = []
-    while True:
-        history = await handle.fetch_history()
-        histories.append(history)
-        started = history.events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return histories
-        handle = client.get_workflow_handle(workflow_id, run_id=started.continued_execution_run_id)
 
 
 def _seconds(event: Any) -> float:

@@ -22,13 +22,13 @@ import sys
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
+from stratagem.client import execution_histories
+
+from .baseline import ChainsInput, ChainsResult
 from .common import (
     REPO_DIR,
     Bench,
-    ChainsInput,
-    ChainsResult,
     Row,
-    execution_histories,
     log,
     ratio,
     read_proc_status,
@@ -88,7 +88,7 @@ async def worker_process(bench: Bench, name: str, command: list[str]) -> AsyncIt
 
 
 def _events(histories: list[Any]) -> list[int]:
-    return [len(h.events) for h in reversed(histories)]  # oldest execution first
+    return [len(h.events) for h in histories]  # oldest execution first
 
 
 async def run(bench: Bench) -> dict[str, Any]:

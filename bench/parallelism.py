@@ -21,7 +21,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .common import Bench, DagNode, Row, log, median
+from .baseline import DagNode
+from .common import Bench, Row, log, median
 
 NAME = "parallelism"
 TARGET = 0.95

@@ -10,6 +10,7 @@ from typing import Any
 from temporalio.client import (
     Client,
     WorkflowHandle,
+    WorkflowHistory,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -123,11 +124,11 @@ class Run:
                 raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
             raise
 
-    async def _query(self, name: str, result_type: Any) -> Any:
+    async def _query(self, name: str, result_type: Any, *args: Any) -> Any:
         """A query. One that times out (nobody runs the workflow) raises RunUnresponsiveError;
         one the workflow cannot answer (a worker with another encryption key) StratagemError."""
         try:
-            return await self.handle.query(name, result_type=result_type, rpc_timeout=self.rpc_timeout)
+            return await self.handle.query(name, *args, result_type=result_type, rpc_timeout=self.rpc_timeout)
         except WorkflowQueryFailedError as exc:
             raise StratagemError(f"run {self.id} could not answer the {name} query: {exc.message}") from None
         except RPCError as exc:
@@ -149,16 +150,27 @@ class Run:
 
     async def events(self, after: int = 0, limit: int = 500) -> EventPage:
         """The progress stream: events with seq above `after`, oldest first."""
-        try:
-            return await self.handle.query("events", EventsQuery(after=after, limit=limit), result_type=EventPage, rpc_timeout=self.rpc_timeout)
-        except WorkflowQueryFailedError as exc:
-            raise StratagemError(f"run {self.id} could not answer the events query: {exc.message}") from None
+        return await self._query("events", EventPage, EventsQuery(after=after, limit=limit))
 
     async def result(self) -> RunResult:
         return await self.handle.result()
 
     async def cancel(self) -> None:
         await self.handle.cancel()
+
+
+async def execution_histories(client: Client, run_id: str) -> list[WorkflowHistory]:
+    """The history of every execution of a run, oldest first: a run that continued as new
+    has several, linked from each to the one before."""
+    histories: list[WorkflowHistory] = []
+    handle = client.get_workflow_handle(run_id)
+    while True:
+        history = await handle.fetch_history()
+        histories.insert(0, history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return histories
+        handle = client.get_workflow_handle(run_id, run_id=started.continued_execution_run_id)
 
 
 async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None) -> Run:

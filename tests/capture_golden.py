@@ -26,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from conftest import harness_for  # noqa: E402
 from golden_scenarios import SCENARIOS  # noqa: E402
 from stratagem.binaries import temporal_test_server  # noqa: E402
+from stratagem.client import execution_histories  # noqa: E402
 
 GOLDEN = HERE / "golden"
 
@@ -44,7 +45,7 @@ async def capture(names: list[str], force: bool) -> None:
                     runs = await SCENARIOS[name](harness)
                     histories = []
                     for run in runs:
-                        histories += await chain(harness, run.id)
+                        histories += await execution_histories(harness.client, run.id)
             for number, history in enumerate(histories, start=1):
                 suffix = f"-{number}" if len(histories) > 1 else ""
                 path = GOLDEN / f"{name}{suffix}.json"
@@ -52,19 +53,6 @@ async def capture(names: list[str], force: bool) -> None:
                 print(f"{name}: wrote {path.relative_to(HERE.parent)} ({len(history.events)} events)")
     finally:
         await env.shutdown()
-
-
-async def chain(harness, run_id: str) -> list:
-    """Every execution of a run, oldest first (a continue-as-new chain has several)."""
-    histories = []
-    handle = harness.client.get_workflow_handle(run_id)
-    while True:
-        history = await handle.fetch_history()
-        histories.insert(0, history)
-        started = history.events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return histories
-        handle = harness.client.get_workflow_handle(run_id, run_id=started.continued_execution_run_id)
 
 
 def main() -> int:

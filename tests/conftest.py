@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli, temporal_test_server
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
-from stratagem.client import Run, start_run
+from stratagem.client import Run, execution_histories, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RunInput, RunOptions, RunStatus
 from stratagem.payloads import with_claim_checks
@@ -124,15 +124,8 @@ class Harness:
             description = await run.handle.describe()
             if description.status == WorkflowExecutionStatus.RUNNING:
                 await run.handle.terminate(reason="test finished")
-            # Walk the continue-as-new chain back from the latest run, replaying each one.
-            handle = self.client.get_workflow_handle(run.id)
-            while True:
-                history = await handle.fetch_history()
+            for history in await execution_histories(self.client, run.id):  # each of a continue-as-new chain
                 await replayer.replay_workflow(history)
-                started = history.events[0].workflow_execution_started_event_attributes
-                if not started.continued_execution_run_id:
-                    break
-                handle = self.client.get_workflow_handle(run.id, run_id=started.continued_execution_run_id)
 
     async def wait_for(self, run: Run, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
         deadline = asyncio.get_running_loop().time() + timeout

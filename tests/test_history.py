@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from conftest import payload_sizes
 from plans import step
+from stratagem.client import execution_histories
 from stratagem.store import is_stored
 
 STEPS = 2000
@@ -28,16 +29,9 @@ async def test_two_thousand_steps_with_large_outputs_keep_every_history_bounded(
     assert status.continued >= 1, "a run this long must continue as new"
 
     # Every execution of the chain: bounded length, and no payload above the claim-check limit.
-    handle = harness.client.get_workflow_handle(run.id)
-    lengths, largest = [], 0
-    while True:
-        history = await handle.fetch_history()
-        lengths.append(len(history.events))
-        largest = max(largest, *payload_sizes(history))
-        started = history.events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            break
-        handle = harness.client.get_workflow_handle(run.id, run_id=started.continued_execution_run_id)
+    histories = await execution_histories(harness.client, run.id)
+    lengths = [len(h.events) for h in histories]
+    largest = max(size for h in histories for size in payload_sizes(h))
     print(f"executions: {len(lengths)}, events per execution: {lengths}, largest payload: {largest} bytes")
     assert len(lengths) == status.continued + 1
     assert max(lengths) <= 12_000, lengths

@@ -118,6 +118,15 @@ def config_task_queue() -> str:
 
 
 @asynccontextmanager
+async def hosted_run(run_id: str) -> AsyncIterator[Run]:
+    """A run to query or decide on, with its workflow hosted here meanwhile (see workflow_host)."""
+    client = await open_client(settings())
+    run, task_queue = await find_run(client, run_id)
+    async with workflow_host(client, task_queue):
+        yield run
+
+
+@asynccontextmanager
 async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
     """A workflow-only worker for the length of a command.
 
@@ -506,9 +515,7 @@ async def edit_plan(run: Run, revision: int, by: str, drafts: dict[int, Path]) -
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    client = await open_client(settings())
-    run, task_queue = await find_run(client, args.run_id)
-    async with workflow_host(client, task_queue):
+    async with hosted_run(args.run_id) as run:
         status = await run.status()
         if args.json:
             render.emit_json(status.model_dump(mode="json"))
@@ -571,9 +578,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
 
 
 async def _decide(args: argparse.Namespace, decision: str, payload: object) -> int:
-    client = await open_client(settings())
-    run, task_queue = await find_run(client, args.run_id)
-    async with workflow_host(client, task_queue):
+    async with hosted_run(args.run_id) as run:
         outcome = await getattr(run, decision)(payload)
     if args.json:
         render.emit_json(outcome.model_dump(mode="json"))
@@ -724,9 +729,7 @@ async def cmd_watch(args: argparse.Namespace) -> int:
 
 
 async def cmd_audit(args: argparse.Namespace) -> int:
-    client = await open_client(settings())
-    run, task_queue = await find_run(client, args.run_id)
-    async with workflow_host(client, task_queue):
+    async with hosted_run(args.run_id) as run:
         ledger = await run.ledger()
     for record in ledger.audit_records():
         print(json.dumps(record, default=str, sort_keys=True))
@@ -736,9 +739,7 @@ async def cmd_audit(args: argparse.Namespace) -> int:
 async def cmd_show(args: argparse.Namespace) -> int:
     from . import show
 
-    client = await open_client(settings())
-    run, task_queue = await find_run(client, args.run_id)
-    async with workflow_host(client, task_queue):
+    async with hosted_run(args.run_id) as run:
         ledger = await run.ledger()
         status = None if args.json or args.mermaid or args.diff else await run.status()
     if args.diff:
@@ -761,9 +762,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
 
 
 async def cmd_output(args: argparse.Namespace) -> int:
-    client = await open_client(settings())
-    run, task_queue = await find_run(client, args.run_id)
-    async with workflow_host(client, task_queue):
+    async with hosted_run(args.run_id) as run:
         ledger = await run.ledger()
     record = ledger.steps.get(args.step_id)
     if record is None:
