@@ -997,23 +997,22 @@ _TIMEOUTS = {
 }
 
 
-def _cause_detail(exc: ActivityError, key: str, model: Any) -> list[Any]:
-    """Records an activity reported with its failure (`key` of its details), as `model`s."""
+def _failure_details(exc: ActivityError) -> dict[str, Any]:
+    """What the failed activity reported (activities/errors.py), or, if it timed out, its last checkpoint."""
     cause = exc.cause
     details: Any = None
     if isinstance(cause, ApplicationError) and cause.details:
         details = cause.details[0]
     elif isinstance(cause, TemporalTimeoutError) and cause.last_heartbeat_details:
-        details = cause.last_heartbeat_details[0]  # the attempt timed out: its last checkpoint
-    if isinstance(details, dict):
-        return [model.model_validate(item) for item in details.get(key) or []]
-    return []
+        details = cause.last_heartbeat_details[0]
+    return details if isinstance(details, dict) else {}
+
+
+def _cause_detail(exc: ActivityError, key: str, model: Any) -> list[Any]:
+    """Records an activity reported with its failure (`key` of its details), as `model`s."""
+    return [model.model_validate(item) for item in _failure_details(exc).get(key) or []]
 
 
 def _cause_attempts(exc: ActivityError, max_attempts: int) -> int:
-    cause = exc.cause
-    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
-        attempt = cause.details[0].get("attempt")
-        if isinstance(attempt, int):
-            return attempt
-    return max_attempts
+    attempt = _failure_details(exc).get("attempt")
+    return attempt if isinstance(attempt, int) else max_attempts
