@@ -21,6 +21,7 @@ from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.references import resolve
 from stratagem.store import OutputStore, default_store, externalize, hydrate, store_value
+from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolContext, ToolRegistry
 
 from .checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, request_timeout
@@ -36,6 +37,10 @@ class ExecutionActivities:
 
     @activity.defn(name=io.RUN_TOOL)
     async def run_tool(self, request: io.ToolStepInput) -> io.StepOutput:
+        with attempt_span(*_attempt(request.run_id, request.step_id, request.revision, "tool")):
+            return await self._run_tool(request)
+
+    async def _run_tool(self, request: io.ToolStepInput) -> io.StepOutput:
         info = activity.info()
         context = ToolContext(
             run_id=request.run_id,
@@ -61,6 +66,10 @@ class ExecutionActivities:
     async def run_llm(self, request: io.LlmStepInput) -> io.StepOutput:
         """Run the step's executor loop. Each round is checkpointed, so a retry resumes the
         conversation and the usage of every attempt is reported, whether the step ends well or not."""
+        with attempt_span(*_attempt(request.run_id, request.step.id, request.revision, "llm", request.model)):
+            return await self._run_llm(request)
+
+    async def _run_llm(self, request: io.LlmStepInput) -> io.StepOutput:
         info = activity.info()
         checkpoint = Checkpoint(self._heartbeat_every)
         progress = _resume(checkpoint.previous())
@@ -68,7 +77,7 @@ class ExecutionActivities:
         try:
             request = _materialized(request, self._store)
             executor = Executor(
-                load_model(request.model),
+                load_model(request.model, price=request.price),
                 request,
                 self._registry,
                 workspace=self._workspace,
@@ -95,6 +104,18 @@ class ExecutionActivities:
             output=output, attempt=info.attempt, model=request.model, calls=progress.calls,
             tool_calls=progress.tool_calls, transcript=transcript,
         )
+
+
+def _attempt(run_id: str, step_id: str, revision: int, kind: str, model: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The name and attributes of a step attempt's span."""
+    attempt = activity.info().attempt
+    attributes: dict[str, Any] = {
+        "stratagem.run_id": run_id, "stratagem.step.id": step_id, "stratagem.step.kind": kind,
+        "stratagem.revision": revision, "stratagem.attempt": attempt,
+    }
+    if model:
+        attributes["stratagem.model"] = model
+    return f"step {step_id} attempt {attempt}", attributes
 
 
 def _key(run_id: str, step_id: str) -> str:

@@ -11,6 +11,7 @@ from stratagem import activity_io as io
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.planner import Progress, plan_with_repairs
+from stratagem.telemetry import attempt_span
 from stratagem.store import OutputStore, default_store, hydrate
 from stratagem.tools import ToolCatalog, ToolRegistry
 from stratagem.usage import CallUsage
@@ -30,6 +31,10 @@ class PlanningActivities:
 
     @activity.defn(name=io.PLAN)
     async def plan(self, request: io.PlanningInput) -> io.PlanningOutput:
+        with attempt_span(f"planner attempt {activity.info().attempt}", _attributes(request.model)):
+            return await self._plan(request)
+
+    async def _plan(self, request: io.PlanningInput) -> io.PlanningOutput:
         checkpoint = Checkpoint()
         spent = _spent_before(checkpoint)
 
@@ -39,7 +44,7 @@ class PlanningActivities:
             checkpoint.save({"calls": [c.model_dump(mode="json") for c in spent]})
 
         try:
-            model = load_model(request.model)
+            model = load_model(request.model, price=request.price)
             progress = None
             if request.current is not None:
                 progress = Progress(
@@ -74,8 +79,12 @@ class PlanningActivities:
 
     @activity.defn(name=io.SYNTHESIZE)
     async def synthesize(self, request: io.SynthesisInput) -> io.SynthesisOutput:
+        with attempt_span(f"synthesis attempt {activity.info().attempt}", _attributes(request.model)):
+            return await self._synthesize(request)
+
+    async def _synthesize(self, request: io.SynthesisInput) -> io.SynthesisOutput:
         try:
-            model = load_model(request.model)
+            model = load_model(request.model, price=request.price)
             outputs = json.dumps(hydrate(self._store, request.outputs), indent=1, default=str)
             attempt = activity.info().attempt
             response = await model.complete(
@@ -95,6 +104,11 @@ class PlanningActivities:
             model=request.model, input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens, attempt=attempt
         )
         return io.SynthesisOutput(text=response.text, usage=response.usage, model=response.model, calls=[call])
+
+
+def _attributes(model: str) -> dict[str, object]:
+    info = activity.info()
+    return {"stratagem.run_id": info.workflow_id or "", "stratagem.attempt": info.attempt, "stratagem.model": model}
 
 
 def _spent_before(checkpoint: Checkpoint) -> list[CallUsage]:

@@ -14,7 +14,7 @@ from .ledger import StepRecord, ToolCallRecord
 from .models.base import Usage
 from .plan import PlanDraft, Step
 from .tools.spec import ToolCatalog
-from .usage import CallUsage
+from .usage import CallUsage, Price
 
 DESCRIBE_TOOLS = "stratagem.describe_tools"
 PLAN = "stratagem.plan"
@@ -48,6 +48,7 @@ class PlanningInput(BaseModel):
     history: list[str] = Field(default_factory=list, description="Earlier revisions, decisions and failures, oldest first.")
     has_executor: bool = True
     tiers: list[str] = Field(default_factory=list, description="Model tiers llm steps may name.")
+    price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
 
 
 class PlanningOutput(BaseModel):
@@ -82,6 +83,7 @@ class LlmStepInput(BaseModel):
     inputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the steps it depends on.")
     model: str
     max_rounds: int = Field(default=12, ge=1, description="Model calls the step may make.")
+    price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
     references: dict[str, Any] | None = Field(
         default=None, description="Set when `instructions` still hold references into stored outputs (see ToolStepInput)."
     )
@@ -100,6 +102,7 @@ class SynthesisInput(BaseModel):
     goal: str
     model: str
     outputs: dict[str, Any]
+    price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
 
 
 class SynthesisOutput(BaseModel):

@@ -18,6 +18,11 @@ from .tools.spec import ToolCatalog
 from .usage import Budget, Price, UsageTotals
 
 WORKFLOW_NAME = "StratagemRun"
+# A Keyword search attribute holding a run's status (`run_status`), for visibility queries such as
+# the approval inbox. The embedded server registers it; `stratagem.client.ensure_search_attribute`
+# registers it on other servers where the caller may.
+STATUS_SEARCH_ATTRIBUTE = "StratagemStatus"
+AWAITING_APPROVAL = "awaiting_approval"
 
 
 class ReviewTimeoutAction(str, Enum):
@@ -86,6 +91,11 @@ class RunOptions(BaseModel):
         default=None,
         ge=10,
         description="Continue as new past this many history events. None: when Temporal suggests it.",
+    )
+    status_search_attribute: bool = Field(
+        default=False,
+        description=f"Keep the run's status in the {STATUS_SEARCH_ATTRIBUTE} search attribute. Set at start when the "
+        "namespace has it; a workflow that upserts an unregistered attribute fails its tasks.",
     )
 
 
@@ -277,6 +287,12 @@ class RunResult(BaseModel):
     synthesis: str | None = None
     reason: str | None = None
     replans: int = 0
+
+
+def run_status(state: RunState) -> str:
+    """The run's status for visibility: `awaiting_approval` while any person is needed (a plan or
+    step approval, a budget decision, a human step's answer), else its phase."""
+    return AWAITING_APPROVAL if state.pending and not state.phase.finished else state.phase.value
 
 
 def progress_markdown(state: RunState, max_rows: int = 40) -> str:

@@ -12,11 +12,14 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from .client import connect
 from .config import Settings
 from .store import OutputStore
+from .telemetry import configure_tracing, flush_telemetry, metrics_runtime, worker_plugins
 from .tools import ToolRegistry
 
 # Pure modules the workflow imports. Passing them through the sandbox keeps one copy of the
 # pydantic models (and their validators) instead of re-importing them per workflow task.
-PASSTHROUGH_MODULES = ("stratagem", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "yaml", "attrs")
+PASSTHROUGH_MODULES = (
+    "stratagem", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "yaml", "attrs", "opentelemetry",
+)
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
@@ -42,11 +45,18 @@ def build_worker(
         activities=build_activities(registry, workspace, store),
         workflow_runner=workflow_runner(),
         max_concurrent_activities=max_concurrent_activities,
+        # Tracing, when a replay-safe tracer provider is installed (stratagem.telemetry).
+        plugins=worker_plugins(),
     )
 
 
 async def run_worker(settings: Settings, tool_modules: Sequence[str] = ()) -> None:
+    """Serve runs until cancelled, with traces and metrics where the OTEL_* environment asks."""
     registry = ToolRegistry.from_modules(list(tool_modules))
-    client = await connect(settings)
+    configure_tracing()
+    client = await connect(settings, runtime=metrics_runtime())
     worker = build_worker(client, task_queue=settings.task_queue, registry=registry, workspace=settings.workspace)
-    await worker.run()
+    try:
+        await worker.run()
+    finally:
+        flush_telemetry()

@@ -18,7 +18,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
+from opentelemetry import trace
+from temporalio.contrib.opentelemetry import create_tracer_provider
+
+from spans import CAPTURE
 from stratagem.binaries import temporal_cli, temporal_test_server
+from stratagem.telemetry import TELEMETRY_ENV, worker_plugins
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
 from stratagem.client import Run, execution_histories, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
@@ -34,8 +39,14 @@ FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 
 # A developer's shell must not change what the tests see: the CLI processes they start would
 # encrypt, or store elsewhere, while the in-process workers do not.
-for _name in ("STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT", "STRATAGEM_CONFIG"):
+for _name in ("STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT", "STRATAGEM_CONFIG", *TELEMETRY_ENV):
     os.environ.pop(_name, None)
+
+# Every in-process worker runs traced, as a production worker with OTEL_* set does: Temporal's
+# replay-safe provider, its spans kept in memory (tests/spans.py).
+_provider = create_tracer_provider()
+_provider.add_span_processor(CAPTURE)
+trace.set_tracer_provider(_provider)
 
 
 class SlowScriptedModel(ScriptedModel):
@@ -119,7 +130,10 @@ class Harness:
         workflow task is outstanding, which would stall later tests. The replay catches any
         non-determinism in the workflow code on every scenario the tests exercise.
         """
-        replayer = Replayer(workflows=[StratagemRun], data_converter=self.client.data_converter, workflow_runner=workflow_runner())
+        replayer = Replayer(
+            workflows=[StratagemRun], data_converter=self.client.data_converter, workflow_runner=workflow_runner(),
+            plugins=worker_plugins(),
+        )
         for run in self.runs:
             description = await run.handle.describe()
             if description.status == WorkflowExecutionStatus.RUNNING:

@@ -333,7 +333,7 @@ async def test_planning_end_to_end_with_the_scripted_model(tmp_path: Path, catal
         )
     )
     model = load_model(f"scripted:{script}")
-    assert isinstance(model, ScriptedModel)
+    assert isinstance(model.model, ScriptedModel)
     outcome = await plan_with_repairs(model, "say hello", catalog)
     assert outcome.calls == 2
     assert outcome.model == f"scripted:{script}"

@@ -218,7 +218,7 @@ async def test_json_script_file(tmp_path: Path) -> None:
 async def test_load_model_with_a_scripted_string(tmp_path: Path) -> None:
     path = write_script(tmp_path, {"planner": ["hello"]})
     model = load_model(f"scripted:{path}")
-    assert isinstance(model, ScriptedModel)
+    assert isinstance(model.model, ScriptedModel)  # inside the tracing wrapper
     assert model.name == f"scripted:{path}"
     assert (await model.complete(plan_request(0))).text == "hello"
 

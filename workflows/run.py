@@ -54,8 +54,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from stratagem.scheduling import Frontier, Reconciliation, all_succeeded, reconcile, sink_steps
     from stratagem.tools.spec import ToolCatalog
-    from stratagem.usage import CallUsage, UsageTotals, budget_warnings, exhausted, may_cross
+    from stratagem.usage import CallUsage, UsageTotals, budget_warnings, exhausted, may_cross, price_for
     from stratagem.validation import plan_problems
+    from opentelemetry import trace
+
+from .observe import Observer, mark
 
 # Planning and synthesis are a few model calls; these bound one attempt, not the whole run.
 PLANNING_TIMEOUT = timedelta(minutes=10)
@@ -109,11 +112,35 @@ class StratagemRun:
         self._model_steps_in_flight = 0
         # Which steps may start; rebuilt whenever execution (re)starts on a plan.
         self._frontier: Frontier | None = None
+        # Spans, metrics and the status search attribute (workflows/observe.py).
+        self._observe = Observer(self.state.run_id)
+        self._plan_span: trace.Span | None = None
+        # The span of the step whose failure the next replan answers, which that replan links to.
+        self._failure_span: trace.Span | None = None
 
     # ------------------------------------------------------------------ the loop
 
     @workflow.run
     async def run(self, input: RunInput) -> RunResult:
+        # One span per execution: a continued one is the child of the one before (continue-as-new
+        # carries the trace context), so a run is one trace however often it continued.
+        state = self.state
+        name = f"run {state.run_id}" + (f" (continued {state.continued})" if input.state is not None else "")
+        attributes = {
+            "stratagem.run_id": state.run_id, "stratagem.goal": state.goal[:200], "stratagem.mode": state.options.mode.value,
+            "stratagem.continued": state.continued,
+        }
+        with self._observe.span(name, attributes) as span:
+            try:
+                return await self._run(input)
+            finally:
+                # Harmless if the span does not end here (an evicted workflow): nothing is exported.
+                span.set_attributes({
+                    "stratagem.phase": state.phase.value, "stratagem.replans": state.ledger.replans,
+                    "stratagem.model_calls": state.ledger.usage.calls, "stratagem.cost_usd": state.ledger.usage.cost_usd,
+                })
+
+    async def _run(self, input: RunInput) -> RunResult:
         try:
             if input.state is None:
                 await self._start(input)
@@ -171,10 +198,23 @@ class StratagemRun:
             self.state.phase = Phase.awaiting_approval
 
     async def _call_planner(self, current: Plan | None) -> Plan | None:
-        options = self.state.options
-        assert options.planner is not None
+        """Ask the planner for the next revision, within a `plan revision N` span (its model calls
+        are the span's grandchildren, under the activity attempt)."""
         if not await self._budget_gate():
             return None
+        revision = self.state.plan.revision + 1 if self.state.plan else 1
+        planner = self.state.options.planner or ""
+        with self._observe.span(f"plan revision {revision}", {"stratagem.revision": revision, "stratagem.model": planner}) as span:
+            self._plan_span = span
+            plan = await self._ask_planner(current)
+            self._plan_span = None
+            if plan is None:
+                mark(span, self.state.reason or "planning failed")
+            return plan
+
+    async def _ask_planner(self, current: Plan | None) -> Plan | None:
+        options = self.state.options
+        assert options.planner is not None
         request = io.PlanningInput(
             goal=self.state.goal,
             model=options.planner,
@@ -187,6 +227,7 @@ class StratagemRun:
             history=self._history() if current else [],
             has_executor=bool(options.executor),
             tiers=sorted(options.tiers),
+            price=price_for(options.planner, options.prices),
         )
         try:
             out = await workflow.execute_activity(
@@ -257,6 +298,15 @@ class StratagemRun:
             EventKind.plan_proposed, now, revision=revision, actor=str(author), message=reason,
             steps=len(plan.steps), carried=merged.carried, dropped=merged.dropped, retried=merged.retried,
         )
+        attributes = {
+            "stratagem.revision": revision, "stratagem.author": str(author), "stratagem.reason": reason[:200],
+            "stratagem.steps": len(plan.steps), "stratagem.steps.carried": len(merged.carried),
+            "stratagem.steps.dropped": len(merged.dropped), "stratagem.steps.retried": len(merged.retried),
+        }
+        if self._plan_span is not None:
+            self._plan_span.set_attributes(attributes)
+        else:  # a person's plan (supplied or revised), or joint mode's: no planner call to span
+            self._observe.start(f"plan revision {revision}", attributes).end()
         return plan
 
     def _adopt_joint_plan(self) -> None:
@@ -285,6 +335,7 @@ class StratagemRun:
             revision=state.plan.revision if state.plan else None,
         )
         self._budget_epoch += 1
+        self._observe.calls(state.ledger.calls[-totals.calls:] if totals.calls else [])
         for warning in budget_warnings(state.options.budget, state.ledger.usage, state.budget_warned):
             state.budget_warned.append(warning.dimension)
             state.ledger.record(EventKind.budget_warning, self._now(), message=warning.message, dimension=warning.dimension)
@@ -348,9 +399,19 @@ class StratagemRun:
             return
         if not state.pending:  # already pending when a continue-as-new carried it here
             state.pending = [decisions.plan_approval_request(state, self._now())]
-        timeout = state.options.review_timeout_seconds
         self._show()
+        attributes = {"stratagem.revision": state.plan.revision}
+        with self._observe.span(f"review revision {state.plan.revision}", attributes) as span:
+            await self._await_review()
+            span.set_attribute("stratagem.outcome", state.phase.value)
+            span.set_attribute("stratagem.revision.decided", state.plan.revision)
+            if state.ledger.decisions:
+                span.set_attribute("stratagem.decided_by", state.ledger.decisions[-1].by)
 
+    async def _await_review(self) -> None:
+        state = self.state
+        assert state.plan is not None
+        timeout = state.options.review_timeout_seconds
         while state.phase is Phase.awaiting_approval:
             revision = state.plan.revision
             try:
@@ -435,6 +496,23 @@ class StratagemRun:
         return steps
 
     async def _run_step(self, step: Step) -> None:
+        """One step, within a `step <id>` span: its attempts (activity side) are the children."""
+        assert self.state.plan is not None
+        record = self.state.ledger.steps[step.id]
+        attributes = {
+            "stratagem.step.id": step.id, "stratagem.step.kind": step.kind.value, "stratagem.step.title": step.title[:200],
+            "stratagem.revision": self.state.plan.revision,
+        }
+        if step.tool:
+            attributes["stratagem.tool"] = step.tool
+        with self._observe.span(f"step {step.id}", attributes) as span:
+            await self._run_step_body(step)
+            span.set_attribute("stratagem.step.status", record.status.value)
+            span.set_attribute("stratagem.step.attempts", record.attempts)
+            if record.status is StepStatus.failed:
+                mark(span, record.error)
+
+    async def _run_step_body(self, step: Step) -> None:
         state = self.state
         plan = state.plan
         assert plan is not None
@@ -566,7 +644,7 @@ class StratagemRun:
         request = io.LlmStepInput(
             run_id=self.state.run_id, execution_id=self.state.execution_id, revision=revision, step=step,
             instructions=instructions, inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=model,
-            max_rounds=options.max_tool_rounds, references=references,
+            max_rounds=options.max_tool_rounds, references=references, price=price_for(model, options.prices),
         )
         return await workflow.execute_activity(io.RUN_LLM, request, **common)
 
@@ -657,6 +735,7 @@ class StratagemRun:
         )
         if self.state.failure is None:
             self.state.failure = f"step '{step.id}' failed: {error}"
+            self._failure_span = trace.get_current_span()  # the step's span: the replan links to it
         self._stopping = True
 
     def _close_step(self, record: StepRecord, status: StepStatus, error: str | None) -> None:
@@ -665,6 +744,7 @@ class StratagemRun:
         record.ended_at = self._now()
         if status is StepStatus.succeeded and self._frontier is not None:
             self._frontier.succeeded(record.step_id)
+        self._observe.step_finished(status.value)
         if status in (StepStatus.skipped, StepStatus.cancelled):
             kind = EventKind.step_skipped if status is StepStatus.skipped else EventKind.step_cancelled
             self.state.ledger.record(kind, self._now(), step_id=record.step_id, message=error or "")
@@ -695,8 +775,14 @@ class StratagemRun:
             EventKind.replan_requested, self._now(), revision=state.plan.revision, message=failure,
             replan=state.ledger.replans,
         )
-        if await self._call_planner(current=state.plan) is not None:
-            state.phase = Phase.awaiting_approval
+        self._observe.replanned()
+        failed = self._failure_span
+        self._failure_span = None
+        links = [trace.Link(failed.get_span_context(), {"stratagem.failure": failure[:200]})] if failed else []
+        attributes = {"stratagem.replan": state.ledger.replans, "stratagem.failure": failure[:500]}
+        with self._observe.span(f"replan {state.ledger.replans}", attributes, links=links):
+            if await self._call_planner(current=state.plan) is not None:
+                state.phase = Phase.awaiting_approval
 
     # ------------------------------------------------------------------ finishing
 
@@ -706,15 +792,19 @@ class StratagemRun:
             outputs = {sid: state.ledger.steps[sid].output for sid in sink_steps(state.plan)}
             synthesis = None
             if state.options.synthesizer and await self._budget_gate():
+                model = state.options.synthesizer
                 try:
-                    out = await workflow.execute_activity(
-                        io.SYNTHESIZE,
-                        io.SynthesisInput(goal=state.goal, model=state.options.synthesizer, outputs=outputs),
-                        result_type=io.SynthesisOutput,
-                        start_to_close_timeout=PLANNING_TIMEOUT,
-                        retry_policy=PLANNING_RETRY,
-                        summary="synthesis",
-                    )
+                    with self._observe.span("synthesis", {"stratagem.model": model}):
+                        out = await workflow.execute_activity(
+                            io.SYNTHESIZE,
+                            io.SynthesisInput(
+                                goal=state.goal, model=model, outputs=outputs, price=price_for(model, state.options.prices)
+                            ),
+                            result_type=io.SynthesisOutput,
+                            start_to_close_timeout=PLANNING_TIMEOUT,
+                            retry_policy=PLANNING_RETRY,
+                            summary="synthesis",
+                        )
                     self._record_calls(out.calls, "synthesize")
                     synthesis = out.text
                 except ActivityError as exc:
@@ -961,6 +1051,7 @@ class StratagemRun:
         the memo when it changed, so listings tell a succeeded run from a rejected one (both are
         completed workflows)."""
         workflow.set_current_details(progress_markdown(self.state))
+        self._observe.publish(self.state)
         phase = self.state.phase.value
         if phase != self._memo_phase:
             self._memo_phase = phase

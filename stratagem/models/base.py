@@ -139,12 +139,36 @@ def split_model_string(model: str) -> tuple[str, str]:
     return provider, name
 
 
-def load_model(model: str) -> Model:
+def load_model(model: str, *, price: Any = None) -> Model:
+    """The model a `provider:name` string names. Every call it makes is a `chat <model>` span,
+    costed with `price` (a `stratagem.usage.Price`) when one is given."""
     provider, name = split_model_string(model)
     if provider not in _providers:
         known = ", ".join(sorted(_providers)) or "none"
         raise ModelConfigError(f"unknown model provider '{provider}' in '{model}' (known: {known})")
-    return _providers[provider](name)
+    return TracedModel(_providers[provider](name), provider, name.partition("@")[0], price)
+
+
+class TracedModel:
+    """A model whose every call is a span with the GenAI semantic-convention attributes."""
+
+    def __init__(self, model: Model, provider: str, name: str, price: Any = None):
+        self.model, self.provider, self.request_model, self.price = model, provider, name, price
+        self.name = model.name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.model, attribute)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        from ..telemetry import model_call_span
+
+        with model_call_span(
+            self.provider, self.request_model, purpose=request.purpose.value, step_id=request.step_id, attempt=request.attempt,
+            price=self.price,
+        ) as span:
+            response = await self.model.complete(request)
+            span.finished(response.model, response.usage.input_tokens, response.usage.output_tokens, response.stop_reason)
+        return response
 
 
 def known_providers() -> list[str]:

@@ -205,7 +205,16 @@ class ToolRegistry:
         return name in self._tools
 
     async def invoke(self, name: str, args: dict[str, Any], context: ToolContext) -> Any:
-        """Check the arguments, call the tool, and return its output as a JSON-ready value."""
+        """Check the arguments, call the tool, and return its output as a JSON-ready value.
+        The call is an `execute_tool <name>` span."""
+        from ..telemetry import tool_call_span
+
+        with tool_call_span(
+            name, step_id=context.step_id, attempt=context.attempt, key=context.idempotency_key, call=context.call
+        ):
+            return await self._invoke(name, args, context)
+
+    async def _invoke(self, name: str, args: dict[str, Any], context: ToolContext) -> Any:
         definition = self.get(name)
         try:
             parsed = definition.arguments.model_validate(args)

@@ -1,0 +1,118 @@
+"""What a run shows the outside world while it runs: spans, metrics, and its status in visibility.
+
+Workflow code, so deterministic: spans come from the replay-safe tracer (ids from the workflow's
+seeded random, nothing exported while replaying history), metrics from `workflow.metric_meter()`
+(which records nothing during replay), and the status search attribute is set only for runs
+started with `RunOptions.status_search_attribute`, so histories recorded before it replay as
+they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Iterator, Sequence
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import CancelledError as TemporalCancelledError
+from temporalio.workflow import ContinueAsNewError
+
+with workflow.unsafe.imports_passed_through():
+    from opentelemetry import trace
+
+    from stratagem.run import STATUS_SEARCH_ATTRIBUTE, RunState, run_status
+    from stratagem.telemetry import workflow_tracer
+    from stratagem.usage import CallRecord
+
+STATUS_KEY = SearchAttributeKey.for_keyword(STATUS_SEARCH_ATTRIBUTE)
+
+
+def _ends_span(exc: BaseException) -> bool:
+    """Whether a span may end as `exc` leaves it. A workflow task that fails on a bug is retried,
+    and an evicted workflow is torn down: ending spans then would export them once per retry."""
+    return isinstance(exc, (asyncio.CancelledError, TemporalCancelledError, ContinueAsNewError)) or workflow.is_failure_exception(exc)
+
+
+def mark(span: trace.Span, error: str | None) -> None:
+    if error is not None:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, error[:500]))
+
+
+class Observer:
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id  # on every span, so a trace viewer finds all of a run's spans by it
+        self.tracer = workflow_tracer()
+        meter = workflow.metric_meter()
+        self._steps = meter.create_counter("stratagem_steps_finished", "Steps that ended, by status.")
+        self._replans = meter.create_counter("stratagem_replans", "Plan revisions after a failure.")
+        self._calls = meter.create_counter("stratagem_model_calls", "Model calls, by model and purpose.")
+        self._input_tokens = meter.create_counter("stratagem_model_input_tokens", "Input tokens, by model.")
+        self._output_tokens = meter.create_counter("stratagem_model_output_tokens", "Output tokens, by model.")
+        self._cost = meter.create_histogram_float(
+            "stratagem_model_call_cost", "Estimated cost of each model call, by model; its sum is the spend.", "USD"
+        )
+        self._status: str | None = None
+        self._waiting: list[dict[str, Any]] | None = None
+
+    # ------------------------------------------------------------------ spans
+
+    @contextmanager
+    def span(self, name: str, attributes: dict[str, Any], links: Sequence[trace.Link] = ()) -> Iterator[trace.Span]:
+        """A span around a block, current inside it, so activities started there are its children."""
+        span = self.start(name, attributes, links)
+        with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+            try:
+                yield span
+            except BaseException as exc:
+                if _ends_span(exc):
+                    if not isinstance(exc, ContinueAsNewError):
+                        mark(span, f"{type(exc).__name__}: {exc}")
+                    span.end()
+                raise
+        span.end()
+
+    def start(self, name: str, attributes: dict[str, Any], links: Sequence[trace.Link] = ()) -> trace.Span:
+        """A span under the current one (the run's, or a step's inside a step)."""
+        return self.tracer.start_span(name, attributes={"stratagem.run_id": self.run_id, **attributes}, links=links)
+
+    # ------------------------------------------------------------------ metrics
+
+    def step_finished(self, status: str) -> None:
+        self._steps.add(1, {"status": status})
+
+    def replanned(self) -> None:
+        self._replans.add(1)
+
+    def calls(self, records: Sequence[CallRecord]) -> None:
+        for record in records:
+            tags = {"model": record.model, "purpose": record.purpose}
+            self._calls.add(1, tags)
+            self._input_tokens.add(record.input_tokens, tags)
+            self._output_tokens.add(record.output_tokens, tags)
+            if record.cost_usd is not None:
+                self._cost.record(record.cost_usd, {"model": record.model})
+
+    # ------------------------------------------------------------------ visibility
+
+    def publish(self, state: RunState) -> None:
+        """Keep the status search attribute and the memo's list of waits current (runs started
+        with status_search_attribute only). Upserts happen only on a change."""
+        if not state.options.status_search_attribute:
+            return
+        status = run_status(state)
+        if status != self._status:
+            self._status = status
+            workflow.upsert_search_attributes([STATUS_KEY.value_set(status)])
+        waiting = [
+            {"kind": p.kind.value, "step_id": p.step_id, "revision": p.revision, "since": _iso(p.since)}
+            for p in state.pending
+        ]
+        if waiting != self._waiting:
+            self._waiting = waiting
+            workflow.upsert_memo({"waiting": waiting})
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()
