@@ -15,6 +15,9 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
@@ -26,6 +29,7 @@ from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .ledger import Ledger
 from .plan import Plan
 from .run import (
+    STATUS_SEARCH_ATTRIBUTE,
     WORKFLOW_NAME,
     AnswerInput,
     ApproveInput,
@@ -173,10 +177,54 @@ async def execution_histories(client: Client, run_id: str) -> list[WorkflowHisto
         handle = client.get_workflow_handle(run_id, run_id=started.continued_execution_run_id)
 
 
+STATUS_KEY = SearchAttributeKey.for_keyword(STATUS_SEARCH_ATTRIBUTE)
+REGISTER_STATUS_HINT = (
+    f"temporal operator search-attribute create --name {STATUS_SEARCH_ATTRIBUTE} --type Keyword"
+)
+
+
+async def has_status_attribute(client: Client) -> bool:
+    """True if the client's namespace has the StratagemStatus search attribute. A server that
+    cannot say (the time-skipping test server) counts as not having it."""
+    try:
+        response = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    except RPCError:
+        return False
+    return STATUS_SEARCH_ATTRIBUTE in response.custom_attributes
+
+
+async def ensure_status_attribute(client: Client) -> bool:
+    """Register StratagemStatus (Keyword) in the client's namespace if it is missing and the
+    server lets this caller (a self-hosted cluster, the dev server). False if it is still
+    missing: Temporal Cloud registers attributes through its own console or `tcld`."""
+    if await has_status_attribute(client):
+        return True
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=client.namespace,
+                search_attributes={STATUS_SEARCH_ATTRIBUTE: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD},
+            )
+        )
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.ALREADY_EXISTS:
+            return False
+    return await has_status_attribute(client)
+
+
 async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None) -> Run:
-    """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary."""
+    """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary.
+    Where the namespace has the StratagemStatus search attribute, the run keeps its status
+    there (`stratagem list --status awaiting-approval` queries it)."""
     workflow_id = run_id or run.run_id or new_run_id()
     goal = run.goal or (run.plan.goal if run.plan else "")
+    search_attributes = None
+    if run.state is None and not run.options.status_search_attribute and await has_status_attribute(client):
+        run = run.model_copy(update={"options": run.options.model_copy(update={"status_search_attribute": True})})
+    if run.options.status_search_attribute:
+        search_attributes = TypedSearchAttributes([SearchAttributePair(STATUS_KEY, "planning")])
     try:
         handle = await client.start_workflow(
             WORKFLOW_NAME,
@@ -186,6 +234,7 @@ async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: s
             result_type=RunResult,
             memo={"goal": goal},
             static_summary=f"Stratagem: {goal}"[:400],
+            search_attributes=search_attributes,
         )
     except WorkflowAlreadyStartedError:
         raise DecisionRefusedError(f"a run with id '{workflow_id}' is already running; choose another id") from None

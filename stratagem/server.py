@@ -21,6 +21,7 @@ from typing import Any
 from .binaries import temporal_cli
 from .config import DEFAULT_NAMESPACE, Settings
 from .errors import ConfigError
+from .run import STATUS_SEARCH_ATTRIBUTE
 
 MAX_PORT = 65535
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
@@ -152,6 +153,8 @@ class EmbeddedServer:
         ]  # fmt: skip
         for namespace in self.namespaces:
             command += ["--namespace", namespace]
+        # Registered in every namespace at each start (idempotent): the approval inbox queries it.
+        command += ["--search-attribute", f"{STATUS_SEARCH_ATTRIBUTE}=Keyword"]
         return command
 
     def running_pid(self) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Sequence
 
@@ -9,11 +10,14 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from .client import connect
+from .client import REGISTER_STATUS_HINT, connect, ensure_status_attribute
+from .run import STATUS_SEARCH_ATTRIBUTE
 from .config import Settings
 from .store import OutputStore
 from .telemetry import configure_tracing, flush_telemetry, metrics_runtime, worker_plugins
 from .tools import ToolRegistry
+
+logger = logging.getLogger(__name__)
 
 # Pure modules the workflow imports. Passing them through the sandbox keeps one copy of the
 # pydantic models (and their validators) instead of re-importing them per workflow task.
@@ -55,6 +59,12 @@ async def run_worker(settings: Settings, tool_modules: Sequence[str] = ()) -> No
     registry = ToolRegistry.from_modules(list(tool_modules))
     configure_tracing()
     client = await connect(settings, runtime=metrics_runtime())
+    if not await ensure_status_attribute(client):
+        logger.warning(
+            "namespace %s has no %s search attribute and this worker may not add it: runs will not appear in "
+            "`stratagem list --status awaiting-approval`; register it with `%s --namespace %s`",
+            settings.namespace, STATUS_SEARCH_ATTRIBUTE, REGISTER_STATUS_HINT, settings.namespace,
+        )
     worker = build_worker(client, task_queue=settings.task_queue, registry=registry, workspace=settings.workspace)
     try:
         await worker.run()

@@ -25,7 +25,7 @@ from spans import CAPTURE
 from stratagem.binaries import temporal_cli, temporal_test_server
 from stratagem.telemetry import TELEMETRY_ENV, worker_plugins
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
-from stratagem.client import Run, execution_histories, start_run
+from stratagem.client import STATUS_KEY, Run, execution_histories, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RunInput, RunOptions, RunStatus
 from stratagem.payloads import with_claim_checks
@@ -88,6 +88,8 @@ async def dev_env(converter: DataConverter) -> AsyncIterator[WorkflowEnvironment
         data_converter=converter,
         dev_server_existing_path=str(temporal_cli()),
         dev_server_log_level="error",
+        # As the embedded server does: runs keep their status in visibility (the approval inbox).
+        search_attributes=[STATUS_KEY],
     )
     yield env
     await env.shutdown()

@@ -12,7 +12,7 @@ import uuid
 from opentelemetry.trace import StatusCode
 from temporalio.worker import Replayer
 
-from conftest import FIXTURE_TOOLS, harness_for
+from conftest import FIXTURE_TOOLS
 from plans import step
 from spans import CAPTURE, Trace
 from stratagem.client import execution_histories

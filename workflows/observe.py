@@ -31,8 +31,17 @@ STATUS_KEY = SearchAttributeKey.for_keyword(STATUS_SEARCH_ATTRIBUTE)
 
 def _ends_span(exc: BaseException) -> bool:
     """Whether a span may end as `exc` leaves it. A workflow task that fails on a bug is retried,
-    and an evicted workflow is torn down: ending spans then would export them once per retry."""
-    return isinstance(exc, (asyncio.CancelledError, TemporalCancelledError, ContinueAsNewError)) or workflow.is_failure_exception(exc)
+    so ending spans then would export them once per retry; a coroutine closed by the garbage
+    collector (GeneratorExit) is outside the workflow altogether. (An evicted workflow's tasks
+    are cancelled, but Temporal counts eviction as replay, so its spans do not end either.)"""
+    if isinstance(exc, GeneratorExit):
+        return False
+    if isinstance(exc, (asyncio.CancelledError, TemporalCancelledError, ContinueAsNewError)):
+        return True
+    try:
+        return workflow.is_failure_exception(exc)
+    except Exception:  # not in the workflow's event loop
+        return False
 
 
 def mark(span: trace.Span, error: str | None) -> None:
@@ -53,8 +62,9 @@ class Observer:
         self._cost = meter.create_histogram_float(
             "stratagem_model_call_cost", "Estimated cost of each model call, by model; its sum is the spend.", "USD"
         )
-        self._status: str | None = None
-        self._waiting: list[dict[str, Any]] | None = None
+        # What visibility already holds: set at start, or carried over by continue-as-new.
+        self._status: str | None = workflow.info().typed_search_attributes.get(STATUS_KEY)
+        self._waiting: list[dict[str, Any]] | None = workflow.memo_value("waiting", None)
 
     # ------------------------------------------------------------------ spans
 

@@ -54,8 +54,11 @@ def parser() -> argparse.ArgumentParser:
     status = command("status", commands.cmd_status, "show a run's phase, plan, steps and pending decisions")
     status.add_argument("run_id")
 
-    listing = command("list", commands.cmd_list, "list runs, newest first")
-    listing.add_argument("--status", choices=sorted(commands._LIST_STATUSES), help="only runs in this state")
+    listing = command("list", commands.cmd_list, "list runs, newest first; or the approval inbox")
+    listing.add_argument(
+        "--status", choices=sorted([*commands._LIST_STATUSES, commands.AWAITING]),
+        help=f"only runs in this state; {commands.AWAITING}: every run waiting for a person, oldest first",
+    )
     listing.add_argument("--limit", type=int, default=50)
 
     approve = command("approve", commands.cmd_approve, "approve the plan awaiting review, or a gated step")

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from ..client import Run, connect, get_run, start_run
+from ..client import REGISTER_STATUS_HINT, Run, connect, get_run, has_status_attribute, start_run
 from ..codec import codec_from
 from ..config import Settings
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
@@ -32,6 +32,8 @@ from ..models import load_model, split_model_string
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import dump_plan, load_plan_file
 from ..run import (
+    AWAITING_APPROVAL,
+    STATUS_SEARCH_ATTRIBUTE,
     WORKFLOW_NAME,
     AnswerInput,
     ApproveInput,
@@ -544,8 +546,20 @@ _EXECUTION_STATUS = {
 }
 
 
+AWAITING = "awaiting-approval"
+_WAITING_FOR = {
+    "plan_approval": "approval of revision {revision}",
+    "step_approval": "approval of step {step_id}",
+    "human_answer": "an answer for step {step_id}",
+    "budget": "a budget decision",
+}
+
+
 async def cmd_list(args: argparse.Namespace) -> int:
-    client = await open_client(settings())
+    config = settings()
+    client = await open_client(config)
+    if args.status == AWAITING:
+        return await _inbox(client, config, args)
     # A run that continued as new leaves closed executions behind; list each run once.
     query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus != 'ContinuedAsNew'"
     if args.status:
@@ -574,6 +588,43 @@ async def cmd_list(args: argparse.Namespace) -> int:
     for row in rows:
         started = (row["started_at"] or "")[:19].replace("T", " ")
         render.console.print(f"{row['run_id']}  {row['phase']:<18} {started}  {row['goal']}", markup=False)
+    return 0
+
+
+async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> int:
+    """Every run in the namespace a person must act on, the longest waiting first: a visibility
+    query on the StratagemStatus search attribute, not a scan of the runs."""
+    if not await has_status_attribute(client):
+        raise CliError(
+            f"the approval inbox needs the {STATUS_SEARCH_ATTRIBUTE} search attribute in namespace {config.namespace}; "
+            f"register it with `{REGISTER_STATUS_HINT} --namespace {config.namespace}` (runs started afterwards appear)"
+        )
+    query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running' AND {STATUS_SEARCH_ATTRIBUTE} = '{AWAITING_APPROVAL}'"
+    rows = []
+    async for execution in client.list_workflows(query):
+        memo = await execution.memo()
+        waiting = [w for w in memo.get("waiting") or [] if isinstance(w, dict)]
+        since = min((str(w.get("since")) for w in waiting if w.get("since")), default=None)
+        rows.append(
+            {
+                "run_id": execution.id,
+                "waiting_for": [_WAITING_FOR.get(str(w.get("kind")), str(w.get("kind"))).format(**w) for w in waiting],
+                "waiting": waiting,
+                "since": since or (execution.start_time.isoformat() if execution.start_time else None),
+                "goal": memo.get("goal", ""),
+            }
+        )
+    # Oldest first. Visibility sorts by start time, newest first, so the order is made here.
+    rows.sort(key=lambda row: row["since"] or "")
+    rows = rows[: args.limit]
+    if args.json:
+        render.emit_json(rows)
+        return 0
+    if not rows:
+        render.console.print("no run is waiting for a person")
+    for row in rows:
+        since = (row["since"] or "")[:19].replace("T", " ")
+        render.console.print(f"{row['run_id']}  since {since}  {'; '.join(row['waiting_for'])}  {row['goal']}", markup=False)
     return 0
 
 
