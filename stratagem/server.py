@@ -22,6 +22,7 @@ from .binaries import temporal_cli
 from .config import DEFAULT_NAMESPACE, Settings
 from .errors import ConfigError
 from .run import STATUS_SEARCH_ATTRIBUTE
+from .telemetry import TELEMETRY_ENV
 
 MAX_PORT = 65535
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
@@ -304,6 +305,7 @@ _WORKER_MARKER = "stratagem.cli worker"
 WORKER_ENV = (
     "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "STRATAGEM_REQUEST_TIMEOUT",
     "STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT",
+    *TELEMETRY_ENV,
 )
 
 
