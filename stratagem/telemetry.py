@@ -122,12 +122,14 @@ def configure_tracing(service_name: str = SERVICE_NAME, env: Mapping[str, str] |
     True if spans are recorded. Idempotent; an application that installed its own replay-safe
     provider keeps it. Raises ConfigError for a setting that cannot work."""
     env = os.environ if env is None else env
+    exporters = traces_exporters(env)
+    current = trace.get_tracer_provider()
+    if isinstance(current, trace.ProxyTracerProvider) and not exporters:
+        return False  # the common case, decided without importing the SDK
     if tracing_enabled():
         return True
-    exporters = traces_exporters(env)
     if not exporters:
         return False
-    current = trace.get_tracer_provider()
     if not isinstance(current, trace.ProxyTracerProvider):
         raise ConfigError(
             "another OpenTelemetry tracer provider is already installed; workflow spans need Temporal's replay-safe one "

@@ -199,3 +199,14 @@ async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_me
     attributes = {a.key: a.value for a in chat.attributes}
     assert attributes["gen_ai.usage.input_tokens"].int_value == 1200
     assert attributes["stratagem.cost_usd"].double_value == pytest.approx(0.0018)
+
+
+def test_a_bad_exporter_setting_stops_the_command_line_with_one_line():
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "zipkin", "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "stratagem.cli", "list"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "error: OTEL_TRACES_EXPORTER=zipkin names an exporter Stratagem does not ship: zipkin; use otlp, console, none"
+    )

@@ -14,6 +14,7 @@ from temporalio.service import RPCError
 
 from ..config import Settings
 from ..errors import StratagemError
+from ..telemetry import configure_tracing, flush_telemetry
 from . import commands, render
 
 
@@ -152,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         render.errors.print("error: give a goal or --plan FILE")
         return commands.USAGE
     try:
+        if args.command != "worker":  # the worker configures its own, as stratagem-worker
+            configure_tracing("stratagem-cli")
         outcome = args.handler(args)
         return asyncio.run(outcome) if asyncio.iscoroutine(outcome) else outcome
     except KeyboardInterrupt:
@@ -195,6 +198,7 @@ def entry() -> None:
     SDK's native runtime threads can abort the process ("PyGILState_Release") after the work
     is done, turning a success into a crash."""
     code = main()
+    flush_telemetry()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

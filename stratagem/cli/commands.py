@@ -52,6 +52,7 @@ from ..store import default_store, is_stored, load_value
 from ..tools import ToolRegistry
 from ..usage import Budget
 from ..validation import validate_plan
+from ..telemetry import worker_plugins
 from ..worker import build_worker, run_worker, workflow_runner
 from . import render
 
@@ -145,6 +146,9 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
         workflows=[StratagemRun],
         workflow_runner=workflow_runner(),
         max_cached_workflows=0,
+        # A decision taken here moves the run on in this process: its spans (the review's end,
+        # say) are exported from here, with the same ids the worker would give them.
+        plugins=worker_plugins(),
     )
     async with worker:
         yield
