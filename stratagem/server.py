@@ -158,6 +158,13 @@ class EmbeddedServer:
         command += ["--search-attribute", f"{STATUS_SEARCH_ATTRIBUTE}=Keyword"]
         return command
 
+    @staticmethod
+    def environment() -> dict[str, str]:
+        """The server's environment: this one without OTEL_*. The Temporal server reads those
+        too, and refuses values meant for Stratagem's workers (OTEL_TRACES_EXPORTER=console), or
+        would send its own internal traces where the user's workers send theirs."""
+        return {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
+
     def running_pid(self) -> int | None:
         """The pid in `server.pid` if it is a live server of this home, else None."""
         try:
@@ -226,7 +233,7 @@ class EmbeddedServer:
         """Run the server in this terminal until interrupted. Returns its exit status."""
         self.check()
         self._refuse_taken_address()
-        process = subprocess.Popen(self.command())
+        process = subprocess.Popen(self.command(), env=self.environment())
         recorded = False
         try:
             while process.poll() is None and not recorded:
@@ -259,7 +266,8 @@ class EmbeddedServer:
         offset = log.tell()
         with log:
             process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=self.environment(),
             )
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:

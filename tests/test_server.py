@@ -21,7 +21,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from plans import SIDE_EFFECT, awaiting, step
-from stratagem.client import connect, get_run, quiet_runtime, start_run
+from stratagem.client import connect, get_run, has_status_attribute, quiet_runtime, start_run
 from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.plan import Author, AuthorKind, PlanDraft
@@ -122,16 +122,22 @@ async def _namespace_exists(address: str, namespace: str) -> bool:
         raise
 
 
-async def test_a_failed_start_never_overwrites_the_pid_of_a_live_server(tmp_path):
+async def test_a_failed_start_never_overwrites_the_pid_of_a_live_server(tmp_path, monkeypatch):
     home = tmp_path / "home"
     port = free_port_pair()
     server = EmbeddedServer(f"127.0.0.1:{port}", home, namespace="ops")
+    # Meant for Stratagem's workers; the Temporal server would refuse it and not start.
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
     pid = None
     try:
         pid = server.start_detached()
         assert server.pid_file.read_text() == str(pid)
         assert server.running_pid() == pid and owns_server(server)
         assert await _namespace_exists(server.address, "ops")
+        # The approval inbox's search attribute is registered in every namespace it serves.
+        for namespace in ("ops", "default"):
+            client = await Client.connect(server.address, namespace=namespace)
+            assert await has_status_attribute(client)
 
         # The same home on an impossible port: refused before anything starts.
         with pytest.raises(ConfigError, match="has port 99999"):

@@ -20,6 +20,7 @@ from temporalio.exceptions import CancelledError as TemporalCancelledError
 from temporalio.workflow import ContinueAsNewError
 
 with workflow.unsafe.imports_passed_through():
+    from opentelemetry import context as otel_context
     from opentelemetry import trace
 
     from stratagem.run import STATUS_SEARCH_ATTRIBUTE, RunState, run_status
@@ -42,6 +43,16 @@ def _ends_span(exc: BaseException) -> bool:
         return workflow.is_failure_exception(exc)
     except Exception:  # not in the workflow's event loop
         return False
+
+
+def _detach(token: Any) -> None:
+    """Detach a context attached in this block. A coroutine the garbage collector closes runs
+    its `finally` in another contextvars.Context, where the token is invalid and there is
+    nothing to detach (opentelemetry's own detach would log an error for it)."""
+    try:
+        token.var.reset(token)
+    except ValueError:
+        pass
 
 
 def mark(span: trace.Span, error: str | None) -> None:
@@ -72,15 +83,17 @@ class Observer:
     def span(self, name: str, attributes: dict[str, Any], links: Sequence[trace.Link] = ()) -> Iterator[trace.Span]:
         """A span around a block, current inside it, so activities started there are its children."""
         span = self.start(name, attributes, links)
-        with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-            try:
-                yield span
-            except BaseException as exc:
-                if _ends_span(exc):
-                    if not isinstance(exc, ContinueAsNewError):
-                        mark(span, f"{type(exc).__name__}: {exc}")
-                    span.end()
-                raise
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            yield span
+        except BaseException as exc:
+            if _ends_span(exc):
+                if not isinstance(exc, ContinueAsNewError):
+                    mark(span, f"{type(exc).__name__}: {exc}")
+                span.end()
+            raise
+        finally:
+            _detach(token)
         span.end()
 
     def start(self, name: str, attributes: dict[str, Any], links: Sequence[trace.Link] = ()) -> trace.Span:
