@@ -1,7 +1,8 @@
-"""Run a Stratagem worker: `python worker.py [--tools MODULE]...`.
+"""Run a Stratagem worker: `python worker.py [--tools MODULE]... [--role ROLE]... [--rate-limit ROLE=N]...`.
 
-Connection settings come from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and TEMPORAL_TASK_QUEUE;
-tool steps write inside STRATAGEM_WORKSPACE.
+The same worker as `stratagem worker`, without the embedded setup's conveniences. Connection
+settings come from TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and TEMPORAL_TASK_QUEUE; tool steps
+write inside STRATAGEM_WORKSPACE.
 """
 
 from __future__ import annotations
@@ -14,18 +15,27 @@ import sys
 
 from stratagem.config import Settings
 from stratagem.errors import StratagemError
-from stratagem.worker import run_worker
+from stratagem.worker import add_worker_arguments, check_worker_args, run_processes, run_worker, without_processes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run a Stratagem worker.")
-    parser.add_argument("--tools", action="append", default=[], metavar="MODULE", help="tool module (dotted name or .py file); repeatable")
+    add_worker_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_env()
-    print(f"stratagem worker: {settings.address} namespace={settings.namespace} task_queue={settings.task_queue}", flush=True)
     try:
-        asyncio.run(run_worker(settings, args.tools))
+        roles, rate_limits = check_worker_args(args)
+        if args.processes > 1:
+            return run_processes(without_processes(sys.argv[1:] if argv is None else argv), args.processes)
+        print(
+            f"stratagem worker: {settings.address} namespace={settings.namespace} task_queue={settings.task_queue} "
+            f"roles={','.join(r.value for r in roles)}",
+            flush=True,
+        )
+        asyncio.run(
+            run_worker(settings, args.tools, roles=roles, rate_limits=rate_limits, max_concurrent_activities=args.max_concurrent)
+        )
     except KeyboardInterrupt:
         return 130
     except StratagemError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from stratagem.roles import Role
 from stratagem.store import OutputStore
 from stratagem.tools import ToolRegistry
 
@@ -18,4 +19,20 @@ def build_activities(registry: ToolRegistry, workspace: Path, store: OutputStore
     return [planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm]
 
 
-__all__ = ["ExecutionActivities", "PlanningActivities", "build_activities"]
+def activities_by_role(
+    registry: ToolRegistry, workspace: Path, store: OutputStore | None = None
+) -> dict[Role, list[Callable[..., Any]]]:
+    """Each role's activities (stratagem/roles.py). The workflow role has them all: local tools
+    run as local activities in its process, and activities scheduled on the workflow's own queue
+    by a run that started before the queues were split still find a worker there."""
+    planning = PlanningActivities(registry, store)
+    execution = ExecutionActivities(registry, workspace, store)
+    return {
+        Role.workflow: [planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm],
+        Role.planner: [planning.plan, planning.synthesize],
+        Role.executor: [execution.run_llm],
+        Role.tools: [execution.run_tool, planning.describe_tools],
+    }
+
+
+__all__ = ["ExecutionActivities", "PlanningActivities", "activities_by_role", "build_activities"]

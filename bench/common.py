@@ -23,7 +23,6 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from stratagem.binaries import temporal_cli
 from stratagem.client import Run, start_run
@@ -32,7 +31,7 @@ from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RunInput, RunOptions, RunResult
 from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
-from stratagem.worker import workflow_runner
+from stratagem.worker import WorkerGroup, build_worker
 
 from .baseline import BARE_ACTIVITIES, BARE_WORKFLOWS
 
@@ -122,19 +121,12 @@ class Bench:
     def task_queue(self, name: str) -> str:
         return f"bench-{name}-{uuid.uuid4().hex[:6]}"
 
-    def make_worker(self, task_queue: str, registry: ToolRegistry | None = None, **worker_options: Any) -> Worker:
-        """Stratagem's worker, exactly as `stratagem.worker.build_worker` builds it, with the bare
-        baselines registered beside it."""
-        from activities import build_activities
-        from workflows import StratagemRun
-
-        return Worker(
-            self.client,
-            task_queue=task_queue,
-            workflows=[StratagemRun, *BARE_WORKFLOWS],
-            activities=[*build_activities(registry or self.registry(), self.workspace, self.store), *BARE_ACTIVITIES],
-            workflow_runner=workflow_runner(),
-            **worker_options,
+    def make_worker(self, task_queue: str, registry: ToolRegistry | None = None, **worker_options: Any) -> WorkerGroup:
+        """Stratagem's workers, exactly as `stratagem.worker.build_worker` builds them, with the
+        bare baselines registered beside the workflow role's."""
+        return build_worker(
+            self.client, task_queue=task_queue, registry=registry or self.registry(), workspace=self.workspace,
+            store=self.store, extra_workflows=BARE_WORKFLOWS, extra_activities=BARE_ACTIVITIES, **worker_options,
         )
 
     @asynccontextmanager

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
 import signal
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from temporalio.client import Client
 from temporalio.runtime import Runtime
@@ -18,6 +19,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from .client import REGISTER_STATUS_HINT, connect, ensure_status_attribute
 from .run import AWAITING_APPROVAL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME
 from .config import Settings
+from .errors import ConfigError
+from .roles import ALL_ROLES, Role, role_queue
 from .store import OutputStore
 from .telemetry import configure_tracing, flush_telemetry, metrics_runtime, worker_plugins
 from .tools import ToolRegistry
@@ -35,6 +38,45 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
 
 
+class WorkerGroup:
+    """One Temporal worker per role, in one process, run and stopped together. Used like a
+    `Worker`: `async with group:` or `await group.run()`."""
+
+    def __init__(self, workers: dict[Role, Worker]):
+        self.workers = workers
+
+    @property
+    def roles(self) -> list[Role]:
+        return list(self.workers)
+
+    async def __aenter__(self) -> WorkerGroup:
+        started: list[Worker] = []
+        try:
+            for worker in self.workers.values():
+                await worker.__aenter__()
+                started.append(worker)
+        except BaseException:
+            await asyncio.gather(*(w.__aexit__(None, None, None) for w in started), return_exceptions=True)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await asyncio.gather(*(w.__aexit__(*exc_info) for w in self.workers.values()))
+
+    async def run(self) -> None:
+        """Run until `shutdown()`; if one worker fails, stop the others and raise its error."""
+        tasks = [asyncio.create_task(w.run()) for w in self.workers.values()]
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        if pending:
+            await self.shutdown()
+            await asyncio.wait(pending)
+        for task in tasks:
+            task.result()
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(w.shutdown() for w in self.workers.values() if w.is_running), return_exceptions=True)
+
+
 def build_worker(
     client: Client,
     *,
@@ -43,24 +85,49 @@ def build_worker(
     workspace: Path,
     max_concurrent_activities: int | None = None,
     store: OutputStore | None = None,
-) -> Worker:
-    from activities import build_activities
+    roles: Sequence[Role] = ALL_ROLES,
+    rate_limits: Mapping[Role, float] | None = None,
+    extra_workflows: Sequence[type] = (),
+    extra_activities: Sequence[Callable[..., Any]] = (),
+    **worker_options: Any,
+) -> WorkerGroup:
+    """Workers for `roles` of the runs whose workflows run on `task_queue` (each role on its own
+    queue: stratagem/roles.py). `rate_limits` caps a role's activities per second across every
+    worker of its queue (Temporal enforces it on the server), e.g. to stay within a provider's
+    quota. `extra_*` join the workflow role's worker (benchmarks register baselines there)."""
+    from activities import activities_by_role
     from workflows import StratagemRun
 
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[StratagemRun],
-        activities=build_activities(registry, workspace, store),
-        workflow_runner=workflow_runner(),
-        max_concurrent_activities=max_concurrent_activities,
-        # Tracing, when a replay-safe tracer provider is installed (stratagem.telemetry).
-        plugins=worker_plugins(),
-    )
+    by_role = activities_by_role(registry, workspace, store)
+    limits = rate_limits or {}
+    workers: dict[Role, Worker] = {}
+    for role in dict.fromkeys(roles):
+        is_workflow = role is Role.workflow
+        workers[role] = Worker(
+            client,
+            task_queue=role_queue(task_queue, role),
+            workflows=[StratagemRun, *extra_workflows] if is_workflow else [],
+            activities=[*by_role[role], *(extra_activities if is_workflow else ())],
+            workflow_runner=workflow_runner(),
+            max_concurrent_activities=max_concurrent_activities,
+            max_task_queue_activities_per_second=limits.get(role),
+            # Tracing, when a replay-safe tracer provider is installed (stratagem.telemetry).
+            plugins=worker_plugins(),
+            **worker_options,
+        )
+    return WorkerGroup(workers)
 
 
-async def run_worker(settings: Settings, tool_modules: Sequence[str] = ()) -> None:
-    """Serve runs until cancelled, with traces and metrics where the OTEL_* environment asks."""
+async def run_worker(
+    settings: Settings,
+    tool_modules: Sequence[str] = (),
+    *,
+    roles: Sequence[Role] = ALL_ROLES,
+    rate_limits: Mapping[Role, float] | None = None,
+    max_concurrent_activities: int | None = None,
+) -> None:
+    """Serve `roles` until SIGTERM or SIGINT, with traces and metrics where the OTEL_*
+    environment asks."""
     registry = ToolRegistry.from_modules(list(tool_modules))
     configure_tracing()
     runtime = metrics_runtime()
@@ -72,7 +139,10 @@ async def run_worker(settings: Settings, tool_modules: Sequence[str] = ()) -> No
             "`stratagem list --status awaiting-approval`; register it with `%s --namespace %s`",
             settings.namespace, STATUS_SEARCH_ATTRIBUTE, REGISTER_STATUS_HINT, settings.namespace,
         )
-    worker = build_worker(client, task_queue=settings.task_queue, registry=registry, workspace=settings.workspace)
+    worker = build_worker(
+        client, task_queue=settings.task_queue, registry=registry, workspace=settings.workspace, roles=roles,
+        rate_limits=rate_limits, max_concurrent_activities=max_concurrent_activities,
+    )
     gauge = asyncio.create_task(_count_waiting_runs(client, runtime)) if runtime is not None and has_status else None
     try:
         await _run_until_signalled(worker)
@@ -102,7 +172,7 @@ async def _count_waiting_runs(client: Client, runtime: Runtime) -> None:
         await asyncio.sleep(interval)
 
 
-async def _run_until_signalled(worker: Worker) -> None:
+async def _run_until_signalled(worker: WorkerGroup) -> None:
     """Run the worker until SIGTERM or SIGINT (`docker stop`, a supervisor, Ctrl-C), then shut it
     down: polling stops and the spans still buffered are exported before the process leaves."""
     stop = asyncio.Event()
@@ -119,3 +189,103 @@ async def _run_until_signalled(worker: Worker) -> None:
         await worker.shutdown()
     stopping.cancel()
     await running  # a worker that failed raises here
+
+
+# ---------------------------------------------------------------------- command-line options
+# Shared by `stratagem worker` and `python worker.py`.
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    roles = ", ".join(r.value for r in ALL_ROLES)
+    parser.add_argument("--tools", action="append", default=[], metavar="MODULE", help="tool module (dotted name or .py file); repeatable")
+    parser.add_argument(
+        "--role", action="append", dest="roles", choices=[r.value for r in ALL_ROLES], metavar="ROLE",
+        help=f"serve only this role's task queue ({roles}); repeatable; default: $STRATAGEM_WORKER_ROLES or all",
+    )
+    parser.add_argument(
+        "--rate-limit", action="append", dest="rate_limits", default=[], metavar="ROLE=N",
+        help="at most N activities per second on ROLE's queue, across all its workers (enforced by Temporal); "
+        "repeatable; default: $STRATAGEM_RATE_LIMITS, e.g. planner=1,executor=5",
+    )
+    parser.add_argument("--max-concurrent", type=int, metavar="N", help="activities one worker of each role runs at once")
+    parser.add_argument("--processes", type=int, default=1, metavar="N", help="run N worker processes (Python runs one thread at a time per process)")
+
+
+def roles_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> list[Role]:
+    env = os.environ if env is None else env
+    names = args.roles or [n.strip() for n in (env.get("STRATAGEM_WORKER_ROLES") or "").split(",") if n.strip()]
+    if not names:
+        return list(ALL_ROLES)
+    known = {r.value: r for r in ALL_ROLES}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"unknown worker role '{unknown[0]}' (STRATAGEM_WORKER_ROLES); the roles are {', '.join(known)}")
+    return [known[n] for n in dict.fromkeys(names)]
+
+
+def rate_limits_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> dict[Role, float]:
+    env = os.environ if env is None else env
+    items = list(args.rate_limits) or [i.strip() for i in (env.get("STRATAGEM_RATE_LIMITS") or "").split(",") if i.strip()]
+    known = {r.value: r for r in ALL_ROLES if r is not Role.workflow}
+    limits: dict[Role, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in known:
+            raise ConfigError(f"rate limit '{item}' is not ROLE=N with ROLE one of {', '.join(known)}")
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not number > 0 or number != number or number == float("inf"):
+            raise ConfigError(f"rate limit '{item}': N must be a positive number of activities per second")
+        limits[known[name]] = number
+    return limits
+
+
+def check_worker_args(args: argparse.Namespace) -> tuple[list[Role], dict[Role, float]]:
+    """The roles and rate limits asked for; ConfigError (one line) for anything wrong."""
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError("--max-concurrent must be at least 1")
+    if args.processes < 1:
+        raise ConfigError("--processes must be at least 1")
+    return roles_from(args), rate_limits_from(args)
+
+
+def run_processes(argv: Sequence[str], count: int) -> int:
+    """Run `count` worker processes (`stratagem worker` with `argv`, minus --processes) and wait
+    for them; SIGTERM and SIGINT reach every one. Each serves Prometheus metrics on its own port
+    (OTEL_EXPORTER_PROMETHEUS_PORT, plus one per process). Returns the worst exit status."""
+    import subprocess
+    import sys
+
+    children = []
+    base_port = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or 9464)
+    for index in range(count):
+        env = {**os.environ, "OTEL_EXPORTER_PROMETHEUS_PORT": str(base_port + index)}
+        children.append(subprocess.Popen([sys.executable, "-m", "stratagem.cli", "worker", *argv], env=env))
+
+    def forward(number: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(number)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    codes = [child.wait() for child in children]
+    return max(codes, key=abs)
+
+
+def without_processes(argv: Sequence[str]) -> list[str]:
+    """`argv` without its --processes option, for the children."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--processes":
+            skip = True
+        elif not arg.startswith("--processes="):
+            out.append(arg)
+    return out
+

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.references import references_in, resolve
+    from stratagem.roles import Role, role_queue
     from stratagem.store import describe, is_stored
     from stratagem.run import (
         JOINT_STEP_ID,
@@ -174,6 +175,7 @@ class StratagemRun:
         try:
             self.state.catalog = await workflow.execute_activity(
                 io.DESCRIBE_TOOLS,
+                task_queue=self._queue(Role.tools),
                 result_type=ToolCatalog,
                 start_to_close_timeout=CATALOG_TIMEOUT,
                 retry_policy=CATALOG_RETRY,
@@ -233,6 +235,7 @@ class StratagemRun:
             out = await workflow.execute_activity(
                 io.PLAN,
                 request,
+                task_queue=self._queue(Role.planner),
                 result_type=io.PlanningOutput,
                 start_to_close_timeout=PLANNING_TIMEOUT,
                 retry_policy=PLANNING_RETRY,
@@ -638,7 +641,7 @@ class StratagemRun:
                 # The fast path: no task-queue round trip, and no heartbeats (the tool is quick).
                 del common["heartbeat_timeout"]
                 return await workflow.execute_local_activity(io.RUN_TOOL, request, **common)
-            return await workflow.execute_activity(io.RUN_TOOL, request, **common)
+            return await workflow.execute_activity(io.RUN_TOOL, request, task_queue=self._queue(Role.tools), **common)
         model = options.model_for(step)
         assert model, "validation refuses llm steps that no configured model can run"
         request = io.LlmStepInput(
@@ -646,7 +649,7 @@ class StratagemRun:
             instructions=instructions, inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=model,
             max_rounds=options.max_tool_rounds, references=references, price=price_for(model, options.prices),
         )
-        return await workflow.execute_activity(io.RUN_LLM, request, **common)
+        return await workflow.execute_activity(io.RUN_LLM, request, task_queue=self._queue(Role.executor), **common)
 
     def _max_attempts(self, step: Step) -> int:
         return step.max_attempts or self.state.options.step_max_attempts
@@ -800,6 +803,7 @@ class StratagemRun:
                             io.SynthesisInput(
                                 goal=state.goal, model=model, outputs=outputs, price=price_for(model, state.options.prices)
                             ),
+                            task_queue=self._queue(Role.planner),
                             result_type=io.SynthesisOutput,
                             start_to_close_timeout=PLANNING_TIMEOUT,
                             retry_policy=PLANNING_RETRY,
@@ -1060,6 +1064,10 @@ class StratagemRun:
 
     def _now(self) -> Any:
         return workflow.now()
+
+    def _queue(self, role: Role) -> str:
+        """Where a role's activities go: a queue per role, beside the workflow's own (stratagem/roles.py)."""
+        return role_queue(workflow.info().task_queue, role)
 
 
 def _stored_references(step: Step, outputs: dict[str, Any]) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from temporalio.service import RPCError
 from ..config import Settings
 from ..errors import StratagemError
 from ..telemetry import configure_tracing, flush_telemetry
+from ..worker import add_worker_arguments
 from . import commands, render
 
 
@@ -125,8 +126,8 @@ def parser() -> argparse.ArgumentParser:
     output.add_argument("step_id")
     output.add_argument("--transcript", action="store_true", help="print an llm step's conversation instead")
 
-    worker = command("worker", commands.cmd_worker, "run a worker", json=False)
-    worker.add_argument("--tools", action="append", default=[], metavar="MODULE")
+    worker = command("worker", commands.cmd_worker, "run a worker: every role, or those named by --role", json=False)
+    add_worker_arguments(worker)
 
     command("server", commands.cmd_server, "run the embedded Temporal server (SQLite under STRATAGEM_HOME)", json=False)
     return top

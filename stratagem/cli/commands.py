@@ -53,7 +53,8 @@ from ..tools import ToolRegistry
 from ..usage import Budget
 from ..validation import validate_plan
 from ..telemetry import worker_plugins
-from ..worker import build_worker, run_worker, workflow_runner
+from ..roles import role_queue
+from ..worker import build_worker, check_worker_args, run_processes, run_worker, workflow_runner
 from . import render
 
 
@@ -837,8 +838,9 @@ async def cmd_output(args: argparse.Namespace) -> int:
     return 0
 
 
-async def cmd_worker(args: argparse.Namespace) -> int:
+def cmd_worker(args: argparse.Namespace) -> int:
     config = settings()
+    roles, rate_limits = check_worker_args(args)
     if not is_listening(config.address):
         raise CliError(f"no Temporal server is reachable at {config.address}; start one with `stratagem server`")
     if not args.tools:
@@ -848,8 +850,18 @@ async def cmd_worker(args: argparse.Namespace) -> int:
             args.tools = recorded
             note(f"using the tools of this home's background worker: {', '.join(recorded)}")
     ToolRegistry.from_modules(args.tools)  # fail fast, before connecting, on a bad tool module
-    note(f"worker on {config.address}, namespace {config.namespace}, task queue {config.task_queue}")
-    await run_worker(config, args.tools)
+    if args.processes > 1:
+        child = [a for t in args.tools for a in ("--tools", t)] + [a for r in roles for a in ("--role", r.value)]
+        child += [a for role, n in rate_limits.items() for a in ("--rate-limit", f"{role.value}={n:g}")]
+        if args.max_concurrent:
+            child += ["--max-concurrent", str(args.max_concurrent)]
+        note(f"starting {args.processes} worker processes")
+        return run_processes(child, args.processes)
+    queues = ", ".join(role_queue(config.task_queue, r) for r in roles)
+    note(f"worker on {config.address}, namespace {config.namespace}; roles {', '.join(r.value for r in roles)} on {queues}")
+    asyncio.run(
+        run_worker(config, args.tools, roles=roles, rate_limits=rate_limits, max_concurrent_activities=args.max_concurrent)
+    )
     return 0
 
 

@@ -1,0 +1,171 @@
+"""Worker roles: the workflow, planner, executor and tools roles in separate worker processes on
+the dev server. Each kind of work runs where its role is served; killing one role's worker
+pauses only that role's work, and a new worker resumes it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio.api.enums.v1 import EventType
+
+from plans import step
+from stratagem.client import start_run
+from stratagem.errors import ConfigError
+from stratagem.roles import ALL_ROLES, Role, role_queue
+from stratagem.run import Phase, RunInput, RunOptions
+from stratagem import activity_io as io
+from stratagem.worker import add_worker_arguments, check_worker_args
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Workers:
+    """One `python worker.py --role ROLE` process per role, on one task queue."""
+
+    def __init__(self, dev_env, tmp_path: Path):
+        self.task_queue = f"roles-{uuid.uuid4().hex[:8]}"
+        self.env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+            "TEMPORAL_TASK_QUEUE": self.task_queue,
+            "STRATAGEM_WORKSPACE": str(tmp_path / "ws"),
+            "STRATAGEM_STORE": str(tmp_path / "store"),  # shared by every role, as in production
+        }
+        self.processes: dict[Role, subprocess.Popen] = {}
+        self.logs = tmp_path
+
+    def start(self, role: Role) -> subprocess.Popen:
+        log = (self.logs / f"{role.value}-{len(self.processes)}.log").open("w")
+        process = subprocess.Popen(
+            [sys.executable, "worker.py", "--tools", "tests/fixture_tools.py", "--role", role.value],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        self.processes[role] = process
+        return process
+
+    def kill(self, role: Role) -> None:
+        process = self.processes.pop(role)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def identities(history) -> dict[str, set[str]]:
+    """Which worker (pid@host) started each activity type, and the workflow tasks ("workflow")."""
+    scheduled: dict[int, str] = {}
+    found: dict[str, set[str]] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attributes = event.activity_task_started_event_attributes
+            found.setdefault(scheduled[attributes.scheduled_event_id], set()).add(attributes.identity)
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            found.setdefault("workflow", set()).add(event.workflow_task_started_event_attributes.identity)
+    return found
+
+
+def pid_of(identities_: set[str]) -> set[int]:
+    return {int(identity.split("@", 1)[0]) for identity in identities_}
+
+
+async def test_roles_in_separate_processes_and_a_killed_role_pauses_only_its_work(dev_env, tmp_path):
+    executor = tmp_path / "executor.yaml"
+    executor.write_text(yaml.safe_dump({"executor": {"draft": "Welcome aboard, Ada."}, "synthesis": "Ada is on board."}))
+    plan = {
+        "goal": "welcome ada",
+        "steps": [
+            step("profile", "fetch_profile", user="ada"),
+            {"id": "draft", "title": "Draft", "kind": "llm", "instructions": "Write a welcome."},
+            step("note", "record", ["profile", "draft"], label="sent: ${draft}"),
+        ],
+    }
+    planner = tmp_path / "planner.yaml"
+    planner.write_text(yaml.safe_dump({"planner": [{"plan": plan}, {"plan": plan}]}))
+    options = RunOptions(
+        auto_approve=True, planner=f"scripted:{planner}", executor=f"scripted:{executor}", synthesizer=f"scripted:{executor}"
+    )
+    workers = Workers(dev_env, tmp_path)
+    client = dev_env.client
+    try:
+        pids = {role: workers.start(role).pid for role in ALL_ROLES}
+        run = await start_run(client, RunInput(goal="welcome ada", options=options), task_queue=workers.task_queue)
+        result = await asyncio.wait_for(run.result(), timeout=90)
+        assert result.status is Phase.succeeded and result.synthesis == "Ada is on board."
+
+        # Each kind of work ran in its role's process, and nowhere else.
+        ran = identities(await run.handle.fetch_history())
+        assert pid_of(ran["workflow"]) == {pids[Role.workflow]}
+        assert pid_of(ran[io.PLAN]) == pid_of(ran[io.SYNTHESIZE]) == {pids[Role.planner]}
+        assert pid_of(ran[io.RUN_LLM]) == {pids[Role.executor]}
+        assert pid_of(ran[io.RUN_TOOL]) == pid_of(ran[io.DESCRIBE_TOOLS]) == {pids[Role.tools]}
+
+        # The tools worker dies. The run still plans and drafts; its tool steps wait, and nothing fails.
+        workers.kill(Role.tools)
+        catalog_plan = await start_run(client, RunInput(goal="welcome ada", options=options), task_queue=workers.task_queue)
+        await asyncio.sleep(3)
+        status = await catalog_plan.status()
+        assert status.phase is Phase.planning and status.steps.failed == 0  # waiting on the catalogue, a tools task
+        workers.start(Role.tools)
+        result = await asyncio.wait_for(catalog_plan.result(), timeout=90)
+        assert result.status is Phase.succeeded
+
+        # Now the executor dies mid-run: tool steps go on, the llm step waits for a new executor.
+        workers.kill(Role.executor)
+        paused = await start_run(client, RunInput(goal="welcome ada", options=options), task_queue=workers.task_queue)
+        for _ in range(100):
+            ledger = await paused.ledger()
+            if ledger.steps.get("profile") and ledger.steps["profile"].status.value == "succeeded":
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(2)
+        ledger = await paused.ledger()
+        assert ledger.steps["profile"].status.value == "succeeded"
+        assert ledger.steps["draft"].status.value == "running" and ledger.steps["note"].status.value == "pending"
+        workers.start(Role.executor)
+        result = await asyncio.wait_for(paused.result(), timeout=90)
+        assert result.status is Phase.succeeded and result.outputs["note"] == "sent: Welcome aboard, Ada."
+    finally:
+        workers.stop_all()
+
+
+def test_role_queues():
+    assert [role_queue("ops", r) for r in ALL_ROLES] == ["ops", "ops-planner", "ops-executor", "ops-tools"]
+
+
+def test_worker_options_are_checked_in_one_line(monkeypatch):
+    parser = argparse.ArgumentParser()
+    add_worker_arguments(parser)
+    roles, limits = check_worker_args(parser.parse_args(["--role", "planner", "--rate-limit", "planner=0.5", "--rate-limit", "executor=5"]))
+    assert roles == [Role.planner] and limits == {Role.planner: 0.5, Role.executor: 5.0}
+    monkeypatch.setenv("STRATAGEM_WORKER_ROLES", "executor,tools")
+    monkeypatch.setenv("STRATAGEM_RATE_LIMITS", "executor=2")
+    assert check_worker_args(parser.parse_args([])) == ([Role.executor, Role.tools], {Role.executor: 2.0})
+    for argv, message in [
+        (["--rate-limit", "workflow=1"], "rate limit 'workflow=1' is not ROLE=N with ROLE one of planner, executor, tools"),
+        (["--rate-limit", "executor=fast"], "rate limit 'executor=fast': N must be a positive number"),
+        (["--rate-limit", "executor=0"], "rate limit 'executor=0': N must be a positive number"),
+        (["--processes", "0"], "--processes must be at least 1"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            check_worker_args(parser.parse_args(argv))
+    monkeypatch.setenv("STRATAGEM_WORKER_ROLES", "planer")
+    with pytest.raises(ConfigError, match="unknown worker role 'planer'"):
+        check_worker_args(parser.parse_args([]))
