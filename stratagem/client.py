@@ -65,7 +65,10 @@ async def connect(settings: Settings | None = None, *, runtime: Runtime | None =
     converter = with_claim_checks(data_converter(settings))
     if runtime is None and quiet:
         runtime = quiet_runtime()
-    return await Client.connect(settings.address, namespace=settings.namespace, data_converter=converter, runtime=runtime)
+    return await Client.connect(
+        settings.address, namespace=settings.namespace, data_converter=converter, runtime=runtime,
+        **settings.connect_options(),
+    )
 
 
 NO_WORKER = "no worker is running its workflow; start one with `stratagem worker`"

@@ -41,6 +41,11 @@ FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 # encrypt, or store elsewhere, while the in-process workers do not.
 for _name in ("STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT", "STRATAGEM_CONFIG", *TELEMETRY_ENV):
     os.environ.pop(_name, None)
+# Nor may a developer's Temporal profile (~/.config/temporalio/temporal.toml, TEMPORAL_API_KEY...):
+# every test names its server itself.
+for _name in [n for n in os.environ if n.startswith("TEMPORAL_")]:
+    os.environ.pop(_name)
+os.environ["TEMPORAL_CONFIG_FILE"] = str(Path(__file__).with_name("no-temporal-profile.toml"))
 
 # Every in-process worker runs traced, as a production worker with OTEL_* set does: Temporal's
 # replay-safe provider, its spans kept in memory (tests/spans.py).

@@ -85,10 +85,12 @@ def note(message: str, *, json_mode: bool = False) -> None:
 async def open_client(config: Settings, *, start_server: bool = False, json_mode: bool = False) -> Client:
     """Connect; for `run`, first start the embedded server if nothing listens at a local address."""
     if not is_listening(config.address):
-        if not (start_server and is_local(config.address)):
+        if not (start_server and is_local(config.address)) or config.secured:
+            # With TLS or an API key configured, the server meant is a real cluster: never stand
+            # an embedded one in for it.
             raise CliError(
                 f"no Temporal server is reachable at {config.address}; start one with `stratagem server` "
-                "or set TEMPORAL_ADDRESS"
+                "or set TEMPORAL_ADDRESS (or a profile: TEMPORAL_PROFILE, TEMPORAL_CONFIG_FILE)"
             )
         server = embedded(config)
         pid = await asyncio.to_thread(server.start_detached)
