@@ -550,3 +550,24 @@ def test_dockerignore_keeps_local_state_out() -> None:
         assert ignored(path), f"{path} reaches the build context"
     for path in ("README.md", "pyproject.toml", "stratagem/cli/__init__.py", "examples/vendor_onboarding/tools.py"):
         assert not ignored(path), f"{path} is needed by the build"
+
+
+def test_the_roles_profile_runs_each_role_once(services: dict[str, dict[str, Any]]) -> None:
+    import argparse
+
+    from stratagem.roles import ALL_ROLES
+    from stratagem.worker import add_worker_arguments, roles_from
+
+    parser = argparse.ArgumentParser()
+    add_worker_arguments(parser)
+    served = []
+    for name, service in services.items():
+        if name.startswith("worker-"):
+            assert service.get("profiles") == ["roles"], name
+            env = environment(service)
+            # Each is the shared worker with one variable more: the role it serves.
+            assert {k: v for k, v in env.items() if k != "STRATAGEM_WORKER_ROLES"} == {
+                k: v for k, v in environment(services["worker"]).items() if k != "STRATAGEM_WORKER_ROLES"
+            }
+            served += roles_from(parser.parse_args([]), env)
+    assert sorted(served) == sorted(ALL_ROLES)
