@@ -317,6 +317,21 @@ WORKER_ENV = (
 )
 
 
+def code_fingerprint() -> str:
+    """A digest of the installed Stratagem code (stratagem, workflows, activities: names, sizes,
+    modification times). worker.json keeps it, so a background worker left running by an older
+    version, which would not serve what new runs ask of it (a new task queue, say), is replaced."""
+    import activities
+    import workflows
+
+    digest = hashlib.sha256()
+    for package in (Path(__file__).parent, Path(workflows.__file__).parent, Path(activities.__file__).parent):
+        for path in sorted(package.rglob("*.py")):
+            stat = path.stat()
+            digest.update(f"{path.relative_to(package.parent)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def worker_settings_given() -> bool:
     return any(os.environ.get(name) for name in WORKER_ENV)
 
@@ -361,6 +376,7 @@ class BackgroundWorker:
             "namespace": self.namespace or env.namespace,
             "address": self.address or env.address,
             "worker_settings": worker_settings_fingerprint(),
+            "code": code_fingerprint(),
         }
 
     def _recorded(self) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, RejectInput, RunInput, RunOptions
-from stratagem.server import WORKER_ENV, BackgroundWorker, EmbeddedServer, worker_settings_fingerprint, owns_server, split_address
+from stratagem.server import WORKER_ENV, BackgroundWorker, EmbeddedServer, code_fingerprint, worker_settings_fingerprint, owns_server, split_address
 from test_cli import free_port_pair
 
 # ---------------------------------------------------------------------------- addresses
@@ -218,6 +218,7 @@ def _write_state(worker: BackgroundWorker, pid: int, tools: list[str], **setup: 
         "namespace": "default",
         "address": "127.0.0.1:1",
         "worker_settings": worker_settings_fingerprint(),
+        "code": code_fingerprint(),
         **setup,
     }
     worker.state_file.write_text(json.dumps(state))
@@ -248,6 +249,23 @@ def test_recorded_tools_are_the_background_workers(tmp_path, worker_env):
         assert worker.recorded_tools() == ["my_company.tools"]
     finally:
         _kill(fake.pid)
+
+
+def test_a_worker_left_by_other_code_is_replaced(tmp_path, worker_env):
+    """A background worker started by an older Stratagem would not serve what new runs ask of it
+    (the role task queues, say): a change of the installed code restarts it, keeping its tools."""
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    fake = _fake_worker()
+    try:
+        _write_state(worker, fake.pid, ["a.tools"], code="0123456789abcdef")
+        done = worker.ensure(["a.tools"])
+        assert done is not None and done.startswith("restarted (new code)") and "tools: a.tools" in done
+        assert json.loads(worker.state_file.read_text())["code"] == code_fingerprint()
+    finally:
+        _kill(fake.pid)
+        _kill(worker.running_pid())
 
 
 def test_ensure_keeps_a_worker_that_already_has_the_tools_and_the_workspace(tmp_path, worker_env):
