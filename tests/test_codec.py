@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -327,6 +330,20 @@ async def test_histories_hold_only_ciphertext(dev_env: WorkflowEnvironment, tmp_
                 copy.CopyFrom(failure)
                 messages.append(str(await client.data_converter.decode_failure(copy)))
             assert any(SECRET_FAILURE in m for m in messages), messages
+
+    # A listing from a shell without the key still lists the runs, saying it cannot read them.
+    env = {**os.environ, "TEMPORAL_ADDRESS": target(dev_env), "STRATAGEM_HOME": str(tmp_path / "home")}
+    listed = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "stratagem.cli", "list", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["run_id"]: row for row in json.loads(listed.stdout)}
+    assert rows[good.id]["goal"] == "(unreadable: encrypted with a key this shell lacks)"
+    with_key = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "stratagem.cli", "list", "--json"], env={**env, "STRATAGEM_ENCRYPTION_KEY": KEY_A},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert {row["run_id"]: row for row in json.loads(with_key.stdout)}[good.id]["goal"] == GOAL
 
     # A client with another key cannot read the run, and says why.
     other = await client_with(dev_env, KEY_B)

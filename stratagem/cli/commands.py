@@ -14,7 +14,7 @@ import sys
 import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
@@ -553,6 +553,18 @@ _EXECUTION_STATUS = {
 }
 
 
+UNREADABLE_MEMO = {"goal": "(unreadable: encrypted with a key this shell lacks)"}
+
+
+async def _memo(execution: Any) -> dict[str, Any]:
+    """A listed run's memo; a run whose memo this shell cannot decode (encrypted with another
+    key) is still listed, saying so, rather than ending the listing with a traceback."""
+    try:
+        return await execution.memo()
+    except Exception:
+        return dict(UNREADABLE_MEMO)
+
+
 AWAITING = "awaiting-approval"
 _WAITING_FOR = {
     "plan_approval": "approval of revision {revision}",
@@ -573,7 +585,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
         query += f" AND ExecutionStatus = '{_LIST_STATUSES[args.status]}'"
     rows = []
     async for execution in client.list_workflows(query, limit=args.limit):
-        memo = await execution.memo()
+        memo = await _memo(execution)
         status = _EXECUTION_STATUS.get(execution.status, "unknown") if execution.status else "unknown"
         rows.append(
             {
@@ -609,7 +621,7 @@ async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> 
     query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running' AND {STATUS_SEARCH_ATTRIBUTE} = '{AWAITING_APPROVAL}'"
     rows = []
     async for execution in client.list_workflows(query):
-        memo = await execution.memo()
+        memo = await _memo(execution)
         waiting = [w for w in memo.get("waiting") or [] if isinstance(w, dict)]
         since = min((str(w.get("since")) for w in waiting if w.get("since")), default=None)
         rows.append(
