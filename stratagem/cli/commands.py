@@ -14,7 +14,7 @@ import sys
 import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
@@ -599,14 +599,25 @@ async def cmd_list(args: argparse.Namespace) -> int:
                 "goal": memo.get("goal", ""),
             }
         )
-    if args.json:
+    return _emit_rows(
+        rows, json_mode=args.json, empty="no runs",
+        line=lambda row: f"{row['run_id']}  {row['phase']:<18} {_when(row['started_at'])}  {row['goal']}",
+    )
+
+
+def _when(moment: str | None) -> str:
+    return (moment or "")[:19].replace("T", " ")
+
+
+def _emit_rows(rows: list[dict[str, Any]], *, json_mode: bool, empty: str, line: Callable[[dict[str, Any]], str]) -> int:
+    """A listing: the rows as one JSON document, or a line each (or `empty`) for people."""
+    if json_mode:
         render.emit_json(rows)
         return 0
     if not rows:
-        render.console.print("no runs")
+        render.console.print(empty)
     for row in rows:
-        started = (row["started_at"] or "")[:19].replace("T", " ")
-        render.console.print(f"{row['run_id']}  {row['phase']:<18} {started}  {row['goal']}", markup=False)
+        render.console.print(line(row), markup=False)
     return 0
 
 
@@ -635,16 +646,10 @@ async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> 
         )
     # Oldest first. Visibility sorts by start time, newest first, so the order is made here.
     rows.sort(key=lambda row: row["since"] or "")
-    rows = rows[: args.limit]
-    if args.json:
-        render.emit_json(rows)
-        return 0
-    if not rows:
-        render.console.print("no run is waiting for a person")
-    for row in rows:
-        since = (row["since"] or "")[:19].replace("T", " ")
-        render.console.print(f"{row['run_id']}  since {since}  {'; '.join(row['waiting_for'])}  {row['goal']}", markup=False)
-    return 0
+    return _emit_rows(
+        rows[: args.limit], json_mode=args.json, empty="no run is waiting for a person",
+        line=lambda row: f"{row['run_id']}  since {_when(row['since'])}  {'; '.join(row['waiting_for'])}  {row['goal']}",
+    )
 
 
 async def _decide(args: argparse.Namespace, decision: str, payload: object) -> int:
