@@ -15,7 +15,7 @@ import sys
 
 from stratagem.config import Settings
 from stratagem.errors import StratagemError
-from stratagem.worker import add_worker_arguments, check_worker_args, run_processes, run_worker, without_processes
+from stratagem.worker import add_worker_arguments, check_worker_args, child_argv, run_processes, run_worker
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         roles, rate_limits = check_worker_args(args)
         if args.processes > 1:
-            return run_processes(without_processes(sys.argv[1:] if argv is None else argv), args.processes)
+            return run_processes(child_argv(args, roles, rate_limits), args.processes)
         print(
             f"stratagem worker: {settings.address} namespace={settings.namespace} task_queue={settings.task_queue} "
             f"roles={','.join(r.value for r in roles)}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +30,7 @@ from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .ledger import Ledger
 from .plan import Plan
 from .run import (
+    AWAITING_APPROVAL,
     STATUS_SEARCH_ATTRIBUTE,
     WORKFLOW_NAME,
     AnswerInput,
@@ -186,16 +188,30 @@ REGISTER_STATUS_HINT = (
 )
 
 
+# The approval inbox: every run of the namespace waiting for a person.
+AWAITING_QUERY = (
+    f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running' AND {STATUS_SEARCH_ATTRIBUTE} = '{AWAITING_APPROVAL}'"
+)
+# Clients whose namespace is known to have the attribute: asked once, not at every run start.
+_HAS_STATUS: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
 async def has_status_attribute(client: Client) -> bool:
     """True if the client's namespace has the StratagemStatus search attribute. A server that
-    cannot say (the time-skipping test server) counts as not having it."""
+    cannot say (the time-skipping test server) counts as not having it. Only a yes is
+    remembered: an attribute registered later is found on the next call."""
+    if client in _HAS_STATUS:
+        return True
     try:
         response = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
         )
     except RPCError:
         return False
-    return STATUS_SEARCH_ATTRIBUTE in response.custom_attributes
+    if STATUS_SEARCH_ATTRIBUTE in response.custom_attributes:
+        _HAS_STATUS.add(client)
+        return True
+    return False
 
 
 async def ensure_status_attribute(client: Client) -> bool:

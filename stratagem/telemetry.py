@@ -251,11 +251,11 @@ def _fail(span: trace.Span, exc: BaseException) -> None:
 
 
 @contextmanager
-def attempt_span(name: str, attributes: Mapping[str, Any]) -> Iterator[trace.Span]:
-    """The span of one activity attempt (a step attempt, a planner call), beneath the workflow's
-    span for it. An exception marks it failed, with the error's type and one-line message."""
+def _span(name: str, attributes: Mapping[str, Any], kind: trace.SpanKind = trace.SpanKind.INTERNAL) -> Iterator[trace.Span]:
+    """A current span around a block; an exception marks it failed, with the error's type and
+    one-line (already redacted) message."""
     with _tracer().start_as_current_span(
-        name, attributes=dict(attributes), record_exception=False, set_status_on_exception=False
+        name, kind=kind, attributes=dict(attributes), record_exception=False, set_status_on_exception=False
     ) as span:
         try:
             yield span
@@ -264,62 +264,41 @@ def attempt_span(name: str, attributes: Mapping[str, Any]) -> Iterator[trace.Spa
             raise
 
 
-class model_call_span:
-    """`chat <model>`: one model request, with the GenAI attributes and the cost."""
-
-    def __init__(self, provider: str, model: str, *, purpose: str, step_id: str | None, attempt: int, price: Any = None):
-        self._price = price
-        self._context = _tracer().start_as_current_span(
-            f"chat {model}",
-            kind=trace.SpanKind.CLIENT,
-            attributes={
-                "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model,
-                "stratagem.purpose": purpose, "stratagem.attempt": attempt,
-                **({"stratagem.step.id": step_id} if step_id else {}),
-            },
-            record_exception=False,
-            set_status_on_exception=False,
-        )
-
-    def __enter__(self) -> model_call_span:
-        self.span = self._context.__enter__()
-        return self
-
-    def finished(self, response_model: str, input_tokens: int, output_tokens: int, stop_reason: str | None) -> None:
-        span = self.span
-        span.set_attribute("gen_ai.response.model", response_model)
-        span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
-        if stop_reason:
-            span.set_attribute("gen_ai.response.finish_reasons", [stop_reason])
-        if self._price is not None:
-            span.set_attribute("stratagem.cost_usd", self._price.cost(input_tokens, output_tokens))
-
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool | None:
-        if exc is not None:
-            _fail(self.span, exc)
-        return self._context.__exit__(kind, exc, tb)
+def attempt_span(name: str, attributes: Mapping[str, Any]) -> Any:
+    """The span of one activity attempt (a step attempt, a planner call), beneath the workflow's span for it."""
+    return _span(name, attributes)
 
 
-class tool_call_span:
+def model_call_span(provider: str, model: str, *, purpose: str, step_id: str | None, attempt: int) -> Any:
+    """`chat <model>`: one model request; `record_response` adds what came back."""
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model,
+        "stratagem.purpose": purpose, "stratagem.attempt": attempt,
+    }
+    if step_id:
+        attributes["stratagem.step.id"] = step_id
+    return _span(f"chat {model}", attributes, trace.SpanKind.CLIENT)
+
+
+def record_response(
+    span: trace.Span, response_model: str, input_tokens: int, output_tokens: int, stop_reason: str | None, price: Any = None
+) -> None:
+    """The GenAI response attributes, and the cost when the model has a price (a `stratagem.usage.Price`)."""
+    span.set_attribute("gen_ai.response.model", response_model)
+    span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+    span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+    if stop_reason:
+        span.set_attribute("gen_ai.response.finish_reasons", [stop_reason])
+    if price is not None:
+        span.set_attribute("stratagem.cost_usd", price.cost(input_tokens, output_tokens))
+
+
+def tool_call_span(tool: str, *, step_id: str, attempt: int, key: str, call: int | None) -> Any:
     """`execute_tool <tool>`: one tool call, with its idempotency key."""
-
-    def __init__(self, tool: str, *, step_id: str, attempt: int, key: str, call: int | None):
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "stratagem.step.id": step_id,
-            "stratagem.attempt": attempt, "stratagem.idempotency_key": key,
-        }
-        if call is not None:
-            attributes["stratagem.tool_call"] = call
-        self._context = _tracer().start_as_current_span(
-            f"execute_tool {tool}", attributes=attributes, record_exception=False, set_status_on_exception=False
-        )
-
-    def __enter__(self) -> trace.Span:
-        self.span = self._context.__enter__()
-        return self.span
-
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool | None:
-        if exc is not None:
-            _fail(self.span, exc)
-        return self._context.__exit__(kind, exc, tb)
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "stratagem.step.id": step_id,
+        "stratagem.attempt": attempt, "stratagem.idempotency_key": key,
+    }
+    if call is not None:
+        attributes["stratagem.tool_call"] = call
+    return _span(f"execute_tool {tool}", attributes)

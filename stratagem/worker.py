@@ -16,8 +16,8 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from .client import REGISTER_STATUS_HINT, connect, ensure_status_attribute
-from .run import AWAITING_APPROVAL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME
+from .client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
+from .run import STATUS_SEARCH_ATTRIBUTE
 from .config import Settings
 from .errors import ConfigError
 from .roles import ALL_ROLES, Role, role_queue
@@ -159,14 +159,10 @@ async def _count_waiting_runs(client: Client, runtime: Runtime) -> None:
     gauge = runtime.metric_meter.create_gauge(
         "stratagem_runs_awaiting_approval", "Runs in the namespace waiting for a person (approval, answer, budget)."
     )
-    query = (
-        f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running' "
-        f"AND {STATUS_SEARCH_ATTRIBUTE} = '{AWAITING_APPROVAL}'"
-    )
     interval = float(os.environ.get("STRATAGEM_INBOX_POLL_SECONDS") or 30)
     while True:
         try:
-            gauge.set((await client.count_workflows(query)).count)
+            gauge.set((await client.count_workflows(AWAITING_QUERY)).count)
         except RPCError as exc:  # the server is away for a moment: keep the last figure
             logger.debug("cannot count runs awaiting approval: %s", exc)
         await asyncio.sleep(interval)
@@ -276,16 +272,10 @@ def run_processes(argv: Sequence[str], count: int) -> int:
     return max(codes, key=abs)
 
 
-def without_processes(argv: Sequence[str]) -> list[str]:
-    """`argv` without its --processes option, for the children."""
-    out: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == "--processes":
-            skip = True
-        elif not arg.startswith("--processes="):
-            out.append(arg)
-    return out
-
+def child_argv(args: argparse.Namespace, roles: Sequence[Role], rate_limits: Mapping[Role, float]) -> list[str]:
+    """The `stratagem worker` arguments of each of --processes' children: the same worker, one process."""
+    argv = [a for t in args.tools for a in ("--tools", t)] + [a for r in roles for a in ("--role", r.value)]
+    argv += [a for role, n in rate_limits.items() for a in ("--rate-limit", f"{role.value}={n:g}")]
+    if args.max_concurrent:
+        argv += ["--max-concurrent", str(args.max_concurrent)]
+    return argv

@@ -23,7 +23,7 @@ from stratagem.errors import ConfigError
 from stratagem.roles import ALL_ROLES, Role, role_queue
 from stratagem.run import Phase, RunInput, RunOptions
 from stratagem import activity_io as io
-from stratagem.worker import add_worker_arguments, check_worker_args
+from stratagem.worker import add_worker_arguments, check_worker_args, child_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,6 +155,11 @@ def test_worker_options_are_checked_in_one_line(monkeypatch):
     add_worker_arguments(parser)
     roles, limits = check_worker_args(parser.parse_args(["--role", "planner", "--rate-limit", "planner=0.5", "--rate-limit", "executor=5"]))
     assert roles == [Role.planner] and limits == {Role.planner: 0.5, Role.executor: 5.0}
+    # --processes' children get the same worker, checked values included, one process each.
+    args = parser.parse_args(["--tools", "t.py", "--role", "planner", "--rate-limit", "planner=0.5", "--max-concurrent", "3", "--processes", "4"])
+    child = child_argv(args, *check_worker_args(args))
+    assert child == ["--tools", "t.py", "--role", "planner", "--rate-limit", "planner=0.5", "--max-concurrent", "3"]
+    assert check_worker_args(parser.parse_args(child)) == ([Role.planner], {Role.planner: 0.5})
     monkeypatch.setenv("STRATAGEM_WORKER_ROLES", "executor,tools")
     monkeypatch.setenv("STRATAGEM_RATE_LIMITS", "executor=2")
     assert check_worker_args(parser.parse_args([])) == ([Role.executor, Role.tools], {Role.executor: 2.0})

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from ..client import REGISTER_STATUS_HINT, Run, connect, get_run, has_status_attribute, start_run
+from ..client import AWAITING_QUERY, REGISTER_STATUS_HINT, Run, connect, get_run, has_status_attribute, start_run
 from ..codec import codec_from
 from ..config import Settings
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
@@ -32,7 +32,6 @@ from ..models import load_model, split_model_string
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import dump_plan, load_plan_file
 from ..run import (
-    AWAITING_APPROVAL,
     STATUS_SEARCH_ATTRIBUTE,
     WORKFLOW_NAME,
     AnswerInput,
@@ -54,7 +53,7 @@ from ..usage import Budget
 from ..validation import validate_plan
 from ..telemetry import worker_plugins
 from ..roles import role_queue
-from ..worker import build_worker, check_worker_args, run_processes, run_worker, workflow_runner
+from ..worker import build_worker, check_worker_args, child_argv, run_processes, run_worker, workflow_runner
 from . import render
 
 
@@ -629,9 +628,8 @@ async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> 
             f"the approval inbox needs the {STATUS_SEARCH_ATTRIBUTE} search attribute in namespace {config.namespace}; "
             f"register it with `{REGISTER_STATUS_HINT} --namespace {config.namespace}` (runs started afterwards appear)"
         )
-    query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running' AND {STATUS_SEARCH_ATTRIBUTE} = '{AWAITING_APPROVAL}'"
     rows = []
-    async for execution in client.list_workflows(query):
+    async for execution in client.list_workflows(AWAITING_QUERY):
         memo = await _memo(execution)
         waiting = [w for w in memo.get("waiting") or [] if isinstance(w, dict)]
         since = min((str(w.get("since")) for w in waiting if w.get("since")), default=None)
@@ -870,12 +868,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             note(f"using the tools of this home's background worker: {', '.join(recorded)}")
     ToolRegistry.from_modules(args.tools)  # fail fast, before connecting, on a bad tool module
     if args.processes > 1:
-        child = [a for t in args.tools for a in ("--tools", t)] + [a for r in roles for a in ("--role", r.value)]
-        child += [a for role, n in rate_limits.items() for a in ("--rate-limit", f"{role.value}={n:g}")]
-        if args.max_concurrent:
-            child += ["--max-concurrent", str(args.max_concurrent)]
         note(f"starting {args.processes} worker processes")
-        return run_processes(child, args.processes)
+        return run_processes(child_argv(args, roles, rate_limits), args.processes)
     queues = ", ".join(role_queue(config.task_queue, r) for r in roles)
     note(f"worker on {config.address}, namespace {config.namespace}; roles {', '.join(r.value for r in roles)} on {queues}")
     asyncio.run(

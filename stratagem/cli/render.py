@@ -20,7 +20,7 @@ from ..usage import Budget, UsageTotals
 console = Console(highlight=False, soft_wrap=True)
 errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
-_STATUS_STYLE = {
+STATUS_STYLE = {
     StepStatus.pending: "dim",
     StepStatus.running: "cyan",
     StepStatus.succeeded: "green",
@@ -70,7 +70,7 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
         if ledger is not None:
             record = ledger.steps.get(step.id)
             status = record.status if record else StepStatus.pending
-            row.append(f"[{_STATUS_STYLE[status]}]{status.value}[/]")
+            row.append(f"[{STATUS_STYLE[status]}]{status.value}[/]")
             row.append(step_usage(record.usage, record.tool_calls) if record else "")
         table.add_row(*row)
     return table

@@ -21,15 +21,7 @@ from rich.tree import Tree
 from ..graph import topological_order
 from ..ledger import Ledger, StepRecord, StepStatus
 from ..plan import Plan, Step, StepKind
-
-STATUS_STYLE = {
-    StepStatus.pending: "dim",
-    StepStatus.running: "cyan",
-    StepStatus.succeeded: "green",
-    StepStatus.failed: "red",
-    StepStatus.skipped: "yellow",
-    StepStatus.cancelled: "yellow",
-}
+from .render import STATUS_STYLE
 
 # Mermaid classes: succeeded green, failed red, running blue, pending grey, skipped/cancelled yellow.
 MERMAID_CLASSES = {

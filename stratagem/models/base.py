@@ -160,14 +160,14 @@ class TracedModel:
         return getattr(self.model, attribute)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        from ..telemetry import model_call_span
+        from ..telemetry import model_call_span, record_response
 
         with model_call_span(
-            self.provider, self.request_model, purpose=request.purpose.value, step_id=request.step_id, attempt=request.attempt,
-            price=self.price,
+            self.provider, self.request_model, purpose=request.purpose.value, step_id=request.step_id, attempt=request.attempt
         ) as span:
             response = await self.model.complete(request)
-            span.finished(response.model, response.usage.input_tokens, response.usage.output_tokens, response.stop_reason)
+            usage = response.usage
+            record_response(span, response.model, usage.input_tokens, usage.output_tokens, response.stop_reason, self.price)
         return response
 
 
