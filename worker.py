@@ -15,7 +15,7 @@ import sys
 
 from stratagem.config import Settings
 from stratagem.errors import StratagemError
-from stratagem.worker import add_worker_arguments, check_worker_args, child_argv, run_processes, run_worker
+from stratagem.worker import add_worker_arguments, check_worker_args, child_argv, describe_worker, run_processes, run_worker
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,17 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings.from_env()
     try:
-        roles, rate_limits = check_worker_args(args)
-        if args.processes > 1:
-            return run_processes(child_argv(args, roles, rate_limits), args.processes)
+        options = check_worker_args(args)
+        if options.processes > 1:
+            return run_processes(child_argv(options), options.processes)
         print(
-            f"stratagem worker: {settings.address} namespace={settings.namespace} task_queue={settings.task_queue} "
-            f"roles={','.join(r.value for r in roles)}",
+            f"stratagem worker: {settings.address} namespace={settings.namespace} task_queue={settings.task_queue}; "
+            f"{describe_worker(options, settings.task_queue)}",
             flush=True,
         )
-        asyncio.run(
-            run_worker(settings, args.tools, roles=roles, rate_limits=rate_limits, max_concurrent_activities=args.max_concurrent)
-        )
+        asyncio.run(run_worker(settings, options))
     except KeyboardInterrupt:
         return 130
     except StratagemError as exc:

@@ -7,20 +7,29 @@ import asyncio
 import logging
 import os
 import signal
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio import workflow
+from temporalio.worker import (
+    Interceptor,
+    StartActivityInput,
+    Worker,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from .client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
 from .run import STATUS_SEARCH_ATTRIBUTE
 from .config import Settings
 from .errors import ConfigError
-from .roles import ALL_ROLES, Role, role_queue
+from .roles import ALL_ROLES, QueueLayout, Role, default_layout, is_role_queue, role_queue
 from .store import OutputStore
 from .telemetry import configure_tracing, flush_telemetry, metrics_runtime, worker_plugins
 from .tools import ToolRegistry
@@ -32,10 +41,53 @@ logger = logging.getLogger(__name__)
 PASSTHROUGH_MODULES = (
     "stratagem", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "yaml", "attrs", "opentelemetry",
 )
+# The workflow code itself. The sandbox imports a workflow's module afresh for every run it
+# starts, so that module-level state cannot leak between runs; for the run workflow that was the
+# largest single cost of starting a run (compiling workflows/run.py again when no bytecode is
+# cached, as in containers with PYTHONDONTWRITEBYTECODE, then decorating the class again): 15%
+# of a busy worker's CPU. Its modules hold no state, so workers pass them through too.
+WORKFLOW_MODULES = ("workflows",)
+# Tests set this: they run the workflow code the way the sandbox runs a user's, imported inside
+# it, so a call that would make it non-deterministic (a clock, randomness, I/O) fails loudly in
+# every test and every replay of a test's history, which is what the sandbox is for.
+STRICT_SANDBOX_ENV = "STRATAGEM_STRICT_SANDBOX"
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
-    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
+def workflow_runner(strict: bool | None = None) -> SandboxedWorkflowRunner:
+    """The sandbox Stratagem's workflows run in. `strict` (default: $STRATAGEM_STRICT_SANDBOX=1)
+    re-imports the workflow code inside the sandbox for every run instead of passing it through."""
+    if strict is None:
+        strict = os.environ.get(STRICT_SANDBOX_ENV, "").strip() in ("1", "true", "yes")
+    modules = PASSTHROUGH_MODULES if strict else (*PASSTHROUGH_MODULES, *WORKFLOW_MODULES)
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*modules))
+
+
+class SharedQueues(Interceptor):
+    """Keeps a run's activities on its workflow's own task queue (`QueueLayout.shared`).
+
+    Temporal can hand an activity to the worker whose workflow task scheduled it, in the reply
+    that completes the task (eager dispatch), but only on the workflow's own queue. On a role
+    queue every step pays one more trip through the server's matching: on the overhead bench,
+    101 against 46 ms per step. A worker that serves every role gains nothing from the split, so
+    it folds the role queues back. Replay does not compare task queues, so a run may move between
+    shared and split workers at any point (RELIABILITY.md).
+    """
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _SharedQueuesInbound
+
+
+class _SharedQueuesInbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_SharedQueuesOutbound(outbound))
+
+
+class _SharedQueuesOutbound(WorkflowOutboundInterceptor):
+    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
+        own = workflow.info().task_queue
+        if input.task_queue and input.task_queue != own and is_role_queue(own, input.task_queue):
+            input.task_queue = own
+        return super().start_activity(input)
 
 
 class WorkerGroup:
@@ -86,23 +138,35 @@ def build_worker(
     max_concurrent_activities: int | None = None,
     store: OutputStore | None = None,
     roles: Sequence[Role] = ALL_ROLES,
+    layout: QueueLayout | None = None,
     rate_limits: Mapping[Role, float] | None = None,
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Callable[..., Any]] = (),
     **worker_options: Any,
 ) -> WorkerGroup:
     """Workers for `roles` of the runs whose workflows run on `task_queue` (each role on its own
-    queue: stratagem/roles.py). `rate_limits` caps a role's activities per second across every
-    worker of its queue (Temporal enforces it on the server), e.g. to stay within a provider's
-    quota. `extra_*` join the workflow role's worker (benchmarks register baselines there)."""
+    queue: stratagem/roles.py). `layout` says where the runs this worker drives send their
+    activities; by default shared when it serves every role, split otherwise. `rate_limits` caps
+    a role's activities per second across every worker of its queue (Temporal enforces it on the
+    server), e.g. to stay within a provider's quota. `extra_*` join the workflow role's worker
+    (benchmarks register baselines there).
+
+    A shared worker still polls the role queues: activities that runs of split workers, or runs
+    from before, scheduled there must find a worker."""
     from activities import activities_by_role
     from workflows import StratagemRun
 
+    roles = list(dict.fromkeys(roles))
+    layout = layout or default_layout(roles)
+    if layout is QueueLayout.shared and set(roles) != set(ALL_ROLES):
+        raise ConfigError("a shared queue layout needs a worker that serves every role; drop --role or the layout")
     by_role = activities_by_role(registry, workspace, store)
     limits = rate_limits or {}
+    extra_interceptors = list(worker_options.pop("interceptors", []))
     workers: dict[Role, Worker] = {}
-    for role in dict.fromkeys(roles):
+    for role in roles:
         is_workflow = role is Role.workflow
+        interceptors = [SharedQueues()] if is_workflow and layout is QueueLayout.shared else []
         workers[role] = Worker(
             client,
             task_queue=role_queue(task_queue, role),
@@ -111,6 +175,7 @@ def build_worker(
             workflow_runner=workflow_runner(),
             max_concurrent_activities=max_concurrent_activities,
             max_task_queue_activities_per_second=limits.get(role),
+            interceptors=[*interceptors, *extra_interceptors],
             # Tracing, when a replay-safe tracer provider is installed (stratagem.telemetry).
             plugins=worker_plugins(),
             **worker_options,
@@ -118,16 +183,22 @@ def build_worker(
     return WorkerGroup(workers)
 
 
-async def run_worker(
-    settings: Settings,
-    tool_modules: Sequence[str] = (),
-    *,
-    roles: Sequence[Role] = ALL_ROLES,
-    rate_limits: Mapping[Role, float] | None = None,
-    max_concurrent_activities: int | None = None,
-) -> None:
-    """Serve `roles` until SIGTERM or SIGINT, with traces and metrics where the OTEL_*
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What a worker process serves, from `stratagem worker`'s and `worker.py`'s options."""
+
+    tools: tuple[str, ...] = ()
+    roles: tuple[Role, ...] = ALL_ROLES
+    layout: QueueLayout = QueueLayout.shared
+    rate_limits: Mapping[Role, float] = field(default_factory=dict)
+    max_concurrent: int | None = None
+    processes: int = 1
+
+
+async def run_worker(settings: Settings, options: WorkerOptions = WorkerOptions()) -> None:
+    """Serve `options.roles` until SIGTERM or SIGINT, with traces and metrics where the OTEL_*
     environment asks."""
+    tool_modules = options.tools
     registry = ToolRegistry.from_modules(list(tool_modules))
     configure_tracing()
     runtime = metrics_runtime()
@@ -140,8 +211,8 @@ async def run_worker(
             settings.namespace, STATUS_SEARCH_ATTRIBUTE, REGISTER_STATUS_HINT, settings.namespace,
         )
     worker = build_worker(
-        client, task_queue=settings.task_queue, registry=registry, workspace=settings.workspace, roles=roles,
-        rate_limits=rate_limits, max_concurrent_activities=max_concurrent_activities,
+        client, task_queue=settings.task_queue, registry=registry, workspace=settings.workspace, roles=options.roles,
+        layout=options.layout, rate_limits=options.rate_limits, max_concurrent_activities=options.max_concurrent,
     )
     gauge = asyncio.create_task(_count_waiting_runs(client, runtime)) if runtime is not None and has_status else None
     try:
@@ -203,6 +274,11 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="at most N activities per second on ROLE's queue, across all its workers (enforced by Temporal); "
         "repeatable; default: $STRATAGEM_RATE_LIMITS, e.g. planner=1,executor=5",
     )
+    parser.add_argument(
+        "--split-queues", action="store_true", default=None,
+        help="send each role's activities to its own queue even when this worker serves every role (default: "
+        "$STRATAGEM_SPLIT_QUEUES; a worker serving only some roles always splits)",
+    )
     parser.add_argument("--max-concurrent", type=int, metavar="N", help="activities one worker of each role runs at once")
     parser.add_argument("--processes", type=int, default=1, metavar="N", help="run N worker processes (Python runs one thread at a time per process)")
 
@@ -239,13 +315,28 @@ def rate_limits_from(args: argparse.Namespace, env: Mapping[str, str] | None = N
     return limits
 
 
-def check_worker_args(args: argparse.Namespace) -> tuple[list[Role], dict[Role, float]]:
-    """The roles and rate limits asked for; ConfigError (one line) for anything wrong."""
+def layout_from(args: argparse.Namespace, roles: Sequence[Role], env: Mapping[str, str] | None = None) -> QueueLayout:
+    env = os.environ if env is None else env
+    split = args.split_queues
+    if split is None:
+        raw = (env.get("STRATAGEM_SPLIT_QUEUES") or "").strip().lower()
+        if raw not in ("", "0", "1", "true", "false", "yes", "no"):
+            raise ConfigError(f"STRATAGEM_SPLIT_QUEUES={raw} is not a yes/no value (1 or 0)")
+        split = raw in ("1", "true", "yes")
+    return QueueLayout.split if split else default_layout(roles)
+
+
+def check_worker_args(args: argparse.Namespace) -> WorkerOptions:
+    """The worker asked for; ConfigError (one line) for anything wrong."""
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError("--max-concurrent must be at least 1")
     if args.processes < 1:
         raise ConfigError("--processes must be at least 1")
-    return roles_from(args), rate_limits_from(args)
+    roles = roles_from(args)
+    return WorkerOptions(
+        tools=tuple(args.tools), roles=tuple(roles), layout=layout_from(args, roles), rate_limits=rate_limits_from(args),
+        max_concurrent=args.max_concurrent, processes=args.processes,
+    )
 
 
 def run_processes(argv: Sequence[str], count: int) -> int:
@@ -272,10 +363,22 @@ def run_processes(argv: Sequence[str], count: int) -> int:
     return max(codes, key=abs)
 
 
-def child_argv(args: argparse.Namespace, roles: Sequence[Role], rate_limits: Mapping[Role, float]) -> list[str]:
+def child_argv(options: WorkerOptions) -> list[str]:
     """The `stratagem worker` arguments of each of --processes' children: the same worker, one process."""
-    argv = [a for t in args.tools for a in ("--tools", t)] + [a for r in roles for a in ("--role", r.value)]
-    argv += [a for role, n in rate_limits.items() for a in ("--rate-limit", f"{role.value}={n:g}")]
-    if args.max_concurrent:
-        argv += ["--max-concurrent", str(args.max_concurrent)]
+    argv = [a for t in options.tools for a in ("--tools", t)] + [a for r in options.roles for a in ("--role", r.value)]
+    argv += [a for role, n in options.rate_limits.items() for a in ("--rate-limit", f"{role.value}={n:g}")]
+    if options.layout is QueueLayout.split and default_layout(options.roles) is QueueLayout.shared:
+        argv.append("--split-queues")
+    if options.max_concurrent:
+        argv += ["--max-concurrent", str(options.max_concurrent)]
     return argv
+
+
+def describe_worker(options: WorkerOptions, task_queue: str) -> str:
+    """One line saying what a worker serves and where its runs' activities go."""
+    queues = ", ".join(role_queue(task_queue, r) for r in options.roles)
+    where = (
+        f"activities of the runs it drives stay on {task_queue}" if options.layout is QueueLayout.shared
+        else "each role's activities go to its own queue"
+    )
+    return f"roles {', '.join(r.value for r in options.roles)} on {queues}; {where}"

@@ -31,7 +31,7 @@ from stratagem.run import RunInput, RunOptions, RunStatus
 from stratagem.payloads import with_claim_checks
 from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
-from stratagem.worker import build_worker, workflow_runner
+from stratagem.worker import STRICT_SANDBOX_ENV, build_worker, workflow_runner
 from temporalio.worker import Replayer
 from workflows import StratagemRun
 
@@ -46,6 +46,10 @@ for _name in ("STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRA
 for _name in [n for n in os.environ if n.startswith("TEMPORAL_")]:
     os.environ.pop(_name)
 os.environ["TEMPORAL_CONFIG_FILE"] = str(Path(__file__).with_name("no-temporal-profile.toml"))
+# Workflow code runs imported inside the sandbox, as a user's would, so a non-deterministic call in
+# it fails every test (and every replay of a test's history) that reaches it. Production workers
+# pass it through instead (stratagem/worker.py, WORKFLOW_MODULES); test_worker.py runs that way.
+os.environ[STRICT_SANDBOX_ENV] = "1"
 
 # Every in-process worker runs traced, as a production worker with OTEL_* set does: Temporal's
 # replay-safe provider, its spans kept in memory (tests/spans.py).

@@ -198,4 +198,4 @@ def test_the_api_key_reaches_no_log(dev_env, tmp_path):
     finally:
         worker.terminate()
         output, _ = worker.communicate(timeout=30)
-    assert "roles=workflow,planner,executor,tools" in output and API_KEY not in output
+    assert "roles workflow, planner, executor, tools" in output and API_KEY not in output

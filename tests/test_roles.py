@@ -20,10 +20,11 @@ from temporalio.api.enums.v1 import EventType
 from plans import step
 from stratagem.client import start_run
 from stratagem.errors import ConfigError
-from stratagem.roles import ALL_ROLES, Role, role_queue
+from stratagem.roles import ALL_ROLES, QueueLayout, Role, role_queue
 from stratagem.run import Phase, RunInput, RunOptions
 from stratagem import activity_io as io
-from stratagem.worker import add_worker_arguments, check_worker_args, child_argv
+from stratagem.tools import ToolRegistry
+from stratagem.worker import add_worker_arguments, build_worker, check_worker_args, child_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,16 +154,31 @@ def test_role_queues():
 def test_worker_options_are_checked_in_one_line(monkeypatch):
     parser = argparse.ArgumentParser()
     add_worker_arguments(parser)
-    roles, limits = check_worker_args(parser.parse_args(["--role", "planner", "--rate-limit", "planner=0.5", "--rate-limit", "executor=5"]))
-    assert roles == [Role.planner] and limits == {Role.planner: 0.5, Role.executor: 5.0}
+    options = check_worker_args(parser.parse_args(["--role", "planner", "--rate-limit", "planner=0.5", "--rate-limit", "executor=5"]))
+    assert options.roles == (Role.planner,) and options.rate_limits == {Role.planner: 0.5, Role.executor: 5.0}
+    assert options.layout is QueueLayout.split  # a worker serving some roles sends each to its queue
     # --processes' children get the same worker, checked values included, one process each.
     args = parser.parse_args(["--tools", "t.py", "--role", "planner", "--rate-limit", "planner=0.5", "--max-concurrent", "3", "--processes", "4"])
-    child = child_argv(args, *check_worker_args(args))
+    child = child_argv(check_worker_args(args))
     assert child == ["--tools", "t.py", "--role", "planner", "--rate-limit", "planner=0.5", "--max-concurrent", "3"]
-    assert check_worker_args(parser.parse_args(child)) == ([Role.planner], {Role.planner: 0.5})
+    again = check_worker_args(parser.parse_args(child))
+    assert (again.roles, again.rate_limits, again.processes) == ((Role.planner,), {Role.planner: 0.5}, 1)
+    # Every role: one queue for everything, unless asked to split; children split as their parent does.
+    assert check_worker_args(parser.parse_args([])).layout is QueueLayout.shared
+    split = check_worker_args(parser.parse_args(["--split-queues", "--processes", "2"]))
+    assert split.layout is QueueLayout.split and child_argv(split) == ["--role", "workflow", "--role", "planner", "--role",
+                                                                       "executor", "--role", "tools", "--split-queues"]
+    assert check_worker_args(parser.parse_args(child_argv(split))).layout is QueueLayout.split
+    monkeypatch.setenv("STRATAGEM_SPLIT_QUEUES", "1")
+    assert check_worker_args(parser.parse_args([])).layout is QueueLayout.split
+    monkeypatch.setenv("STRATAGEM_SPLIT_QUEUES", "maybe")
+    with pytest.raises(ConfigError, match="STRATAGEM_SPLIT_QUEUES=maybe is not a yes/no value"):
+        check_worker_args(parser.parse_args([]))
+    monkeypatch.delenv("STRATAGEM_SPLIT_QUEUES")
     monkeypatch.setenv("STRATAGEM_WORKER_ROLES", "executor,tools")
     monkeypatch.setenv("STRATAGEM_RATE_LIMITS", "executor=2")
-    assert check_worker_args(parser.parse_args([])) == ([Role.executor, Role.tools], {Role.executor: 2.0})
+    options = check_worker_args(parser.parse_args([]))
+    assert (options.roles, options.rate_limits) == ((Role.executor, Role.tools), {Role.executor: 2.0})
     for argv, message in [
         (["--rate-limit", "workflow=1"], "rate limit 'workflow=1' is not ROLE=N with ROLE one of planner, executor, tools"),
         (["--rate-limit", "executor=fast"], "rate limit 'executor=fast': N must be a positive number"),
@@ -174,3 +190,46 @@ def test_worker_options_are_checked_in_one_line(monkeypatch):
     monkeypatch.setenv("STRATAGEM_WORKER_ROLES", "planer")
     with pytest.raises(ConfigError, match="unknown worker role 'planer'"):
         check_worker_args(parser.parse_args([]))
+
+
+@pytest.mark.parametrize("layout", [QueueLayout.shared, QueueLayout.split])
+async def test_one_worker_for_every_role_keeps_activities_on_the_workflow_queue(dev_env, tmp_path, layout):
+    """A worker serving every role sends a run's activities to the workflow's own queue, where the
+    server can hand them straight back to it (the fast path); asked to split, it uses the role
+    queues. Either way the run's outcome is the same."""
+    script = tmp_path / "models.yaml"
+    script.write_text(yaml.safe_dump({"executor": {"draft": "Welcome aboard, Ada."}, "synthesis": "Ada is on board."}))
+    plan = {
+        "goal": "welcome ada",
+        "steps": [
+            step("profile", "fetch_profile", user="ada"),
+            {"id": "draft", "title": "Draft", "kind": "llm", "instructions": "Write a welcome."},
+            step("note", "record", ["profile", "draft"], label="sent: ${draft}"),
+        ],
+    }
+    planner = tmp_path / "planner.yaml"
+    planner.write_text(yaml.safe_dump({"planner": [{"plan": plan}]}))
+    options = RunOptions(
+        auto_approve=True, planner=f"scripted:{planner}", executor=f"scripted:{script}", synthesizer=f"scripted:{script}"
+    )
+    queue = f"layout-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.from_modules([str(ROOT / "tests" / "fixture_tools.py")])
+    async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws", layout=layout):
+        run = await start_run(dev_env.client, RunInput(goal="welcome ada", options=options), task_queue=queue)
+        result = await asyncio.wait_for(run.result(), timeout=60)
+    assert result.status is Phase.succeeded and result.outputs["note"] == "sent: Welcome aboard, Ada."
+    queues: dict[str, set[str]] = {}
+    for event in (await run.handle.fetch_history()).events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attributes = event.activity_task_scheduled_event_attributes
+            queues.setdefault(attributes.activity_type.name, set()).add(attributes.task_queue.name)
+    expected = {io.PLAN: Role.planner, io.SYNTHESIZE: Role.planner, io.RUN_LLM: Role.executor, io.RUN_TOOL: Role.tools}
+    for activity_type, role in expected.items():
+        want = queue if layout is QueueLayout.shared else role_queue(queue, role)
+        assert queues[activity_type] == {want}, activity_type
+
+
+def test_a_shared_layout_needs_every_role(tmp_path):
+    with pytest.raises(ConfigError, match="a shared queue layout needs a worker that serves every role"):
+        build_worker(None, task_queue="q", registry=ToolRegistry(), workspace=tmp_path, roles=[Role.workflow],  # type: ignore[arg-type]
+                     layout=QueueLayout.shared)

@@ -176,7 +176,12 @@ async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_me
         lines: list[str] = []
         for _ in range(100):
             lines = await asyncio.to_thread(scrape, port)
-            if sample(lines, "stratagem_steps_finished", status="succeeded", task_queue=task_queue) == 4:
+            # The SDK counts the completed workflow once the server took the last workflow task,
+            # which can be a moment after the client saw the result.
+            if (
+                sample(lines, "stratagem_steps_finished", status="succeeded", task_queue=task_queue) == 4
+                and sample(lines, "temporal_workflow_completed", task_queue=task_queue) == 1
+            ):
                 break
             await asyncio.sleep(0.2)
         assert sample(lines, "stratagem_steps_finished", status="succeeded", task_queue=task_queue) == 4, "\n".join(lines)

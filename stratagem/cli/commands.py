@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import getpass
 import json
 import math
@@ -52,8 +53,7 @@ from ..tools import ToolRegistry
 from ..usage import Budget
 from ..validation import validate_plan
 from ..telemetry import worker_plugins
-from ..roles import role_queue
-from ..worker import build_worker, check_worker_args, child_argv, run_processes, run_worker, workflow_runner
+from ..worker import build_worker, check_worker_args, child_argv, describe_worker, run_processes, run_worker, workflow_runner
 from . import render
 
 
@@ -857,24 +857,21 @@ async def cmd_output(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     config = settings()
-    roles, rate_limits = check_worker_args(args)
+    options = check_worker_args(args)
     if not is_listening(config.address):
         raise CliError(f"no Temporal server is reachable at {config.address}; start one with `stratagem server`")
-    if not args.tools:
+    if not options.tools:
         recorded = BackgroundWorker(stratagem_home(), config.task_queue, config.workspace.resolve()).recorded_tools()
         if recorded:
             # Every worker on a task queue must offer the same tools as the others.
-            args.tools = recorded
+            options = dataclasses.replace(options, tools=tuple(recorded))
             note(f"using the tools of this home's background worker: {', '.join(recorded)}")
-    ToolRegistry.from_modules(args.tools)  # fail fast, before connecting, on a bad tool module
-    if args.processes > 1:
-        note(f"starting {args.processes} worker processes")
-        return run_processes(child_argv(args, roles, rate_limits), args.processes)
-    queues = ", ".join(role_queue(config.task_queue, r) for r in roles)
-    note(f"worker on {config.address}, namespace {config.namespace}; roles {', '.join(r.value for r in roles)} on {queues}")
-    asyncio.run(
-        run_worker(config, args.tools, roles=roles, rate_limits=rate_limits, max_concurrent_activities=args.max_concurrent)
-    )
+    ToolRegistry.from_modules(list(options.tools))  # fail fast, before connecting, on a bad tool module
+    if options.processes > 1:
+        note(f"starting {options.processes} worker processes")
+        return run_processes(child_argv(options), options.processes)
+    note(f"worker on {config.address}, namespace {config.namespace}; {describe_worker(options, config.task_queue)}")
+    asyncio.run(run_worker(config, options))
     return 0
 
 
