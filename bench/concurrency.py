@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any
 
-from .common import Bench, Row, chain_plan, log, median, ratio
+from .common import Bench, Goal, Row, chain_plan, log, median, ratio
 
 NAME = "concurrency"
 STEPS = 10
@@ -50,7 +50,7 @@ async def run(bench: Bench) -> dict[str, Any]:
     s_rate, b_rate = steps / median(s_times), steps / median(b_times)
     rows = [
         Row(f"{runs} runs x {STEPS} steps at once: throughput", s_rate, b_rate, "steps/s", ratio(s_rate, b_rate),
-            note="ratio < 1: Stratagem is slower"),
+            Goal.at_least(0.90), note="ratio < 1: Stratagem is slower"),
         Row("  wall time for all runs", median(s_times), median(b_times), "s", ratio(median(s_times), median(b_times))),
     ]
     return {

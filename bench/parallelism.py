@@ -22,10 +22,10 @@ import random
 from typing import Any
 
 from .baseline import DagNode
-from .common import Bench, Row, log, median
+from .common import Bench, Goal, Row, log, median
 
 NAME = "parallelism"
-TARGET = 0.95
+GOAL = Goal.efficiency(0.95)
 
 
 def wide(n: int, seconds: float) -> list[DagNode]:
@@ -109,11 +109,13 @@ async def _bare(bench: Bench, tq: str, nodes: list[DagNode]) -> dict[str, Any]:
 
 async def run(bench: Bench) -> dict[str, Any]:
     if bench.quick:
+        # The full suite's latencies, on smaller graphs: with shorter steps the fixed cost of a
+        # dispatch weighs more, and the efficiency would not be comparable with the full run's.
         graphs = {
-            "wide 8x0.2s": wide(8, 0.2),
-            "deep 4x0.2s": deep(4, 0.2),
-            "diamond (x0.5)": diamond(0.5),
-            "random DAG (10, seed 7, x0.5)": random_dag(10, seed=7, scale=0.5),
+            "wide 8x0.5s": wide(8, 0.5),
+            "deep 3x0.5s": deep(3, 0.5),
+            "diamond": diamond(1.0),
+            "random DAG (10, seed 7)": random_dag(10, seed=7),
         }
         reps = 1
     else:
@@ -144,11 +146,13 @@ async def run(bench: Bench) -> dict[str, Any]:
             speedup, ideal = sequential["makespan"] / ms, total / cp
             log(f"{name}: CP {cp:.2f} s, makespan {ms:.3f} s (bare {mb:.3f} s), efficiency {eff:.3f} (bare {eff_bare:.3f}), "
                 f"speedup {speedup:.2f}x of ideal {ideal:.2f}x")
-            rows.append(Row(f"{name}: CP efficiency (CP ÷ makespan)", eff, eff_bare, "CP/makespan", eff / eff_bare,
-                            f">= {TARGET:.2f}", eff >= TARGET,
-                            f"CP {cp:.2f} s; makespan {ms:.3f} s vs bare {mb:.3f} s"))
-            rows.append(Row(f"{name}: speedup over max_parallel=1", speedup, ideal, "x", speedup / ideal, None, None,
-                            f"sequential {sequential['makespan']:.2f} s; baseline = ideal speedup (sum ÷ CP)"))
+            # Every repetition must reach the goal, not only their median.
+            worst = cp / max(s["makespan"] for s in strat)
+            rows.append(Row(f"{name}: CP efficiency (CP ÷ makespan), worst of {reps}", worst, eff_bare, "CP/makespan",
+                            worst / eff_bare, GOAL, goal_on="stratagem",
+                            note=f"CP {cp:.2f} s; median makespan {ms:.3f} s vs bare {mb:.3f} s; bare = Temporal's own"))
+            rows.append(Row(f"{name}: speedup over max_parallel=1", speedup, ideal, "x", speedup / ideal,
+                            note=f"sequential {sequential['makespan']:.2f} s; baseline = ideal speedup (sum ÷ CP)"))
             details[name] = {
                 "nodes": [n.model_dump() for n in nodes],
                 "critical_path_s": cp,
@@ -161,6 +165,7 @@ async def run(bench: Bench) -> dict[str, Any]:
                 "stratagem_start_skews_s": [s["start_skew"] for s in strat],
                 "bare_start_skews_s": [b["start_skew"] for b in bare],
                 "efficiency": eff,
+                "worst_efficiency": worst,
                 "bare_efficiency": eff_bare,
                 "sequential_makespan_s": sequential["makespan"],
                 "speedup": speedup,
