@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from opentelemetry import trace
 
     from stratagem.run import STATUS_SEARCH_ATTRIBUTE, RunState, run_status
-    from stratagem.telemetry import workflow_tracer
+    from stratagem.telemetry import tracing_enabled, workflow_tracer
     from stratagem.usage import CallRecord
 
 STATUS_KEY = SearchAttributeKey.for_keyword(STATUS_SEARCH_ATTRIBUTE)
@@ -64,6 +64,9 @@ class Observer:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id  # on every span, so a trace viewer finds all of a run's spans by it
         self.tracer = workflow_tracer()
+        # Without a replay-safe provider every span would be a no-op; skipping them altogether
+        # saves the context switching around each step.
+        self.tracing = tracing_enabled()
         meter = workflow.metric_meter()
         self._steps = meter.create_counter("stratagem_steps_finished", "Steps that ended, by status.")
         self._replans = meter.create_counter("stratagem_replans", "Plan revisions after a failure.")
@@ -82,6 +85,9 @@ class Observer:
     @contextmanager
     def span(self, name: str, attributes: dict[str, Any], links: Sequence[trace.Link] = ()) -> Iterator[trace.Span]:
         """A span around a block, current inside it, so activities started there are its children."""
+        if not self.tracing:
+            yield trace.INVALID_SPAN
+            return
         span = self.start(name, attributes, links)
         token = otel_context.attach(trace.set_span_in_context(span))
         try:

@@ -9,8 +9,9 @@ records are rules in `stratagem.decisions`; the handlers here call them.
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -72,6 +73,8 @@ PLANNING_RETRY = RetryPolicy(
 CATALOG_TIMEOUT = timedelta(seconds=30)
 CATALOG_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
 HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+# How stale the step table in the Temporal UI may be while steps finish.
+DETAILS_EVERY = timedelta(seconds=1)
 # Runs started before the phase was kept in the memo replay without it.
 PHASE_MEMO_PATCH = "phase-in-memo"
 
@@ -98,6 +101,10 @@ class StratagemRun:
                 ledger=Ledger(run_id=run_id),
             )
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._ended = 0  # step tasks that ended: what the execution loop wakes on
+        self._resumed: list[Step] = []
+        # Per revision, the steps each step refers to (a step's references never change).
+        self._references: dict[str, frozenset[str]] = {}
         self._busy_slots = 0
         # Stopping: a step failed or was rejected. Waiting steps give up, running ones finish.
         self._stopping = False
@@ -108,6 +115,8 @@ class StratagemRun:
         self._finished_here = 0
         self._rejection: str | None = None
         self._memo_phase: str | None = None
+        self._details_key: Any = None
+        self._details_at: Any = None
         # Bumped whenever usage, a budget or the steps in flight change: what budget waits wake on.
         self._budget_epoch = 0
         self._model_steps_in_flight = 0
@@ -450,19 +459,29 @@ class StratagemRun:
         self._winding_down = False
         self._rejection = None
         self._frontier = Frontier(state.plan, state.ledger)
+        self._references = {}
+        # Human steps already out for an answer when a continue-as-new carried them here: their
+        # question stays asked, only the waiting resumes.
+        self._resumed = [
+            s for s in state.plan.steps if s.kind is StepKind.human and state.ledger.steps[s.id].status is StepStatus.running
+        ]
         while True:
             if not self._winding_down and self._finished_here > 0 and self._continue_as_new_due():
                 self._winding_down = True
             if not (self._stopping or self._winding_down):
                 for step in self._startable():
-                    self._tasks[step.id] = asyncio.create_task(self._run_step(step))
+                    task = asyncio.create_task(self._run_step(step))
+                    # Counting ends, rather than asking every task whether it is done, keeps the
+                    # wake-up check below constant-time however many steps are in flight.
+                    task.add_done_callback(self._step_ended)
+                    self._tasks[step.id] = task
             if self._winding_down and set(self._tasks) <= self._parked:
                 return False  # only steps waiting on people remain; the state carries them
             if not self._tasks:
                 break
+            ended = self._ended
             await workflow.wait_condition(
-                lambda: any(t.done() for t in self._tasks.values())
-                or (self._winding_down and set(self._tasks) <= self._parked)
+                lambda: self._ended != ended or (self._winding_down and set(self._tasks) <= self._parked)
             )
             self._show()
             for sid, task in list(self._tasks.items()):
@@ -483,20 +502,16 @@ class StratagemRun:
         return False
 
     def _startable(self) -> list[Step]:
-        """Ready steps, plus human steps already out for an answer when a continue-as-new
-        carried them here (their question stays asked; only the waiting resumes)."""
-        state = self.state
-        assert state.plan is not None
+        """Ready steps, plus the human steps a continue-as-new carried here mid-question."""
         assert self._frontier is not None
         steps = [s for s in self._frontier.ready() if s.id not in self._tasks]
-        for step in state.plan.steps:
-            if (
-                step.kind is StepKind.human
-                and step.id not in self._tasks
-                and state.ledger.steps[step.id].status is StepStatus.running
-            ):
-                steps.append(step)
+        if self._resumed:
+            steps += [s for s in self._resumed if s.id not in self._tasks]
+            self._resumed = []
         return steps
+
+    def _step_ended(self, _task: asyncio.Task[None]) -> None:
+        self._ended += 1
 
     async def _run_step(self, step: Step) -> None:
         """One step, within a `step <id>` span: its attempts (activity side) are the children."""
@@ -532,7 +547,7 @@ class StratagemRun:
         self._model_steps_in_flight += uses_model
         try:
             outputs = state.ledger.outputs()
-            deferred = _stored_references(step, outputs)
+            deferred = _stored_references(self._referenced(step), outputs)
             if deferred is None:
                 try:
                     args = resolve(step.args, outputs)
@@ -614,17 +629,11 @@ class StratagemRun:
     ) -> io.StepOutput:
         options = self.state.options
         timeout = timedelta(seconds=step.timeout_seconds or options.step_timeout_seconds)
-        retry = RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            maximum_interval=timedelta(seconds=30),
-            maximum_attempts=self._max_attempts(step),
-            non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
-        )
         common: dict[str, Any] = dict(
             result_type=io.StepOutput,
             start_to_close_timeout=timeout,
             heartbeat_timeout=min(HEARTBEAT_TIMEOUT, timeout),
-            retry_policy=retry,
+            retry_policy=_step_retry(self._max_attempts(step)),
             # On cancel, wait for the activity to stop, so the ledger never says "cancelled" about
             # a tool that is still running (the activity learns of it through its heartbeats).
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -650,6 +659,13 @@ class StratagemRun:
             max_rounds=options.max_tool_rounds, references=references, price=price_for(model, options.prices),
         )
         return await workflow.execute_activity(io.RUN_LLM, request, task_queue=self._queue(Role.executor), **common)
+
+    def _referenced(self, step: Step) -> frozenset[str]:
+        """The steps `step` refers to, worked out once per revision."""
+        found = self._references.get(step.id)
+        if found is None:
+            found = self._references[step.id] = frozenset(ref.step_id for ref in references_in(step.instructions, step.args))
+        return found
 
     def _max_attempts(self, step: Step) -> int:
         return step.max_attempts or self.state.options.step_max_attempts
@@ -1054,8 +1070,15 @@ class StratagemRun:
         """Publish the run's progress as its current details in the Temporal UI, and its phase in
         the memo when it changed, so listings tell a succeeded run from a rejected one (both are
         completed workflows)."""
-        workflow.set_current_details(progress_markdown(self.state))
-        self._observe.publish(self.state)
+        state, now = self.state, workflow.now()
+        # The step table is rebuilt when the phase or the waits change, and otherwise at most once
+        # a second: rebuilding it after every step of a busy run cost a tenth of its workflow CPU.
+        # (Details are kept in memory for the UI's query, not in history, so this is replay-safe.)
+        key = (state.phase, state.plan.revision if state.plan else None, [(p.kind, p.step_id) for p in state.pending])
+        if key != self._details_key or self._details_at is None or now - self._details_at >= DETAILS_EVERY:
+            self._details_key, self._details_at = key, now
+            workflow.set_current_details(progress_markdown(state))
+        self._observe.publish(state)
         phase = self.state.phase.value
         if phase != self._memo_phase:
             self._memo_phase = phase
@@ -1070,9 +1093,19 @@ class StratagemRun:
         return role_queue(workflow.info().task_queue, role)
 
 
-def _stored_references(step: Step, outputs: dict[str, Any]) -> dict[str, Any] | None:
+@functools.lru_cache(maxsize=32)
+def _step_retry(max_attempts: int) -> RetryPolicy:
+    """A step attempt's retry policy (one per attempt count: it is read-only)."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=max_attempts,
+        non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
+    )
+
+
+def _stored_references(referenced: frozenset[str], outputs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The outputs a step refers to, if any of them is in the store; else None."""
-    referenced = {ref.step_id for ref in references_in(step.instructions, step.args)}
     if not any(is_stored(outputs.get(sid)) for sid in referenced):
         return None
     return {sid: outputs[sid] for sid in referenced if sid in outputs}
