@@ -241,6 +241,11 @@ def workflow_tracer() -> trace.Tracer:
 # follow OpenTelemetry's GenAI semantic conventions where one exists, and `stratagem.*` otherwise.
 
 
+def _recording() -> bool:
+    """Whether a real tracer provider is installed (spans would be recorded somewhere)."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
 def _tracer() -> trace.Tracer:
     return trace.get_tracer("stratagem")
 
@@ -253,7 +258,11 @@ def _fail(span: trace.Span, exc: BaseException) -> None:
 @contextmanager
 def _span(name: str, attributes: Mapping[str, Any], kind: trace.SpanKind = trace.SpanKind.INTERNAL) -> Iterator[trace.Span]:
     """A current span around a block; an exception marks it failed, with the error's type and
-    one-line (already redacted) message."""
+    one-line (already redacted) message. Without a tracer provider nothing is recorded, so
+    nothing is started either: each step attempt would otherwise pay for a context switch."""
+    if not _recording():
+        yield trace.INVALID_SPAN
+        return
     with _tracer().start_as_current_span(
         name, kind=kind, attributes=dict(attributes), record_exception=False, set_status_on_exception=False
     ) as span:

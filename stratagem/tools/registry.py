@@ -8,6 +8,7 @@ part of the schema: the worker fills it with the run, step, revision and idempot
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -71,6 +72,10 @@ class ToolDefinition:
     context_parameter: str | None
     side_effects: bool
     local: bool = False
+
+    @functools.cached_property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.function)
 
     def spec(self) -> ToolSpec:
         schema = self.arguments.model_json_schema()
@@ -223,7 +228,7 @@ class ToolRegistry:
         kwargs = {field: getattr(parsed, field) for field in type(parsed).model_fields}
         if definition.context_parameter:
             kwargs[definition.context_parameter] = context
-        if inspect.iscoroutinefunction(definition.function):
+        if definition.is_async:
             result = await definition.function(**kwargs)
         else:
             # A blocking tool must not stall the worker's event loop (and with it heartbeats
