@@ -14,10 +14,12 @@ from typing import Any, Callable, Mapping, Sequence
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
-from temporalio import workflow
+from temporalio import activity, workflow
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import (
     Interceptor,
     StartActivityInput,
+    StartLocalActivityInput,
     Worker,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
@@ -26,6 +28,7 @@ from temporalio.worker import (
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from . import activity_io as io
 from .client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
 from .run import STATUS_SEARCH_ATTRIBUTE
 from .config import Settings
@@ -92,6 +95,45 @@ class _SharedQueuesOutbound(WorkflowOutboundInterceptor):
         if input.task_queue and input.task_queue != own and is_role_queue(own, input.task_queue):
             input.task_queue = own
         return super().start_activity(input)
+
+
+class HostOnly(Interceptor):
+    """For a process that hosts the run workflow without its activities (the command line, for
+    the length of a command): a workflow task that would run a local activity here fails, and
+    Temporal gives it to another worker, one with the tools. Replaying history (to answer a
+    query, say) reads local activities' results from it and runs nothing, so it goes on."""
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _HostOnlyInbound
+
+
+class _HostOnlyInbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_HostOnlyOutbound(outbound))
+
+
+class HostedWorkflowError(RuntimeError):
+    """Not an ApplicationError: it fails the workflow task (retried elsewhere), not the run."""
+
+
+class _HostOnlyOutbound(WorkflowOutboundInterceptor):
+    def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
+        if not workflow.unsafe.is_replaying():
+            raise HostedWorkflowError(f"this process only hosts the workflow; {input.activity} needs a Stratagem worker")
+        return super().start_local_activity(input)
+
+
+def host_activities() -> list[Callable[..., Any]]:
+    """What a host registers so that replaying a history with local activities in it passes the
+    SDK's registration check; `HostOnly` keeps them from ever running."""
+
+    def unavailable(name: str) -> Callable[..., Any]:
+        async def run(*_args: Any) -> None:
+            raise ApplicationError(f"this process only hosts the workflow; a Stratagem worker runs {name}")
+
+        return activity.defn(name=name)(run)
+
+    return [unavailable(name) for name in (io.DESCRIBE_TOOLS, io.RUN_TOOL)]
 
 
 class WorkerGroup:

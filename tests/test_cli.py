@@ -373,3 +373,52 @@ async def test_without_a_terminal_run_waits_for_a_decision_from_elsewhere(cli_en
     assert done.returncode == 0
     assert "stratagem approve cli-attached --revision 1" in done.stdout  # it told the user how to decide
     assert "plan approved by bob" in done.stdout
+
+
+async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activity(dev_env, tmp_path):
+    """With no worker running, a command hosts the workflow itself: it replays a history that
+    holds local activities' results (a local tool step) to answer, and runs no activity."""
+    import asyncio
+    import uuid
+
+    from conftest import FIXTURE_TOOLS
+    from stratagem.client import start_run
+    from stratagem.plan import Author, AuthorKind, PlanDraft
+    from stratagem.run import RunInput, RunOptions
+    from stratagem.store import FileStore
+    from stratagem.tools import ToolRegistry
+    from stratagem.worker import build_worker
+
+    queue = f"host-{uuid.uuid4().hex[:8]}"
+    workspace = tmp_path / "ws"
+
+    def run_input(plan: dict, **options) -> RunInput:
+        return RunInput(plan=PlanDraft.model_validate(plan), author=Author(kind=AuthorKind.human, name="ada"),
+                        options=RunOptions(**options))
+
+    async with build_worker(dev_env.client, task_queue=queue, registry=ToolRegistry.from_modules([FIXTURE_TOOLS]),
+                            workspace=workspace, store=FileStore(tmp_path / "store")):
+        plan = {"goal": "fast", "steps": [step("a", "quick", label="fail once"), step("b", "record", ["a"], label="${a}")]}
+        finished = await start_run(dev_env.client, run_input(plan, auto_approve=True), task_queue=queue)
+        assert (await finished.result()).outputs == {"b": "FAIL ONCE"}
+        waiting = await start_run(dev_env.client, run_input({"goal": "later", "steps": [step("c", "record", label="later")]}),
+                                  task_queue=queue)
+        while (await waiting.status()).phase.value != "awaiting_approval":
+            await asyncio.sleep(0.05)
+    env = {
+        **os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "TEMPORAL_TASK_QUEUE": queue, "STRATAGEM_HOME": str(tmp_path / "home"), "CLI_CWD": str(tmp_path),
+    }
+    shown = await acli("status", finished.id, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["phase"] == "succeeded"
+    # Approved from here, the step is scheduled and waits for a worker: this process never runs it.
+    approved = await acli("approve", waiting.id, "--by", "ada", env=env)
+    assert approved.returncode == 0, approved.stderr
+    await asyncio.sleep(1)
+    history = await waiting.handle.fetch_history()
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    started = [e for e in history.events if e.HasField("activity_task_started_event_attributes")]
+    assert scheduled == ["stratagem.describe_tools", "stratagem.run_tool"] and len(started) == 1  # the catalogue only
+    await waiting.handle.terminate(reason="test finished")

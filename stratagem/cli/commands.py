@@ -53,7 +53,7 @@ from ..tools import ToolRegistry
 from ..usage import Budget
 from ..validation import validate_plan
 from ..telemetry import worker_plugins
-from ..worker import build_worker, check_worker_args, child_argv, describe_worker, run_processes, run_worker, workflow_runner
+from ..worker import HostOnly, build_worker, check_worker_args, host_activities, child_argv, describe_worker, run_processes, run_worker, workflow_runner
 from . import render
 
 
@@ -138,7 +138,8 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
     Queries and update validators run in a workflow worker. Hosting one here means status,
     approve and the rest work even while no `stratagem worker` runs; steps still wait for a
     real worker, which has the activities. No cache, so nothing sticks to this short-lived
-    process when it exits.
+    process when it exits. This process has no tools, so it leaves the work a workflow does
+    in its own worker (local activities) to real workers (`HostOnly`).
     """
     from workflows import StratagemRun
 
@@ -146,6 +147,9 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
         client,
         task_queue=task_queue,
         workflows=[StratagemRun],
+        activities=host_activities(),
+        no_remote_activities=True,  # registered only to replay local ones: never take a real activity
+        interceptors=[HostOnly()],
         workflow_runner=workflow_runner(),
         max_cached_workflows=0,
         # A decision taken here moves the run on in this process: its spans (the review's end,
