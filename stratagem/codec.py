@@ -32,7 +32,7 @@ from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
-from temporalio.contrib.pydantic import pydantic_data_converter
+from .payloads import stratagem_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverter,
@@ -204,9 +204,9 @@ def data_converter(source: Settings | Mapping[str, str] | None = None) -> DataCo
     into an (encrypted) payload. Every client and worker of one deployment must use the same."""
     codec = codec_from(source)
     if codec is None:
-        return pydantic_data_converter
+        return stratagem_data_converter
     return dataclasses.replace(
-        pydantic_data_converter,
+        stratagem_data_converter,
         payload_codec=codec,
         failure_converter_class=EncryptingFailureConverter,
     )

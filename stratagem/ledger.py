@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from pydantic import BaseModel, Field
 
+from .compact import CompactModel
 from .plan import Plan
 from .usage import CallRecord, CallUsage, Price, UsageTotals, price_for
 
@@ -29,7 +30,7 @@ class StepStatus(str, Enum):
         return self in (StepStatus.succeeded, StepStatus.failed, StepStatus.skipped, StepStatus.cancelled)
 
 
-class StepRecord(BaseModel):
+class StepRecord(CompactModel):
     step_id: str
     status: StepStatus = StepStatus.pending
     attempts: int = Field(default=0, description="Attempts made, over every revision the step ran under.")
@@ -53,7 +54,7 @@ class ToolCallStatus(str, Enum):
     """The step does not allow the tool: it never ran, and the executor was told."""
 
 
-class ToolCallRecord(BaseModel):
+class ToolCallRecord(CompactModel):
     """A tool call an llm step's executor made."""
 
     call: int = Field(description="Position in the step's conversation; part of the idempotency key.")
@@ -71,7 +72,7 @@ class DecisionAction(str, Enum):
     budget = "budget"
 
 
-class Decision(BaseModel):
+class Decision(CompactModel):
     action: DecisionAction
     by: str
     at: datetime
@@ -114,7 +115,7 @@ class EventKind(str, Enum):
     run_cancelled = "run_cancelled"
 
 
-class LedgerEvent(BaseModel):
+class LedgerEvent(CompactModel):
     seq: int
     at: datetime
     kind: EventKind
@@ -123,6 +124,9 @@ class LedgerEvent(BaseModel):
     actor: str | None = None
     message: str = ""
     data: dict[str, Any] = Field(default_factory=dict)
+
+
+_EVENT_FIELDS = frozenset(LedgerEvent.model_fields)
 
 
 class SucceededOutputs(Mapping[str, Any]):
@@ -169,8 +173,11 @@ class Ledger(BaseModel):
         message: str = "",
         **data: Any,
     ) -> LedgerEvent:
-        # Built without validation: the workflow writes a few events per step, its own typed values.
+        # Built without validation (the workflow writes a few events per step, its own typed
+        # values) and sharing one set of field names: events are never changed, and a set per
+        # event was half of an event's memory.
         event = LedgerEvent.model_construct(
+            _EVENT_FIELDS,
             seq=len(self.events) + 1,
             at=at,
             kind=kind,

@@ -15,14 +15,47 @@ import hashlib
 import json
 from typing import Sequence
 
+from pydantic_core import to_json
 from temporalio.api.common.v1 import Payload
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+    PayloadCodec,
+)
 
+from .compact import COMPACT_CONTEXT
 from .store import OutputStore, StoreError, default_store
 
 ENCODING = b"stratagem/stored-payload"
 # Temporal warns above 512 KB and refuses 2 MB; keep every payload well below both.
 PAYLOAD_LIMIT = 128 * 1024
+
+
+class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
+    """Temporal's pydantic JSON converter, writing Stratagem's models compactly (`stratagem.compact`)."""
+
+    def to_payload(self, value: object) -> Payload | None:
+        return Payload(metadata={"encoding": self.encoding.encode()}, data=to_json(value, context=COMPACT_CONTEXT))
+
+
+class StratagemPayloadConverter(CompositePayloadConverter):
+    """Temporal's default payload converters with the JSON one replaced by the compact pydantic one."""
+
+    def __init__(self) -> None:
+        json_converter = _CompactJSONConverter()
+        super().__init__(
+            *(
+                json_converter if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
+# Every client, worker and replayer of a deployment uses this (plus codecs: stratagem.codec).
+stratagem_data_converter = DataConverter(payload_converter_class=StratagemPayloadConverter)
 
 
 class ClaimCheckCodec(PayloadCodec):

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .compact import CompactModel
 # A year: longer limits are surely mistakes, and Python's dates overflow not far above.
 MAX_SECONDS = 366 * 24 * 3600
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
@@ -39,7 +40,7 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
-class Step(BaseModel):
+class Step(CompactModel):
     """One node of the task graph."""
 
     model_config = ConfigDict(extra="forbid", use_enum_values=False)
@@ -131,10 +132,11 @@ class Plan(PlanDraft):
 
     @classmethod
     def from_draft(cls, draft: PlanDraft, *, revision: int, author: Author, reason: str | None = None) -> Plan:
-        data = draft.model_dump(include=set(PlanDraft.model_fields))  # a Plan's revision/author are replaced
-        if reason is not None and not data.get("reason"):
-            data["reason"] = reason
-        return cls(**data, revision=revision, author=author)
+        # The steps are shared with the draft, not copied: steps are never changed in place, and
+        # a plan of thousands of steps would otherwise be held twice while the run starts.
+        return cls(
+            goal=draft.goal, steps=list(draft.steps), reason=draft.reason or reason or "", revision=revision, author=author,
+        )
 
     def draft(self) -> PlanDraft:
         return PlanDraft(goal=self.goal, steps=self.steps, reason=self.reason)

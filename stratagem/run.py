@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from .compact import CompactModel
 from .ledger import Ledger, LedgerEvent
 from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
 from .tools.spec import ToolCatalog
@@ -42,7 +43,7 @@ class Mode(str, Enum):
 JOINT_STEP_ID = "task"
 
 
-class RunOptions(BaseModel):
+class RunOptions(CompactModel):
     planner: str | None = Field(default=None, description="Model string of the planner, e.g. openai:gpt-4.1.")
     executor: str | None = Field(default=None, description="Model string for llm steps that name no tier.")
     tiers: dict[str, str] = Field(
@@ -146,7 +147,7 @@ class DecisionKind(str, Enum):
     budget = "budget"
 
 
-class PendingDecision(BaseModel):
+class PendingDecision(CompactModel):
     kind: DecisionKind
     revision: int
     since: datetime

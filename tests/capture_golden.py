@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from stratagem.payloads import stratagem_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from conftest import harness_for  # noqa: E402
@@ -33,7 +33,7 @@ GOLDEN = HERE / "golden"
 
 async def capture(names: list[str], force: bool) -> None:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(temporal_test_server())
+        data_converter=stratagem_data_converter, test_server_existing_path=str(temporal_test_server())
     )
     try:
         for name in names:

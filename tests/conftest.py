@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 import yaml
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
+from stratagem.payloads import stratagem_data_converter
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 
@@ -77,7 +77,7 @@ register_provider("slow", SlowScriptedModel)
 @pytest.fixture(scope="session")
 def converter(tmp_path_factory) -> DataConverter:
     """Stratagem's data converter, with large payloads going to a store for the session."""
-    return with_claim_checks(pydantic_data_converter, FileStore(tmp_path_factory.mktemp("payload-store")))
+    return with_claim_checks(stratagem_data_converter, FileStore(tmp_path_factory.mktemp("payload-store")))
 
 
 @pytest_asyncio.fixture(scope="session")

@@ -20,7 +20,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
+from stratagem.payloads import stratagem_data_converter
 from temporalio.converter import DefaultFailureConverterWithEncodedAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -164,14 +164,14 @@ async def test_a_malformed_key_is_one_clear_line(env: dict[str, str], expected: 
 
 
 def test_no_key_leaves_the_converter_unchanged():
-    assert data_converter({}) is pydantic_data_converter
-    assert data_converter({"STRATAGEM_ENCRYPTION_KEY": "  "}) is pydantic_data_converter
-    assert data_converter(Settings()) is pydantic_data_converter
+    assert data_converter({}) is stratagem_data_converter
+    assert data_converter({"STRATAGEM_ENCRYPTION_KEY": "  "}) is stratagem_data_converter
+    assert data_converter(Settings()) is stratagem_data_converter
     converter = data_converter({"STRATAGEM_ENCRYPTION_KEY": KEY_A, "STRATAGEM_ENCRYPTION_OLD_KEYS": f" {KEY_B} ,"})
     assert isinstance(converter.payload_codec, EncryptionCodec)
     assert converter.payload_codec.key_ids == [key_id(key_bytes(KEY_A)), key_id(key_bytes(KEY_B))]
     assert issubclass(converter.failure_converter_class, DefaultFailureConverterWithEncodedAttributes)
-    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    assert converter.payload_converter_class is stratagem_data_converter.payload_converter_class
     assert KEY_A not in repr(Settings(encryption_key=KEY_A))
 
 
@@ -219,9 +219,12 @@ def failures_of(history: WorkflowHistory) -> list[tuple[str, Failure]]:
 
 def is_patch_bookkeeping(path: str) -> bool:
     """Payloads that no codec sees, by Temporal's design: the patch ids of `workflow.patched()`,
-    the run's status search attribute (visibility must index it: a word such as `running`), and
-    the trace context that activities and continue-as-new carry in their headers (ids only)."""
+    a local activity marker's own bookkeeping (its sequence number, type and times; the result
+    beside it is sealed), the run's status search attribute (visibility must index it: a word such
+    as `running`), and the trace context that activities and continue-as-new carry in their
+    headers (ids only)."""
     return (
+        ".marker_recorded_event_attributes.details[data]" in path or
         ".search_attributes.indexed_fields[TemporalChangeVersion]" in path
         or ".search_attributes.indexed_fields[StratagemStatus]" in path
         or ".header.fields[_tracer-data]" in path

@@ -27,7 +27,7 @@ from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
+from stratagem.payloads import stratagem_data_converter
 from temporalio.worker import Replayer
 from test_cli import cli, free_port_pair, one_line_error, wait_listening, write_plan
 
@@ -301,7 +301,7 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
     )
 
     # The histories replay deterministically, crashes and all.
-    replayer = Replayer(workflows=[StratagemRun], data_converter=pydantic_data_converter, workflow_runner=workflow_runner())
+    replayer = Replayer(workflows=[StratagemRun], data_converter=stratagem_data_converter, workflow_runner=workflow_runner())
     for run in runs:
         await replayer.replay_workflow(await run.handle.fetch_history())
 

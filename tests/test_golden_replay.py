@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
+from stratagem.payloads import stratagem_data_converter
 from temporalio.worker import Replayer
 
 from golden_scenarios import SCENARIOS
@@ -31,6 +31,6 @@ def test_every_scenario_has_a_golden_history():
 async def test_golden_history_replays(path):
     data = json.loads(path.read_text())
     history = WorkflowHistory.from_json(data["workflow_id"], data["history"])
-    replayer = Replayer(workflows=[StratagemRun], data_converter=pydantic_data_converter, workflow_runner=workflow_runner())
+    replayer = Replayer(workflows=[StratagemRun], data_converter=stratagem_data_converter, workflow_runner=workflow_runner())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name} no longer replays: {result.replay_failure}"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from stratagem.payloads import stratagem_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from plans import SIDE_EFFECT, awaiting, step
@@ -112,7 +112,7 @@ def _kill(pid: int | None) -> None:
 
 
 async def _namespace_exists(address: str, namespace: str) -> bool:
-    client = await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+    client = await Client.connect(address, namespace=namespace, data_converter=stratagem_data_converter)
     try:
         await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
         return True

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, Callable, Mapping
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError as TemporalCancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError, TimeoutType
 from temporalio.exceptions import is_cancelled_exception
@@ -89,8 +89,10 @@ class StratagemRun:
     @workflow.init
     def __init__(self, input: RunInput) -> None:
         # Built in __init__ so queries and updates that arrive before run() starts see a state.
+        self._continued = input.state is not None
         if input.state is not None:
             self.state = input.state
+            input.state = None  # the workflow holds the only reference, so it can let go of it (_release)
         else:
             run_id = input.run_id or workflow.info().workflow_id
             self.state = RunState(
@@ -127,6 +129,8 @@ class StratagemRun:
         self._plan_span: trace.Span | None = None
         # The span of the step whose failure the next replan answers, which that replan links to.
         self._failure_span: trace.Span | None = None
+        # What the run span reports when this execution handed its state on (_release).
+        self._outcome: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ the loop
 
@@ -135,7 +139,7 @@ class StratagemRun:
         # One span per execution: a continued one is the child of the one before (continue-as-new
         # carries the trace context), so a run is one trace however often it continued.
         state = self.state
-        name = f"run {state.run_id}" + (f" (continued {state.continued})" if input.state is not None else "")
+        name = f"run {state.run_id}" + (f" (continued {state.continued})" if self._continued else "")
         attributes = {
             "stratagem.run_id": state.run_id, "stratagem.goal": state.goal[:200], "stratagem.mode": state.options.mode.value,
             "stratagem.continued": state.continued,
@@ -145,14 +149,18 @@ class StratagemRun:
                 return await self._run(input)
             finally:
                 # Harmless if the span does not end here (an evicted workflow): nothing is exported.
-                span.set_attributes({
-                    "stratagem.phase": state.phase.value, "stratagem.replans": state.ledger.replans,
-                    "stratagem.model_calls": state.ledger.usage.calls, "stratagem.cost_usd": state.ledger.usage.cost_usd,
-                })
+                span.set_attributes(self._outcome or self._outcome_attributes())
+
+    def _outcome_attributes(self) -> dict[str, Any]:
+        state = self.state
+        return {
+            "stratagem.phase": state.phase.value, "stratagem.replans": state.ledger.replans,
+            "stratagem.model_calls": state.ledger.usage.calls, "stratagem.cost_usd": state.ledger.usage.cost_usd,
+        }
 
     async def _run(self, input: RunInput) -> RunResult:
         try:
-            if input.state is None:
+            if not self._continued:
                 await self._start(input)
             while not self.state.phase.finished:
                 self._show()
@@ -182,6 +190,8 @@ class StratagemRun:
             mode=self.state.options.mode.value,
         )
         try:
+            # An activity, not a local one: a command-line process that hosts the workflow for a
+            # moment (stratagem.cli) may take the first workflow task, and it has no tools.
             self.state.catalog = await workflow.execute_activity(
                 io.DESCRIBE_TOOLS,
                 task_queue=self._queue(Role.tools),
@@ -885,7 +895,21 @@ class StratagemRun:
             EventKind.continued_as_new, self._now(), revision=self.state.plan.revision if self.state.plan else None,
             history_events=workflow.info().get_current_history_length(),
         )
-        workflow.continue_as_new(RunInput(state=self.state, options=self.state.options))
+        # Converted here, not by Temporal as the run ends, so this execution can let go of its
+        # state before the next one reads it in: otherwise the worker holds both at once, twice the
+        # memory of a long plan at every continue-as-new. (Temporal does not compare the arguments
+        # of a continue-as-new on replay.)
+        carried = workflow.payload_converter().to_payload(RunInput(state=self.state, options=self.state.options))
+        self._release()
+        workflow.continue_as_new(RawValue(carried))
+
+    def _release(self) -> None:
+        """Drop the bulk of the state (plan, records, events): the execution ends with the
+        continue-as-new that carries it, and answers no query after it."""
+        self._outcome = self._outcome_attributes()
+        self.state.ledger = Ledger(run_id=self.state.run_id)
+        self._frontier = None
+        self._references = {}
 
     # ------------------------------------------------------------------ decisions
     # Temporal requires the handlers on the workflow class; the rules live in stratagem.decisions.

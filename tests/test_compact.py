@@ -1,0 +1,60 @@
+"""Stratagem's payload converter leaves default-valued fields out of Temporal payloads; reading a
+payload back must give exactly the models that were written."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from plans import GREETING
+from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
+from stratagem.payloads import stratagem_data_converter
+from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step
+from stratagem.run import DecisionKind, PendingDecision, Phase, RunOptions, RunState
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+
+
+def round_trip(value, type_hint):
+    converter = stratagem_data_converter.payload_converter
+    payload = converter.to_payloads([value])[0]
+    return payload, converter.from_payloads([payload], [type_hint])[0]
+
+
+def state() -> RunState:
+    draft = PlanDraft.model_validate(GREETING)
+    plan = Plan.from_draft(draft, revision=1, author=Author(kind=AuthorKind.human, name="ada"), reason="supplied")
+    ledger = Ledger(run_id="r")
+    ledger.add_revision(plan)
+    record = ledger.steps["greet"]
+    record.status, record.attempts, record.output, record.started_at = StepStatus.succeeded, 2, {"text": None}, NOW
+    # Mutated in place, never assigned: a converter that left out "unset" fields would lose these.
+    record.tool_calls.append(ToolCallRecord(call=1, tool="greet", status=ToolCallStatus.ok))
+    ledger.record(EventKind.step_succeeded, NOW, revision=1, step_id="greet", attempt=2, model=None)
+    options = RunOptions(max_parallel=8, approvers=[], review_timeout_seconds=None)
+    pending = [PendingDecision(kind=DecisionKind.step_approval, revision=1, since=NOW, step_id="note")]
+    return RunState(run_id="r", execution_id="e", goal="g", options=options, ledger=ledger, phase=Phase.running,
+                    pending=pending, answers={"ask": None})
+
+
+def test_the_state_round_trips_exactly_and_smaller():
+    original = state()
+    payload, back = round_trip(original, RunState)
+    assert back == original
+    assert back.ledger.steps["greet"].tool_calls[0].tool == "greet"
+    assert back.options.approvers == [] and back.answers == {"ask": None}  # set values are kept, even empty or null
+    assert len(payload.data) < 0.6 * len(original.model_dump_json())
+
+
+def test_a_step_keeps_what_differs_from_its_defaults():
+    step = Step(id="pay", title="Pay", tool="pay", args={"amount": 0, "note": ""}, risk=Risk.high)
+    payload, back = round_trip(step, Step)
+    assert back == step
+    assert payload.data == b'{"id":"pay","title":"Pay","tool":"pay","args":{"amount":0,"note":""},"risk":"high"}'
+    # Only Temporal payloads are compact: what people and the command line see has every field.
+    assert "instructions" in step.model_dump() and '"requires_approval":false' in step.model_dump_json()
+
+
+def test_tool_outputs_keep_their_nulls_and_empties():
+    record = StepRecord(step_id="s", status=StepStatus.succeeded, output={"a": None, "b": [], "c": {"d": ""}})
+    _, back = round_trip(record, StepRecord)
+    assert back.output == {"a": None, "b": [], "c": {"d": ""}}
