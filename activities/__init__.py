@@ -9,6 +9,7 @@ from stratagem.roles import Role
 from stratagem.store import OutputStore
 from stratagem.tools import ToolRegistry
 
+from .archive import ArchiveActivities
 from .execution import ExecutionActivities
 from .planning import PlanningActivities
 
@@ -16,7 +17,11 @@ from .planning import PlanningActivities
 def build_activities(registry: ToolRegistry, workspace: Path, store: OutputStore | None = None) -> list[Callable[..., Any]]:
     planning = PlanningActivities(registry, store)
     execution = ExecutionActivities(registry, workspace, store)
-    return [planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm]
+    archive = ArchiveActivities(store)
+    return [
+        planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm,
+        archive.archive_events,
+    ]
 
 
 def activities_by_role(
@@ -27,12 +32,17 @@ def activities_by_role(
     by a run that started before the queues were split still find a worker there."""
     planning = PlanningActivities(registry, store)
     execution = ExecutionActivities(registry, workspace, store)
+    archive = ArchiveActivities(store)
     return {
-        Role.workflow: [planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm],
+        # The workflow role keeps the run's own bookkeeping (archiving its events).
+        Role.workflow: [
+            planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm,
+            archive.archive_events,
+        ],
         Role.planner: [planning.plan, planning.synthesize],
         Role.executor: [execution.run_llm],
         Role.tools: [execution.run_tool, planning.describe_tools],
     }
 
 
-__all__ = ["ExecutionActivities", "PlanningActivities", "activities_by_role", "build_activities"]
+__all__ = ["ArchiveActivities", "ExecutionActivities", "PlanningActivities", "activities_by_role", "build_activities"]

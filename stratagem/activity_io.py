@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .ledger import StepRecord, ToolCallRecord
+from .compact import CompactModel
+from .ledger import LedgerEvent, StepRecord, ToolCallRecord
 from .models.base import Usage
 from .plan import PlanDraft, Step
 from .tools.spec import ToolCatalog
@@ -21,6 +22,7 @@ PLAN = "stratagem.plan"
 RUN_TOOL = "stratagem.run_tool"
 RUN_LLM = "stratagem.run_llm"
 SYNTHESIZE = "stratagem.synthesize"
+ARCHIVE_EVENTS = "stratagem.archive_events"
 
 # Errors another attempt cannot fix. They fail the step (or the planning) at once.
 NON_RETRYABLE_ERRORS = [
@@ -51,7 +53,7 @@ class PlanningInput(BaseModel):
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
 
 
-class PlanningOutput(BaseModel):
+class PlanningOutput(CompactModel):
     draft: PlanDraft
     model: str
     calls: int
@@ -60,7 +62,7 @@ class PlanningOutput(BaseModel):
     call_usage: list[CallUsage] = Field(default_factory=list, description="Every model call, failed attempts' included.")
 
 
-class ToolStepInput(BaseModel):
+class ToolStepInput(CompactModel):
     run_id: str
     execution_id: str
     step_id: str
@@ -74,7 +76,7 @@ class ToolStepInput(BaseModel):
     )
 
 
-class LlmStepInput(BaseModel):
+class LlmStepInput(CompactModel):
     run_id: str
     execution_id: str = ""
     revision: int
@@ -89,7 +91,7 @@ class LlmStepInput(BaseModel):
     )
 
 
-class StepOutput(BaseModel):
+class StepOutput(CompactModel):
     output: Any = None
     attempt: int = 1
     model: str | None = None
@@ -105,8 +107,13 @@ class SynthesisInput(BaseModel):
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
 
 
-class SynthesisOutput(BaseModel):
+class SynthesisOutput(CompactModel):
     text: str
     usage: Usage
     model: str
     calls: list[CallUsage] = Field(default_factory=list)
+
+
+class ArchiveEventsInput(BaseModel):
+    run_id: str
+    events: list[LedgerEvent] = Field(description="Routine events to move to the output store, in seq order.")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import time
 import uuid
 import weakref
 from datetime import timedelta
@@ -26,8 +28,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from .codec import data_converter
 from .config import Settings
 from .payloads import with_claim_checks
+from .store import OutputStore, default_store, load_value
 from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
-from .ledger import Ledger
+from .ledger import EventArchive, Ledger, LedgerEvent
 from .plan import Plan
 from .run import (
     AWAITING_APPROVAL,
@@ -90,11 +93,18 @@ def new_run_id() -> str:
 
 class Run:
     """A handle on one run, with typed decisions and queries. `rpc_timeout` bounds each
-    decision and query (None: the SDK's defaults)."""
+    decision and query (None: the SDK's defaults). `store` is where a long run's archived
+    events are read from (default: the configured output store, as workers use)."""
 
-    def __init__(self, handle: WorkflowHandle, *, rpc_timeout: timedelta | None = None):
+    def __init__(self, handle: WorkflowHandle, *, rpc_timeout: timedelta | None = None, store: OutputStore | None = None):
         self.handle = handle
         self.rpc_timeout = rpc_timeout
+        self.store = store
+
+    async def _archived(self, archive: EventArchive) -> list[LedgerEvent]:
+        store = self.store or default_store()
+        data = await asyncio.to_thread(load_value, store, archive.stored)
+        return [LedgerEvent.model_validate(event) for event in data]
 
     @property
     def id(self) -> str:
@@ -152,14 +162,30 @@ class Run:
         return await self._query("plan", Plan | None)
 
     async def ledger(self) -> Ledger:
-        return await self._query("ledger", Ledger)
+        """The whole ledger, archived events read back from the store."""
+        ledger: Ledger = await self._query("ledger", Ledger)
+        if not ledger.archives:
+            return ledger
+        archived = [event for archive in ledger.archives for event in await self._archived(archive)]
+        return ledger.with_events(archived)
 
     async def pending(self) -> list[PendingDecision]:
         return await self._query("pending", list[PendingDecision])
 
     async def events(self, after: int = 0, limit: int = 500) -> EventPage:
         """The progress stream: events with seq above `after`, oldest first."""
-        return await self._query("events", EventPage, EventsQuery(after=after, limit=limit))
+        page: EventPage = await self._query("events", EventPage, EventsQuery(after=after, limit=limit))
+        if not page.archives:
+            return page
+        # Archives hold the routine events of a seq range; the run still holds the rest. Merged
+        # by seq, the first `limit` are exactly the events the page stands for.
+        merged = list(page.events)
+        for archive in page.archives:
+            merged += [e for e in await self._archived(archive) if e.seq > after]
+            if sum(1 for e in merged if e.seq <= archive.last_seq) >= limit:
+                break  # later archives hold only later events
+        merged.sort(key=lambda e: e.seq)
+        return EventPage(events=merged[:limit], last_seq=page.last_seq, phase=page.phase)
 
     async def result(self) -> RunResult:
         return await self.handle.result()
@@ -194,23 +220,33 @@ AWAITING_QUERY = (
 )
 # Clients whose namespace is known to have the attribute: asked once, not at every run start.
 _HAS_STATUS: weakref.WeakSet[Client] = weakref.WeakSet()
+# And when each last heard it has not: asked again after NO_STATUS_TTL seconds, so a burst of run
+# starts costs one round trip, and an attribute registered meanwhile is found soon after.
+_NO_STATUS: weakref.WeakKeyDictionary[Client, float] = weakref.WeakKeyDictionary()
+NO_STATUS_TTL = 30.0
 
 
 async def has_status_attribute(client: Client) -> bool:
     """True if the client's namespace has the StratagemStatus search attribute. A server that
-    cannot say (the time-skipping test server) counts as not having it. Only a yes is
-    remembered: an attribute registered later is found on the next call."""
+    cannot say (the time-skipping test server) counts as not having it. A yes is remembered; a
+    no for NO_STATUS_TTL seconds (`ensure_status_attribute` forgets it when it registers one)."""
     if client in _HAS_STATUS:
         return True
+    checked = _NO_STATUS.get(client)
+    if checked is not None and time.monotonic() - checked < NO_STATUS_TTL:
+        return False
     try:
         response = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
         )
     except RPCError:
+        _NO_STATUS[client] = time.monotonic()
         return False
     if STATUS_SEARCH_ATTRIBUTE in response.custom_attributes:
         _HAS_STATUS.add(client)
+        _NO_STATUS.pop(client, None)
         return True
+    _NO_STATUS[client] = time.monotonic()
     return False
 
 
@@ -220,6 +256,7 @@ async def ensure_status_attribute(client: Client) -> bool:
     missing: Temporal Cloud registers attributes through its own console or `tcld`."""
     if await has_status_attribute(client):
         return True
+    _NO_STATUS.pop(client, None)
     try:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(

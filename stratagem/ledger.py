@@ -6,6 +6,7 @@ The ledger is part of the workflow's durable state, so it is written only by wor
 
 from __future__ import annotations
 
+import bisect
 from datetime import datetime
 from enum import Enum
 from typing import Any, Iterable, Iterator, Mapping
@@ -126,7 +127,21 @@ class LedgerEvent(CompactModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
-_EVENT_FIELDS = frozenset(LedgerEvent.model_fields)
+# The events every step writes. A long run archives them at each continue-as-new (below); the
+# rest (decisions, failures, replans, budget...) stay in the state, where the replanner reads them.
+ROUTINE_EVENTS = frozenset({EventKind.step_started, EventKind.step_succeeded, EventKind.tool_called})
+
+
+class EventArchive(CompactModel):
+    """Routine events moved out of the run's state into the output store, by seq range.
+
+    Events of other kinds with a seq in the range are still in `Ledger.events`: read both and
+    order by seq (`Ledger.with_events`)."""
+
+    first_seq: int
+    last_seq: int
+    count: int
+    stored: dict[str, Any] = Field(description="The stored value (stratagem.store): a list of events.")
 
 
 class SucceededOutputs(Mapping[str, Any]):
@@ -155,7 +170,11 @@ class Ledger(BaseModel):
     steps: dict[str, StepRecord] = Field(default_factory=dict)
     replans: int = 0
     auto_approved: bool = Field(default=False, description="True if any decision was taken by auto_approve.")
-    events: list[LedgerEvent] = Field(default_factory=list, description="Append-only.")
+    events: list[LedgerEvent] = Field(
+        default_factory=list, description="Append-only, in seq order; routine events archived earlier are in `archives`."
+    )
+    archives: list[EventArchive] = Field(default_factory=list, description="Routine events moved to the output store.")
+    event_count: int = Field(default=0, description="Events recorded so far, archived or not: the last seq.")
     calls: list[CallRecord] = Field(default_factory=list, description="Every model call, in order.")
     usage: UsageTotals = Field(default_factory=UsageTotals, description="Totals over every model call.")
     largest_step: UsageTotals | None = Field(
@@ -173,12 +192,10 @@ class Ledger(BaseModel):
         message: str = "",
         **data: Any,
     ) -> LedgerEvent:
-        # Built without validation (the workflow writes a few events per step, its own typed
-        # values) and sharing one set of field names: events are never changed, and a set per
-        # event was half of an event's memory.
+        self.event_count = self.last_seq + 1  # (states from before the count start from the list)
+        # Built without validation: the workflow writes a few events per step, its own typed values.
         event = LedgerEvent.model_construct(
-            _EVENT_FIELDS,
-            seq=len(self.events) + 1,
+            seq=self.event_count,
             at=at,
             kind=kind,
             revision=revision,
@@ -189,6 +206,32 @@ class Ledger(BaseModel):
         )
         self.events.append(event)
         return event
+
+    @property
+    def last_seq(self) -> int:
+        return max(self.event_count, len(self.events))
+
+    def routine_events(self) -> list[LedgerEvent]:
+        """The events a continue-as-new may archive."""
+        return [e for e in self.events if e.kind in ROUTINE_EVENTS]
+
+    def archived(self, events: list[LedgerEvent], archive: EventArchive) -> None:
+        """`events` are now in the store: keep only their archive."""
+        gone = {e.seq for e in events}
+        self.events = [e for e in self.events if e.seq not in gone]
+        self.archives.append(archive)
+
+    def with_events(self, archived: Iterable[LedgerEvent]) -> Ledger:
+        """This ledger with archived events read back in, every event in seq order."""
+        events = sorted([*archived, *self.events], key=lambda e: e.seq)
+        return self.model_copy(update={"events": events, "archives": []})
+
+    def events_after(self, after: int, limit: int) -> list[LedgerEvent]:
+        """Up to `limit` events of the state (not archived) with seq above `after`."""
+        events = self.events
+        # Events are in seq order; without archives seq is the position plus one.
+        start = after if not self.archives else bisect.bisect_right(events, after, key=lambda e: e.seq)
+        return events[start:start + limit]
 
     def record_calls(
         self,

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from .compact import CompactModel
-from .ledger import Ledger, LedgerEvent
+from .ledger import EventArchive, Ledger, LedgerEvent
 from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
 from .tools.spec import ToolCatalog
 from .usage import Budget, Price, UsageTotals
@@ -222,6 +222,11 @@ class EventPage(BaseModel):
     events: list[LedgerEvent]
     last_seq: int = Field(description="The highest seq the run has recorded so far.")
     phase: Phase
+    archives: list[EventArchive] = Field(
+        default_factory=list,
+        description="Archived routine events after the offset, to be read from the store and merged by seq "
+        "(stratagem.client.Run.events does it).",
+    )
 
 
 class BudgetInput(BaseModel):

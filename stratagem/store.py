@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic_core import to_json
+
 from .errors import ConfigError, StratagemError
 
 STORE_ENV = "STRATAGEM_STORE"
@@ -138,7 +140,9 @@ def load_value(store: OutputStore, stored: dict[str, Any]) -> Any:
 
 def externalize(store: OutputStore, key_prefix: str, value: Any, limit: int | None = None) -> Any:
     """`value` itself if small, else a reference to it in the store."""
-    size = len(json.dumps(value, default=str).encode("utf-8"))
+    if value is None or isinstance(value, (bool, int, float)):
+        return value  # a number is never worth storing (and most tool outputs are small)
+    size = len(to_json(value, fallback=str))
     return store_value(store, key_prefix, value) if size > (inline_limit() if limit is None else limit) else value
 
 

@@ -131,6 +131,7 @@ class Harness:
             options=RunOptions(**options),
         )
         started = await start_run(self.client, run, task_queue=self.task_queue, run_id=f"test-{uuid.uuid4().hex[:10]}")
+        started.store = self.store  # where this worker archives a long run's events
         self.runs.append(started)
         return started
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from conftest import payload_sizes
 from plans import step
 from stratagem.client import execution_histories
+from stratagem.ledger import ROUTINE_EVENTS, EventKind, Ledger
 from stratagem.store import is_stored
 
 STEPS = 2000
@@ -27,6 +28,16 @@ async def test_two_thousand_steps_with_large_outputs_keep_every_history_bounded(
     assert all(is_stored(r.output) for r in ledger.steps.values())
     status = await run.status()
     assert status.continued >= 1, "a run this long must continue as new"
+
+    # Each continue-as-new moved the routine events to the store: the run's state holds only the
+    # rest, and the client reads the whole stream back, every seq once and in order.
+    held = await run.handle.query("ledger", result_type=Ledger)
+    assert held.archives and sum(a.count for a in held.archives) + len(held.events) == held.last_seq
+    assert not any(e.kind in ROUTINE_EVENTS and e.seq <= held.archives[-1].last_seq for e in held.events)
+    assert [e.seq for e in ledger.events] == list(range(1, held.last_seq + 1))
+    assert sum(e.kind is EventKind.step_succeeded for e in ledger.events) == STEPS
+    page = await run.events(after=5, limit=300)
+    assert [e.seq for e in page.events] == list(range(6, 306)) and page.last_seq == held.last_seq
 
     # Every execution of the chain: bounded length, and no payload above the claim-check limit.
     histories = await execution_histories(harness.client, run.id)

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io as io
     from stratagem import decisions
     from stratagem.errors import DecisionRefusedError, ReferenceResolutionError
-    from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
+    from stratagem.ledger import EventArchive, EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.references import references_in, resolve
     from stratagem.roles import Role, role_queue
@@ -73,6 +73,11 @@ PLANNING_RETRY = RetryPolicy(
 CATALOG_TIMEOUT = timedelta(seconds=30)
 CATALOG_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
 HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+# Routine events move to the output store at a continue-as-new, in batches of at least this many.
+ARCHIVE_PATCH = "archive-events"
+ARCHIVE_MIN_EVENTS = 200
+ARCHIVE_TIMEOUT = timedelta(minutes=1)
+ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
 # How stale the step table in the Temporal UI may be while steps finish.
 DETAILS_EVERY = timedelta(seconds=1)
 # Runs started before the phase was kept in the memo replay without it.
@@ -527,12 +532,14 @@ class StratagemRun:
         """One step, within a `step <id>` span: its attempts (activity side) are the children."""
         assert self.state.plan is not None
         record = self.state.ledger.steps[step.id]
-        attributes = {
-            "stratagem.step.id": step.id, "stratagem.step.kind": step.kind.value, "stratagem.step.title": step.title[:200],
-            "stratagem.revision": self.state.plan.revision,
-        }
-        if step.tool:
-            attributes["stratagem.tool"] = step.tool
+        attributes: dict[str, Any] = {}
+        if self._observe.tracing:
+            attributes = {
+                "stratagem.step.id": step.id, "stratagem.step.kind": step.kind.value, "stratagem.step.title": step.title[:200],
+                "stratagem.revision": self.state.plan.revision,
+            }
+            if step.tool:
+                attributes["stratagem.tool"] = step.tool
         with self._observe.span(f"step {step.id}", attributes) as span:
             await self._run_step_body(step)
             span.set_attribute("stratagem.step.status", record.status.value)
@@ -888,6 +895,8 @@ class StratagemRun:
         return info.is_continue_as_new_suggested()
 
     async def _continue_as_new(self) -> None:
+        if workflow.patched(ARCHIVE_PATCH):
+            await self._archive_events()
         # Handlers may still be mutating the state; carry it only once they are done.
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.state.continued += 1
@@ -902,6 +911,31 @@ class StratagemRun:
         carried = workflow.payload_converter().to_payload(RunInput(state=self.state, options=self.state.options))
         self._release()
         workflow.continue_as_new(RawValue(carried))
+
+    async def _archive_events(self) -> None:
+        """Move the routine events (a step started, succeeded, called a tool) to the output store,
+        so the state a continue-as-new carries stays the size of the plan, not of the history.
+        If the store cannot take them, they stay in the state: nothing is lost, it is only larger."""
+        ledger = self.state.ledger
+        routine = ledger.routine_events()
+        if len(routine) < ARCHIVE_MIN_EVENTS:
+            return
+        try:
+            archive = await workflow.execute_activity(
+                io.ARCHIVE_EVENTS,
+                io.ArchiveEventsInput(run_id=self.state.run_id, events=routine),
+                task_queue=self._queue(Role.workflow),
+                result_type=EventArchive,
+                start_to_close_timeout=ARCHIVE_TIMEOUT,
+                retry_policy=ARCHIVE_RETRY,
+                summary=f"archive events {routine[0].seq}-{routine[-1].seq}",
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            workflow.logger.warning("run %s keeps its events in its state: %s", self.state.run_id, _cause_message(exc))
+            return
+        ledger.archived(routine, archive)
 
     def _release(self) -> None:
         """Drop the bulk of the state (plan, records, events): the execution ends with the
@@ -1086,9 +1120,11 @@ class StratagemRun:
     @workflow.query
     def events(self, query: EventsQuery) -> EventPage:
         """The progress stream from an offset: small pages, so a watcher never fetches the whole ledger."""
-        events = self.state.ledger.events
-        # seq is the position in the list plus one, so the offset is an index.
-        return EventPage(events=events[query.after:query.after + query.limit], last_seq=len(events), phase=self.state.phase)
+        ledger = self.state.ledger
+        return EventPage(
+            events=ledger.events_after(query.after, query.limit), last_seq=ledger.last_seq, phase=self.state.phase,
+            archives=[a for a in ledger.archives if a.last_seq > query.after],
+        )
 
     def _show(self) -> None:
         """Publish the run's progress as its current details in the Temporal UI, and its phase in
