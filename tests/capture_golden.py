@@ -1,9 +1,11 @@
-"""Capture the golden histories: `python tests/capture_golden.py [SCENARIO ...] [--force]`.
+"""Capture the golden histories: `python tests/capture_golden.py [SCENARIO ...] [--generation NAME] [--force]`.
 
 Runs each scenario of tests/golden_scenarios.py on the time-skipping server and writes every
-execution's history to tests/golden/<scenario>[-<n>].json. Existing files are kept unless
---force: a golden history stands for runs already in flight, so it is added, not rewritten,
-when the workflow changes (see RELIABILITY.md, "Changing the workflow").
+execution's history to tests/golden/<generation>/<scenario>[-<n>].json. A generation is the set
+of histories one version of the workflow code wrote: when a change alters the commands a run
+issues (behind `workflow.patched`), capture a new generation beside the old ones, which stand
+for runs already in flight. Existing files are kept unless --force (see RELIABILITY.md,
+"Changing the workflow"). The first generation lies directly in tests/golden/.
 """
 
 from __future__ import annotations
@@ -29,15 +31,19 @@ from stratagem.binaries import temporal_test_server  # noqa: E402
 from stratagem.client import execution_histories  # noqa: E402
 
 GOLDEN = HERE / "golden"
+# The generation today's code writes; name a new one when a change adds or alters commands.
+GENERATION = "2026-11-23-archive"
 
 
-async def capture(names: list[str], force: bool) -> None:
+async def capture(names: list[str], force: bool, generation: str = GENERATION) -> None:
+    target = GOLDEN / generation
+    target.mkdir(parents=True, exist_ok=True)
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=stratagem_data_converter, test_server_existing_path=str(temporal_test_server())
     )
     try:
         for name in names:
-            if not force and any(GOLDEN.glob(f"{name}*.json")):
+            if not force and any(target.glob(f"{name}*.json")):
                 print(f"{name}: kept (use --force to capture it again)")
                 continue
             with tempfile.TemporaryDirectory() as tmp:
@@ -48,7 +54,7 @@ async def capture(names: list[str], force: bool) -> None:
                         histories += await execution_histories(harness.client, run.id)
             for number, history in enumerate(histories, start=1):
                 suffix = f"-{number}" if len(histories) > 1 else ""
-                path = GOLDEN / f"{name}{suffix}.json"
+                path = target / f"{name}{suffix}.json"
                 path.write_text(json.dumps({"workflow_id": history.workflow_id, "history": history.to_json_dict()}, indent=1) + "\n")
                 print(f"{name}: wrote {path.relative_to(HERE.parent)} ({len(history.events)} events)")
     finally:
@@ -59,9 +65,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenarios", nargs="*", choices=[[], *SCENARIOS], help="default: all")
     parser.add_argument("--force", action="store_true", help="overwrite existing golden files")
+    parser.add_argument("--generation", default=GENERATION, help=f"folder under tests/golden/ (default: {GENERATION})")
     args = parser.parse_args()
-    GOLDEN.mkdir(exist_ok=True)
-    asyncio.run(capture(args.scenarios or list(SCENARIOS), args.force))
+    asyncio.run(capture(args.scenarios or list(SCENARIOS), args.force, args.generation))
     return 0
 
 

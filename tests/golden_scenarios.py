@@ -55,6 +55,15 @@ async def continue_as_new(h: Harness) -> list:
     return [run]
 
 
+async def archive(h: Harness) -> list:
+    """A run that continues as new with enough routine events to archive them first."""
+    steps = [step(f"w{i}", "record", label=f"wide {i}") for i in range(160)]
+    run = await h.start({"goal": "a wide plan", "steps": steps}, auto_approve=True, max_parallel=40,
+                        continue_as_new_after_events=400)
+    await run.result()
+    return [run]
+
+
 async def human(h: Harness) -> list:
     plan = {
         "goal": "ask",
@@ -96,6 +105,7 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "replan": replan,
     "parallel": parallel,
     "continue_as_new": continue_as_new,
+    "archive": archive,
     "human": human,
     "budget_pause": budget_pause,
 }
