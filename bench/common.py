@@ -1,7 +1,7 @@
 """Shared pieces of the benchmark suite: the dev server, workers, timing, history analysis.
 
 The bare baselines (`bench.baseline`) are registered on the same `Worker` as Stratagem's run
-workflow (same sandboxed runner, same data converter, same task-queue style and default worker
+workflow (same workflow runner, same data converter, same task-queue style and default worker
 limits), so a ratio between the two isolates what Stratagem adds.
 """
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from stratagem.client import execution_histories
+from stratagem.roles import QueueLayout
 
 from .common import (
     Bench,
@@ -44,12 +45,17 @@ def _sum(breakdowns: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def run(bench: Bench) -> dict[str, Any]:
     n = 50 if bench.quick else 200
-    async with bench.worker(NAME) as tq, bench.plain_worker(NAME) as (plain, plain_tq):
+    async with (
+        bench.worker(NAME) as tq,
+        bench.worker(f"{NAME}-split", layout=QueueLayout.split) as split_tq,
+        bench.plain_worker(NAME) as (plain, plain_tq),
+    ):
 
         def variants(steps: int) -> dict[str, Any]:
             return {
                 "stratagem": lambda: bench.run_plan(tq, chain_plan(steps, "noop"), auto_approve=True),
                 "stratagem_local": lambda: bench.run_plan(tq, chain_plan(steps, "noop_local"), auto_approve=True),
+                "stratagem_split": lambda: bench.run_plan(split_tq, chain_plan(steps, "noop"), auto_approve=True),
                 "bare": lambda: bench.run_bare(tq, "BareChain", steps, result_type=int),
                 "bare_local": lambda: bench.run_bare(tq, "BareLocalChain", steps, result_type=int),
                 "plain": lambda: bench.run_bare(plain_tq, "BareChain", steps, result_type=int, client=plain),
@@ -78,6 +84,8 @@ async def run(bench: Bench) -> dict[str, Any]:
     rows = [
         Row(f"chain of {n} no-op tool steps vs bare activities", ms["stratagem"], ms["bare"], "ms/step",
             ratio(ms["stratagem"], ms["bare"]), GOAL, note="bare: the same worker, converter and codecs"),
+        Row("  the same, each role on its own queue (--split-queues)", ms["stratagem_split"], ms["bare"], "ms/step",
+            ratio(ms["stratagem_split"], ms["bare"]), note="the price of scaling roles apart: a task-queue hop per step"),
         Row(f"chain of {n} no-op tool steps vs plain Temporal", ms["stratagem"], ms["plain"], "ms/step",
             ratio(ms["stratagem"], ms["plain"]), note="plain: a worker with every SDK default"),
         Row("  bare activities on Stratagem's worker vs plain Temporal", ms["bare"], ms["plain"], "ms/step",

@@ -3,7 +3,7 @@
 The counterpart of `python worker.py --tools bench/tools.py` (Stratagem's own worker process)
 for measures that need a worker of their own (peak memory): the same connection settings
 (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_TASK_QUEUE), the same data converter (pydantic
-plus claim checks into STRATAGEM_STORE), the same sandboxed runner and default worker limits,
+plus claim checks into STRATAGEM_STORE), the same workflow runner and default worker limits,
 serving only the bare workflows and activities.
 """
 
