@@ -56,6 +56,7 @@ ENV = (
     "ANTHROPIC_BASE_URL",
     "ANTHROPIC_CUSTOM_HEADERS",
     "STRATAGEM_REQUEST_TIMEOUT",
+    "STRATAGEM_MODEL_URLS",
 )
 
 
@@ -93,8 +94,10 @@ class Wire:
 
 
 @pytest.fixture(params=["openai", "anthropic"])
-def wire(request: pytest.FixtureRequest) -> Iterator[Wire]:
+def wire(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Wire]:
     with (FakeOpenAI() if request.param == "openai" else FakeAnthropic()) as fake:
+        # The operator's configuration names the fake, so it is trusted with the worker's key.
+        monkeypatch.setenv("STRATAGEM_MODEL_URLS", fake.base_url)
         yield Wire(request.param, fake)
 
 
@@ -475,6 +478,49 @@ async def test_key_from_the_environment_is_sent(wire: Wire, monkeypatch: pytest.
     headers = wire.fake.requests[0].headers
     # OpenAI sends a bearer token; Anthropic's SDK has used x-api-key and, lately, a bearer token.
     assert headers.get("authorization") == f"Bearer {KEY}" or headers.get("x-api-key") == KEY
+
+
+async def test_a_url_the_worker_did_not_configure_gets_no_key(wire: Wire, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run names the URL; the worker's configuration lists another one (and the default).
+    monkeypatch.setenv(wire.key_env, KEY)
+    monkeypatch.setenv("STRATAGEM_MODEL_URLS", "http://127.0.0.1:1/v1, https://models.internal.example/v1")
+    wire.fake.enqueue(Reply.text("ok"), Reply.error(401, "a key is required"))
+    assert (await wire.model().complete(ask())).text == "ok"  # a keyless local server still works
+    with pytest.raises(ModelAuthError) as caught:
+        await wire.model().complete(ask())
+    for request in wire.fake.requests:
+        assert KEY not in json.dumps(dict(request.headers))
+        assert PLACEHOLDER_KEY in (request.headers.get("authorization", "") + request.headers.get("x-api-key", ""))
+    message = str(caught.value)
+    assert "so this call carried no key" in message and wire.fake.base_url in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "listed, named, trusted",
+    [
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/", True),
+        ("http://LOCALHOST:80/v1", "http://localhost/v1", True),
+        ("https://api.openai.com/v1", "https://api.openai.com.evil.example/v1", False),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1", False),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v2", False),
+        ("https://models.example/v1", "http://models.example/v1", False),
+    ],
+)
+def test_which_urls_are_trusted_with_the_key(
+    listed: str, named: str, trusted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("STRATAGEM_MODEL_URLS", listed)
+    endpoint = load_model(f"openai:m@{named}").endpoint  # type: ignore[attr-defined]
+    assert (endpoint.api_key == KEY) is trusted and endpoint.key_withheld is not trusted
+
+
+def test_the_default_and_base_url_env_are_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    assert load_model("openai:m").endpoint.api_key == KEY  # type: ignore[attr-defined]
+    assert load_model("openai:m@https://api.openai.com/v1").endpoint.api_key == KEY  # type: ignore[attr-defined]
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://10.0.0.5:8000/v1")
+    assert load_model("openai:m@http://10.0.0.5:8000/v1").endpoint.api_key == KEY  # type: ignore[attr-defined]
 
 
 async def test_local_server_needs_no_key(wire: Wire) -> None:

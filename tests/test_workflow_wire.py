@@ -4,6 +4,7 @@ to local servers that speak their wire formats (tests/wire_servers.py)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from temporalio.client import WorkflowFailureError
@@ -18,10 +19,17 @@ KEY = "sk-test-secret-0123456789abcdef"
 ANTHROPIC_KEY = "sk-ant-test-secret-0123456789"
 
 
+def configure(monkeypatch, url: str) -> None:
+    """List `url` in the worker's STRATAGEM_MODEL_URLS: the operator's say-so that it gets the key."""
+    listed = os.environ.get("STRATAGEM_MODEL_URLS", "")
+    monkeypatch.setenv("STRATAGEM_MODEL_URLS", f"{listed},{url}".strip(","))
+
+
 @pytest.fixture
 def openai_fake(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with FakeOpenAI() as fake:
+        configure(monkeypatch, fake.base_url)
         yield fake
 
 
@@ -29,6 +37,7 @@ def openai_fake(monkeypatch):
 def anthropic_fake(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     with FakeAnthropic() as fake:
+        configure(monkeypatch, fake.base_url)
         yield fake
 
 
@@ -162,6 +171,28 @@ async def test_a_refused_key_fails_at_once_with_a_clear_message_and_no_key(harne
     assert KEY not in message
     assert len(openai_fake.requests) == 1  # not retried
     assert KEY not in await history_text(run)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_run_cannot_send_the_workers_key_to_a_url_it_chose(harness, openai_fake, anthropic_fake, provider):
+    # The attack: start a run whose executor names the attacker's server. The worker holds real keys
+    # and has configured URLs of its own (the fakes above); the attacker's URL is not among them.
+    attacker = FakeOpenAI() if provider == "openai" else FakeAnthropic()
+    with attacker:
+        attacker.enqueue(Reply.error(401, "missing key"))
+        plan = {"goal": "g", "steps": [{"id": "a", "title": "ask", "kind": "llm", "instructions": "hi"}]}
+        run = await harness.start(
+            goal="g", plan=plan, executor=f"{provider}:stolen@{attacker.base_url}", auto_approve=True
+        )
+        with pytest.raises(WorkflowFailureError):
+            await run.result()
+        sent = [json.dumps(dict(request.headers)) for request in attacker.requests]
+    assert sent, "the attacker's server was never called, so the test proved nothing"
+    assert not any(KEY in headers or ANTHROPIC_KEY in headers for headers in sent)
+    ledger = await run.ledger()
+    reason = ledger.steps["a"].error or ""
+    assert "carried no key" in reason and "\n" not in reason
+    assert KEY not in await history_text(run) and ANTHROPIC_KEY not in await history_text(run)
 
 
 async def test_an_invalid_request_is_not_retried(harness, openai_fake):

@@ -72,6 +72,8 @@ class Endpoint:
     base_url: str
     api_key: str = field(repr=False)
     default_timeout: float
+    # Set when the run named a base URL the operator did not configure: the worker's key stays home.
+    key_withheld: bool = False
 
     @property
     def label(self) -> str:
@@ -90,7 +92,12 @@ def split_base_url(spec: str) -> tuple[str, str | None]:
 
 
 def resolve_endpoint(provider: Provider, spec: str) -> Endpoint:
-    """The endpoint for `<provider>:<spec>`, configured from the string and the worker's environment."""
+    """The endpoint for `<provider>:<spec>`, configured from the string and the worker's environment.
+
+    The model string comes from a run, which anyone who can start one chooses. The worker's API key
+    therefore goes only to a URL the worker's own configuration names: the provider's default, its
+    `*_BASE_URL`, or one listed in STRATAGEM_MODEL_URLS. Any other URL is called without the key.
+    """
     model, url = split_base_url(spec.strip())
     if not model:
         raise ModelConfigError(f"model '{provider.name}:{spec}' has no model name before the '@'")
@@ -101,12 +108,35 @@ def resolve_endpoint(provider: Provider, spec: str) -> Endpoint:
         url = os.environ.get(provider.url_env, "").strip() or None
         if url is not None:
             _check_base_url(url, provider.url_env, provider)
+    base_url = (url or provider.default_url).rstrip("/")
     key = os.environ.get(provider.key_env, "").strip()
-    if not key:
+    withheld = bool(key) and _normal_url(base_url) not in trusted_urls(provider)
+    if withheld or not key:
         if url is None:
             raise ModelConfigError(f"{provider.key_env} is not set in the worker's environment (needed by {label})")
         key = PLACEHOLDER_KEY
-    return Endpoint(provider, model, (url or provider.default_url).rstrip("/"), key, request_timeout_default())
+    return Endpoint(provider, model, base_url, key, request_timeout_default(), key_withheld=withheld)
+
+
+MODEL_URLS_ENV = "STRATAGEM_MODEL_URLS"
+
+
+def trusted_urls(provider: Provider) -> frozenset[str]:
+    """Base URLs the worker's configuration names for `provider`: the only ones that get its key."""
+    urls = [provider.default_url, os.environ.get(provider.url_env, "")]
+    urls += re.split(r"[,\s]+", os.environ.get(MODEL_URLS_ENV, ""))
+    return frozenset(_normal_url(url) for url in urls if url.strip())
+
+
+def _normal_url(url: str) -> str:
+    """scheme://host:port/path, lower-case host, explicit port, no trailing slash: one spelling per URL."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:
+        return ""
+    host = (parts.hostname or "").lower()
+    return f"{parts.scheme.lower()}://{host}:{port}{parts.path.rstrip('/')}"
 
 
 def _check_base_url(url: str, source: str, provider: Provider) -> None:
@@ -194,6 +224,14 @@ def _status_error(endpoint: Endpoint, exc: Any) -> Exception:
     status: int = exc.status_code
     message = _server_message(endpoint, exc)
     provider, model = endpoint.provider.name, endpoint.model
+    if status in (401, 403) and endpoint.key_withheld:
+        return _error(
+            ModelAuthError,
+            endpoint,
+            f"{provider} refused model {model} at {endpoint.base_url} (HTTP {status}): {message}; "
+            f"the worker sends {endpoint.provider.key_env} only to its own configured URLs "
+            f"({endpoint.provider.url_env}, {MODEL_URLS_ENV} or the default), so this call carried no key",
+        )
     if status in (401, 403):
         return _error(
             ModelAuthError,
