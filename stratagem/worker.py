@@ -37,6 +37,7 @@ from .roles import ALL_ROLES, QueueLayout, Role, default_layout, is_role_queue, 
 from .store import OutputStore
 from .telemetry import configure_tracing, flush_telemetry, metrics_runtime, worker_plugins
 from .tools import ToolRegistry
+from .tools.builtin import protect_address
 
 logger = logging.getLogger(__name__)
 
@@ -204,6 +205,7 @@ def build_worker(
 
     roles = list(dict.fromkeys(roles))
     layout = layout or default_layout(roles)
+    protect_address(client.service_client.config.target_host)
     if layout is QueueLayout.shared and set(roles) != set(ALL_ROLES):
         raise ConfigError("a shared queue layout needs a worker that serves every role; drop --role or the layout")
     by_role = activities_by_role(registry, workspace, store)

@@ -85,6 +85,15 @@ def server() -> Iterator[LocalServer]:
             elif self.path == "/slow":
                 time.sleep(1.0)
                 self._reply(200, "text/plain", "late")
+            elif self.path == "/drip":  # headers at once, then a byte a second for 30 s
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", "30")
+                self.end_headers()
+                for _ in range(30):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(1.0)
             elif self.path == "/to-localhost":
                 self.send_response(302)
                 self.send_header("Location", state.url("/json", host="localhost"))
@@ -129,7 +138,7 @@ async def _refused(registry: ToolRegistry, name: str, args: dict[str, Any], ctx:
 
 
 async def test_get_returns_parsed_json(registry, ctx, server, monkeypatch):
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     result = await registry.invoke("http_request", {"method": "GET", "url": server.url("/json")}, ctx)
     assert result == {
         "status": 200,
@@ -143,7 +152,7 @@ async def test_get_returns_parsed_json(registry, ctx, server, monkeypatch):
 
 
 async def test_post_sends_the_steps_idempotency_key_and_json_body(registry, ctx, server, monkeypatch):
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     args = {"method": "POST", "url": server.url("/echo"), "json_body": {"amount": 12}}
     result = await registry.invoke("http_request", args, ctx)
     assert result["status"] == 201
@@ -154,7 +163,7 @@ async def test_post_sends_the_steps_idempotency_key_and_json_body(registry, ctx,
 
 
 async def test_callers_own_idempotency_key_is_kept(registry, ctx, server, monkeypatch):
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     args = {"method": "PUT", "url": server.url("/echo"), "headers": {"idempotency-key": "mine"}, "body": "1"}
     await registry.invoke("http_request", args, ctx)
     assert server.received[0].headers["idempotency-key"] == ["mine"]
@@ -214,35 +223,92 @@ def test_allowlist_matching(monkeypatch, allowlist, url, allowed):
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/file", "file:///etc/passwd", "127.0.0.1/json"])
 async def test_only_http_and_https_schemes(registry, ctx, monkeypatch, url):
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")  # the default ports: what these URLs would use
     error = await _refused(registry, "http_request", {"method": "GET", "url": url}, ctx)
     assert error.retryable is False
     assert "only http and https" in str(error)
 
 
-async def test_redirect_to_a_host_outside_the_allowlist_is_refused(registry, ctx, server, monkeypatch):
+# --- attacks: what an executor told to reach the worker's own services tries --------------------
+
+
+async def test_an_entry_without_a_port_does_not_open_every_port(registry, ctx, server, monkeypatch):
+    # The README's format, "127.0.0.1", once allowed the Temporal UI on 8233 and anything else local.
     monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    error = await _refused(registry, "http_request", {"method": "POST", "url": server.url("/echo")}, ctx)
+    assert error.retryable is False and "ports 80 and 443 only" in str(error)
+    assert server.received == []
+
+
+@pytest.mark.parametrize("name", ["localhost", "127.1", "2130706433", "0x7f.1"])
+async def test_a_listed_name_that_leads_to_loopback_is_refused(registry, ctx, server, monkeypatch, name):
+    # The operator listed a name (or the attacker found a spelling of 127.0.0.1); where it leads decides.
+    monkeypatch.setenv(ALLOWLIST, f"{name}:{server.port}")
+    args = {"method": "POST", "url": f"http://{name}:{server.port}/echo"}
+    error = await _refused(registry, "http_request", args, ctx)
+    assert error.retryable is False and "loopback, private or link-local" in str(error)
+    assert server.received == []
+
+
+@pytest.mark.parametrize("offset", [0, 1000])  # the frontend, and the Web UI 1000 above it
+async def test_the_workers_temporal_service_is_never_reachable(registry, ctx, server, monkeypatch, offset):
+    # Even listed explicitly: a step that reaches the frontend or the UI's HTTP API could approve itself.
+    monkeypatch.setenv("TEMPORAL_ADDRESS", f"localhost:{server.port - offset}")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
+    error = await _refused(registry, "http_request", {"method": "POST", "url": server.url("/echo")}, ctx)
+    assert error.retryable is False and "the worker's Temporal service" in str(error)
+    assert server.received == []
+
+
+async def test_the_operator_can_deny_more_addresses(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
+    monkeypatch.setenv("STRATAGEM_HTTP_DENY", f"localhost:{server.port}")
+    error = await _refused(registry, "http_request", {"method": "GET", "url": server.url("/json")}, ctx)
+    assert "the worker's Temporal service" in str(error) and server.received == []
+
+
+def test_non_public_addresses_need_the_address_listed(monkeypatch):
+    backend = builtin._GuardedBackend([("10.0.0.5", 8080), ("api.internal", 8080)], set(), time.monotonic() + 5)
+    backend.check("api.internal", builtin._ip("10.0.0.5"), 8080)  # the address itself is listed
+    for ip in ["10.0.0.6", "169.254.169.254", "::1", "::ffff:127.0.0.1", "0.0.0.0", "fe80::1"]:
+        with pytest.raises(ToolError, match="loopback, private or link-local"):
+            backend.check("api.internal", builtin._ip(ip), 8080)
+    backend.check("api.example.com", builtin._ip("93.184.215.14"), 8080)  # public: the name check decided
+
+
+async def test_a_response_dripping_a_byte_a_second_stops_at_the_total_timeout(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
+    started = time.monotonic()
+    args = {"method": "GET", "url": server.url("/drip"), "timeout_seconds": 2}
+    error = await _refused(registry, "http_request", args, ctx)
+    elapsed = time.monotonic() - started
+    assert "timed out after 2s" in str(error) and error.retryable is True
+    assert elapsed < 3.0, f"a 2 s timeout took {elapsed:.1f} s"
+
+
+async def test_redirect_to_a_host_outside_the_allowlist_is_refused(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     error = await _refused(registry, "http_request", {"method": "GET", "url": server.url("/to-localhost")}, ctx)
     assert error.retryable is False and "'localhost" in str(error)
     assert [r.path for r in server.received] == ["/to-localhost"]
 
 
 async def test_redirect_within_the_allowlist_is_followed(registry, ctx, server, monkeypatch):
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1,localhost")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port},localhost:{server.port}")
     result = await registry.invoke("http_request", {"method": "GET", "url": server.url("/to-localhost")}, ctx)
     assert result["json"] == {"ok": True, "items": [1, 2]}
 
 
 @pytest.mark.parametrize(("path", "status"), [("/fail", 500), ("/busy", 429)])
 async def test_server_errors_and_429_are_retryable(registry, ctx, server, monkeypatch, path, status):
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     error = await _refused(registry, "http_request", {"method": "POST", "url": server.url(path)}, ctx)
     assert error.retryable is True
     assert str(status) in str(error)
 
 
 async def test_client_errors_are_not_retryable_and_show_the_body(registry, ctx, server, monkeypatch):
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     error = await _refused(registry, "http_request", {"method": "GET", "url": server.url("/missing")}, ctx)
     assert error.retryable is False
     assert "404" in str(error) and "no such invoice" in str(error)
@@ -252,13 +318,13 @@ async def test_connection_refused_is_retryable(registry, ctx, monkeypatch):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{port}")
     error = await _refused(registry, "http_request", {"method": "GET", "url": f"http://127.0.0.1:{port}/"}, ctx)
     assert error.retryable is True
 
 
 async def test_timeout_is_retryable(registry, ctx, server, monkeypatch):
-    monkeypatch.setenv(ALLOWLIST, "127.0.0.1")
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     args = {"method": "GET", "url": server.url("/slow"), "timeout_seconds": 0.2}
     error = await _refused(registry, "http_request", args, ctx)
     assert error.retryable is True and "timed out" in str(error)

@@ -12,14 +12,18 @@ import io
 import ipaddress
 import json
 import os
+import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from string import Template
 from typing import Any, Literal
 
+import httpcore
 import httpx
+import httpcore._backends.sync  # noqa: F401 - SyncStream, wrapped with a deadline
 
 from ..errors import ToolError
 from .registry import ToolContext, tool
@@ -30,6 +34,8 @@ except ImportError:  # Windows: the in-process lock below is all there is
     fcntl = None  # type: ignore[assignment]
 
 HTTP_ALLOWLIST_ENV = "STRATAGEM_HTTP_ALLOWLIST"
+# More addresses no step may call (host:port, comma-separated), beside the worker's Temporal ones.
+HTTP_DENY_ENV = "STRATAGEM_HTTP_DENY"
 MAX_RESPONSE_TEXT_CHARS = 100_000
 # Reading stops here so a huge response cannot exhaust the worker's memory.
 MAX_RESPONSE_BYTES = 10 * 1024 * 1024
@@ -84,9 +90,17 @@ def http_request(
         # Runs for the first request and for every redirect, so a redirect cannot leave the allowlist.
         _check_allowed(request.url, allowlist)
 
+    deadline = time.monotonic() + timeout_seconds
+    transport = _GuardedTransport(_GuardedBackend(allowlist, _protected_addresses(), deadline))
     try:
+        # trust_env=False: a proxy from the environment would connect on our behalf, past the
+        # address checks the transport makes at connect time.
         with httpx.Client(
-            timeout=timeout_seconds, follow_redirects=True, event_hooks={"request": [check_each_request]}
+            timeout=timeout_seconds,
+            follow_redirects=True,
+            event_hooks={"request": [check_each_request]},
+            transport=transport,
+            trust_env=False,
         ) as client:
             with client.stream(
                 method,
@@ -125,26 +139,36 @@ def http_request(
 
 
 def _http_allowlist() -> list[tuple[str, int | None]]:
-    """The allowed (host pattern, port or None for any port) pairs, read now so changes apply."""
+    """The allowed (host pattern, port or None for the scheme's default port), read now so changes apply."""
     entries = []
     for entry in os.environ.get(HTTP_ALLOWLIST_ENV, "").split(","):
         entry = entry.strip().lower()
         if not entry:
             continue
-        host, port = entry, None
-        if entry.startswith("["):  # [ipv6] or [ipv6]:port
-            host, _, rest = entry[1:].partition("]")
-            if rest.startswith(":") and rest[1:].isdigit():
-                port = int(rest[1:])
-        elif entry.count(":") == 1:
-            name, _, maybe_port = entry.partition(":")
-            if maybe_port.isdigit():
-                host, port = name, int(maybe_port)
-        entries.append((host.rstrip("."), port))
+        entries.append(_host_and_port(entry))
     return entries
 
 
+def _host_and_port(entry: str) -> tuple[str, int | None]:
+    """`host`, `host:port`, `[v6]` or `[v6]:port` -> (host, port or None)."""
+    host, port = entry, None
+    if entry.startswith("["):  # [ipv6] or [ipv6]:port
+        host, _, rest = entry[1:].partition("]")
+        if rest.startswith(":") and rest[1:].isdigit():
+            port = int(rest[1:])
+    elif entry.count(":") == 1:
+        name, _, maybe_port = entry.partition(":")
+        if maybe_port.isdigit():
+            host, port = name, int(maybe_port)
+    return host.rstrip("."), port
+
+
 def _check_allowed(url: httpx.URL, allowlist: list[tuple[str, int | None]]) -> None:
+    """The URL's scheme, host and port against the allowlist, before anything is sent.
+
+    An entry without a port allows the scheme's default port only (80, 443): "127.0.0.1" must not
+    open every local service. Where the name leads is checked again when connecting.
+    """
     if url.scheme not in ("http", "https"):
         raise ToolError(
             f"http_request: only http and https URLs are allowed, not '{url.scheme or 'no scheme'}' ({url})",
@@ -153,17 +177,22 @@ def _check_allowed(url: httpx.URL, allowlist: list[tuple[str, int | None]]) -> N
     host = url.host.lower().rstrip(".")
     if not host:
         raise ToolError(f"http_request: URL '{url}' has no host", retryable=False)
-    port = url.port or (443 if url.scheme == "https" else 80)
+    port = url.port or _default_port(url.scheme)
     for pattern, allowed_port in allowlist:
-        if allowed_port is not None and allowed_port != port:
+        if (allowed_port or _default_port(url.scheme)) != port:
             continue
         if host == pattern or (pattern.startswith("*.") and host.endswith(pattern[1:]) and not _is_ip(host)):
             return
     where = f"{host}:{port}" if url.port else host
     raise ToolError(
-        f"http_request: host '{where}' is not allowed; add it to {HTTP_ALLOWLIST_ENV} (comma-separated hosts)",
+        f"http_request: host '{where}' is not allowed; add it to {HTTP_ALLOWLIST_ENV} "
+        "(comma-separated hosts; a host without ':port' allows ports 80 and 443 only)",
         retryable=False,
     )
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
 
 
 def _is_ip(host: str) -> bool:
@@ -172,6 +201,143 @@ def _is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _ip(text: str) -> IpAddress:
+    address = ipaddress.ip_address(text.split("%", 1)[0])  # drop an IPv6 zone
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+_worker_addresses: set[str] = set()
+
+
+def protect_address(address: str) -> None:
+    """Add a Temporal frontend this process's workers connect to (and its UI) to what steps may not call."""
+    _worker_addresses.add(address)
+
+
+def _protected_addresses() -> set[tuple[IpAddress, int]]:
+    """Where the worker's Temporal lives: the frontend, the Web UI beside it, and what the operator adds.
+
+    Never reachable from a step, whatever the allowlist says: a step that reaches the frontend or
+    the UI's HTTP API could signal or update runs, its own included.
+    """
+    from ..config import Settings  # the worker's own connection, from its environment
+
+    entries = []
+    for frontend in {Settings.from_env().address, *_worker_addresses}:
+        host, port = _host_and_port(frontend.lower())
+        entries.append(frontend.lower())
+        if port is not None:
+            entries.append(f"[{host}]:{port + 1000}" if ":" in host else f"{host}:{port + 1000}")
+    entries += [e for e in os.environ.get(HTTP_DENY_ENV, "").lower().split(",") if e.strip()]
+    protected = set()
+    for entry in entries:
+        host, port = _host_and_port(entry.strip())
+        for ip in _resolve(host, port or 80, quiet=True):
+            protected.add((ip, port or 80))
+    return protected
+
+
+def _resolve(host: str, port: int, quiet: bool = False) -> list[IpAddress]:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        if quiet:
+            return []
+        raise
+    return list(dict.fromkeys(_ip(str(info[4][0])) for info in infos))
+
+
+def _is_public(ip: IpAddress) -> bool:
+    return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_unspecified)
+
+
+class _GuardedBackend(httpcore.SyncBackend):
+    """Connects only to addresses a step may reach, and holds every read to one deadline.
+
+    The name is resolved here, once, and the socket connects to the address that was checked, so
+    a name cannot pass the check and then resolve elsewhere. Loopback, private and link-local
+    addresses are refused unless the allowlist names that address itself; the worker's Temporal
+    addresses are refused always.
+    """
+
+    def __init__(
+        self, allowlist: list[tuple[str, int | None]], protected: set[tuple[IpAddress, int]], deadline: float
+    ) -> None:
+        self.allowlist = allowlist
+        self.protected = protected
+        self.deadline = deadline
+
+    def remaining(self, timeout: float | None) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the request's total time ran out")
+        return left if timeout is None else min(timeout, left)
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        try:
+            addresses = _resolve(host, port)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from None
+        for ip in addresses:
+            self.check(host, ip, port)
+        try:
+            sock = socket.create_connection((str(addresses[0]), port), self.remaining(timeout))
+        except TimeoutError:
+            raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from None
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _DeadlineStream(sock, self)
+
+    def check(self, host: str, ip: IpAddress, port: int) -> None:
+        where = f"'{host}:{port}'" + (f" ({ip})" if host != str(ip) else "")
+        if (ip, port) in self.protected:
+            raise ToolError(
+                f"http_request: {where} is the worker's Temporal service, which steps may never call",
+                retryable=False,
+            )
+        if _is_public(ip):
+            return
+        for pattern, allowed_port in self.allowlist:
+            if _is_ip(pattern) and _ip(pattern) == ip and (allowed_port == port or (allowed_port is None and port in (80, 443))):
+                return
+        raise ToolError(
+            f"http_request: {where} is a loopback, private or link-local address; "
+            f"list the address itself in {HTTP_ALLOWLIST_ENV} to allow it",
+            retryable=False,
+        )
+
+
+class _DeadlineStream(httpcore._backends.sync.SyncStream):
+    def __init__(self, sock: socket.socket, backend: _GuardedBackend) -> None:
+        super().__init__(sock)
+        self.backend = backend
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return super().read(max_bytes, self.backend.remaining(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        super().write(buffer, self.backend.remaining(timeout))
+
+
+class _GuardedTransport(httpx.HTTPTransport):
+    def __init__(self, backend: _GuardedBackend) -> None:
+        super().__init__()
+        self._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(), network_backend=backend)
 
 
 def _read_capped(response: httpx.Response) -> bytes:

@@ -1,0 +1,100 @@
+"""Attacks on the approval gate (issue #14), performed against real servers.
+
+Each test does what an attacker did and proves the effect did not happen: a counter written by
+the tool itself (the fixture tools' calls.jsonl) or the run's own state, read back afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from conftest import STATUS_KEY, harness_for
+from stratagem.binaries import temporal_cli
+from stratagem.ledger import StepStatus
+from stratagem.run import ApproveInput
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+async def ui_env(converter):
+    """A dev server with its Web UI on, as `stratagem` starts it: the UI's HTTP API can signal runs."""
+    port = free_port()
+    env = await WorkflowEnvironment.start_local(
+        data_converter=converter,
+        dev_server_existing_path=str(temporal_cli()),
+        dev_server_log_level="error",
+        ui=True,
+        ui_port=port + 1000,
+        port=port,
+        search_attributes=[STATUS_KEY],
+    )
+    yield env, port + 1000
+    await env.shutdown()
+
+
+async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(ui_env, tmp_path, monkeypatch):
+    env, ui_port = ui_env
+    # The operator listed the UI's address explicitly (the worst case), and the README's bare form too.
+    monkeypatch.setenv("STRATAGEM_HTTP_ALLOWLIST", f"127.0.0.1,127.0.0.1:{ui_port},localhost:{ui_port}")
+    async with harness_for(env, tmp_path) as harness:
+        victim = await harness.start(
+            {
+                "goal": "pay",
+                "steps": [
+                    {"id": "pay", "title": "Pay the vendor", "tool": "record", "args": {"label": "paid"}, "risk": "high"}
+                ],
+            },
+        )
+        await harness.wait_for(victim, lambda s: bool(s.pending))
+        await victim.approve(ApproveInput(by="alice", revision=1))  # the plan; the payment waits on its own
+        await harness.wait_for(victim, lambda s: [p.step_id for p in s.pending] == ["pay"])
+        url = (
+            f"http://127.0.0.1:{ui_port}/api/v1/namespaces/default/workflows/{victim.id}/signal/approve_signal"
+        )
+        decision = json.dumps({"by": "alice", "step_id": "pay"}).encode()
+        body = {"input": {"payloads": [{"metadata": {"encoding": b64(b"json/plain")}, "data": b64(decision)}]}}
+        attacker = await harness.start(
+            {
+                "goal": "approve my own payment",
+                "steps": [
+                    {
+                        "id": "forge",
+                        "title": "Post an approval through the UI",
+                        "tool": "http_request",
+                        "args": {
+                            "method": "POST",
+                            "url": url,
+                            "headers": {"Cookie": "_csrf=forged", "X-CSRF-Token": "forged"},
+                            "json_body": body,
+                        },
+                    }
+                ],
+            },
+            auto_approve=True,
+        )
+        try:
+            await attacker.result()
+        except Exception:
+            pass
+        ledger = await attacker.ledger()
+        assert ledger.steps["forge"].status is StepStatus.failed
+        assert "the worker's Temporal service" in (ledger.steps["forge"].error or "")
+        status = await victim.status()
+        assert status.pending, "the payment was approved by the attacker's request"
+        assert not [c for c in harness.calls() if c.get("label") == "paid"]
