@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import tempfile
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -50,6 +51,10 @@ os.environ["TEMPORAL_CONFIG_FILE"] = str(Path(__file__).with_name("no-temporal-p
 # it fails every test (and every replay of a test's history) that reaches it. Production workers
 # pass it through instead (stratagem/worker.py, WORKFLOW_MODULES); test_worker.py runs that way.
 os.environ[STRICT_SANDBOX_ENV] = "1"
+# Tests write scripted model files under pytest's temporary folders; the examples live in the repo.
+os.environ["STRATAGEM_SCRIPTED_DIRS"] = os.pathsep.join(
+    [tempfile.gettempdir(), str(Path(__file__).resolve().parent.parent)]
+)
 
 # Every in-process worker runs traced, as a production worker with OTEL_* set does: Temporal's
 # replay-safe provider, its spans kept in memory (tests/spans.py).

@@ -98,3 +98,17 @@ async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(u
         status = await victim.status()
         assert status.pending, "the payment was approved by the attacker's request"
         assert not [c for c in harness.calls() if c.get("label") == "paid"]
+
+
+async def test_a_run_cannot_make_the_worker_read_a_file_of_its_choosing(harness, tmp_path, monkeypatch):
+    secret = tmp_path / "private" / "shadow.yaml"
+    secret.parent.mkdir()
+    secret.write_text("root: $6$the-hash-of-a-password\nplanner: []\n")
+    monkeypatch.setenv("STRATAGEM_SCRIPTED_DIRS", str(tmp_path / "scripts"))
+    run = await harness.start(goal="g", planner=f"scripted:{secret}")
+    with pytest.raises(Exception):
+        await run.result()
+    status = await run.status()
+    assert "outside the folders scripted files are read from" in (status.reason or "")
+    history = json.dumps((await run.handle.fetch_history()).to_json_dict())
+    assert "the-hash-of-a-password" not in history

@@ -177,8 +177,8 @@ def test_bad_yaml(tmp_path: Path) -> None:
     with pytest.raises(ModelConfigError) as caught:
         ScriptedModel(str(path))
     message = str(caught.value)
-    assert message.startswith(f"scripted model file '{path}' is not valid YAML/JSON: ")
-    assert "line 2" in message
+    assert message.startswith(f"scripted model file '{path}' is not valid YAML/JSON at line ")
+    assert "planner" not in message  # where, never what
 
 
 def test_not_a_mapping(tmp_path: Path) -> None:
@@ -247,3 +247,43 @@ def test_unknown_provider_lists_known_ones() -> None:
 
 def test_split_model_string_keeps_colons_in_the_name() -> None:
     assert split_model_string("scripted:C:/scripts/a.yaml") == ("scripted", "C:/scripts/a.yaml")
+
+
+# --- attack: a run names a file the worker can read -------------------------------------------
+
+
+def test_a_file_outside_the_allowed_folders_is_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = tmp_path / "elsewhere" / "shadow.yaml"
+    secret.parent.mkdir()
+    secret.write_text("root: $6$secret-hash-value\n")
+    monkeypatch.setenv("STRATAGEM_SCRIPTED_DIRS", str(tmp_path / "scripts"))
+    for named in [str(secret), str(tmp_path / "scripts" / ".." / "elsewhere" / "shadow.yaml"), "/etc/shadow"]:
+        with pytest.raises(ModelConfigError) as caught:
+            ScriptedModel(named)
+        message = str(caught.value)
+        assert "outside the folders scripted files are read from" in message and "STRATAGEM_SCRIPTED_DIRS" in message
+        assert "secret-hash" not in message and "root" not in message.replace(str(tmp_path), "")
+
+
+def test_a_symlink_out_of_an_allowed_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "scripts").mkdir()
+    target = tmp_path / "private.yaml"
+    target.write_text("planner: []\n")
+    link = tmp_path / "scripts" / "innocent.yaml"
+    link.symlink_to(target)
+    monkeypatch.setenv("STRATAGEM_SCRIPTED_DIRS", str(tmp_path / "scripts"))
+    with pytest.raises(ModelConfigError, match="outside the folders"):
+        ScriptedModel(str(link))
+
+
+def test_content_is_never_echoed_in_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATAGEM_SCRIPTED_DIRS", str(tmp_path))
+    path = tmp_path / "leak.yaml"
+    path.write_text("password: hunter2-secret\nbroken: [\n")
+    with pytest.raises(ModelConfigError) as caught:
+        ScriptedModel(str(path))
+    assert "hunter2" not in str(caught.value)
+    path.write_text("password: hunter2-secret\n")
+    with pytest.raises(ModelConfigError) as caught:
+        ScriptedModel(str(path))
+    assert "hunter2" not in str(caught.value) and "password" in str(caught.value)

@@ -23,6 +23,7 @@ estimate of four characters per token, so budgets and costs see realistic figure
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,15 @@ from ..errors import ModelConfigError, ModelOutputError
 from .base import ModelCallError, ModelRequest, ModelResponse, Purpose, ToolCall, Usage
 
 
+SCRIPTED_DIRS_ENV = "STRATAGEM_SCRIPTED_DIRS"
+
+
 class ScriptedModel:
     def __init__(self, path: str):
         self.name = f"scripted:{path}"
         self.path = Path(path)
-        self._script = _load(self.path)
+        self._script = _load(_allowed(self.path))
+
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         entry = self._entry(request)
@@ -71,6 +76,29 @@ class ScriptedModel:
         return entry
 
 
+def allowed_dirs() -> list[Path]:
+    """Folders scripted files may be read from: STRATAGEM_SCRIPTED_DIRS, else the worker's folder.
+
+    The file is named by a run, and anyone who can start a run chooses it; without this a run
+    naming `scripted:/etc/shadow` had the worker read that file.
+    """
+    listed = [Path(d).expanduser() for d in os.environ.get(SCRIPTED_DIRS_ENV, "").split(os.pathsep) if d.strip()]
+    return [d.resolve() for d in listed or [Path.cwd()]]
+
+
+def _allowed(path: Path) -> Path:
+    resolved = path.expanduser().resolve()  # follows symlinks, so a link cannot lead out
+    folders = allowed_dirs()
+    if not any(resolved.is_relative_to(folder) for folder in folders):
+        shown = os.pathsep.join(str(f) for f in folders)
+        raise ModelConfigError(
+            f"scripted model file '{path}' is outside the folders scripted files are read from ({shown}); "
+            f"set {SCRIPTED_DIRS_ENV} on the worker to allow another folder"
+        )
+    if resolved.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise ModelConfigError(f"scripted model file '{path}' must end in .yaml, .yml or .json")
+    return resolved
+
 def _load(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_text(encoding="utf-8")
@@ -81,12 +109,16 @@ def _load(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise ModelConfigError(f"scripted model file '{path}' is not valid YAML/JSON: {exc}") from None
+        # Where, never what: the message must not carry the file's content.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ModelConfigError(f"scripted model file '{path}' is not valid YAML/JSON{where}") from None
     if not isinstance(data, dict):
         raise ModelConfigError(f"scripted model file '{path}' must hold a mapping with planner/executor/synthesis keys")
     unknown = set(data) - {"planner", "executor", "synthesis"}
     if unknown:
-        raise ModelConfigError(f"scripted model file '{path}' has unknown keys: {', '.join(sorted(unknown))}")
+        names = ", ".join(str(key)[:40] for key in sorted(unknown, key=str)[:5])  # names, never values
+        raise ModelConfigError(f"scripted model file '{path}' has unknown keys: {names}")
     if not isinstance(data.get("planner", []), list):
         raise ModelConfigError(f"scripted model file '{path}': 'planner' must be a list of responses")
     if not isinstance(data.get("executor", {}), dict):
