@@ -11,11 +11,11 @@ time comes in as `now` (workflow time, in the workflow), and what the run loop m
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable
+from typing import Callable, Sequence
 
 from .errors import DecisionRefusedError
 from .ledger import Decision, DecisionAction, EventKind
-from .plan import Plan, Step
+from .plan import Plan, Risk, Step
 from .run import (
     AnswerInput,
     ApproveInput,
@@ -138,13 +138,43 @@ def request_budget(state: RunState, used_up: list[str], now: datetime) -> bool:
     return True
 
 
-def plan_approval_request(state: RunState, now: datetime) -> PendingDecision:
+def plan_approval_request(state: RunState, now: datetime, why: Sequence[str] = ()) -> PendingDecision:
     plan = state.plan
     assert plan is not None
-    return PendingDecision(
-        kind=DecisionKind.plan_approval, revision=plan.revision, since=now,
-        prompt=f"approve revision {plan.revision} ({len(plan.steps)} steps)",
-    )
+    prompt = f"approve revision {plan.revision} ({len(plan.steps)} steps)"
+    if why:
+        prompt += ": " + "; ".join(why)
+    return PendingDecision(kind=DecisionKind.plan_approval, revision=plan.revision, since=now, prompt=prompt)
+
+
+_RISK_ORDER = {Risk.low: 0, Risk.medium: 1, Risk.high: 2}
+
+
+def loosened(before: Plan | None, after: Plan) -> list[str]:
+    """What `after` loosens against the approved `before`: changes only a person may approve.
+
+    Whatever the options say, a revision may not lower a step's risk, drop its approval, let it
+    call more tools, or change what a step that needs approval does (its tool, arguments or
+    instructions). New steps are not listed: a gated new step still waits for its own approval.
+    """
+    if before is None:
+        return ["no approved revision to compare with"]
+    approved = {step.id: step for step in before.steps}
+    changes = []
+    for step in after.steps:
+        old = approved.get(step.id)
+        if old is None:
+            continue
+        if _RISK_ORDER[step.risk] < _RISK_ORDER[old.risk]:
+            changes.append(f"step '{step.id}' risk lowered from {old.risk.value} to {step.risk.value}")
+        if old.requires_approval and not step.requires_approval:
+            changes.append(f"step '{step.id}' no longer requires approval")
+        if added := sorted(set(step.tools) - set(old.tools)):
+            changes.append(f"step '{step.id}' may now call {', '.join(added)}")
+        gated = old.needs_step_approval or step.needs_step_approval
+        if gated and (step.tool, step.args, step.instructions, step.kind) != (old.tool, old.args, old.instructions, old.kind):
+            changes.append(f"step '{step.id}' needs approval and what it does changed")
+    return changes
 
 
 def request_step_approval(state: RunState, step: Step, now: datetime) -> None:

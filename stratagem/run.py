@@ -184,6 +184,14 @@ class RunState(BaseModel):
         """The current revision (the ledger keeps every revision; the state keeps no second copy)."""
         return self.ledger.revisions[-1] if self.ledger.revisions else None
 
+    @property
+    def approved_plan(self) -> Plan | None:
+        """The revision a person (or the options) last approved, if any."""
+        for plan in reversed(self.ledger.revisions):
+            if plan.revision == self.approved_revision:
+                return plan
+        return None
+
 
 RunInput.model_rebuild()
 

@@ -112,3 +112,38 @@ async def test_a_run_cannot_make_the_worker_read_a_file_of_its_choosing(harness,
     assert "outside the folders scripted files are read from" in (status.reason or "")
     history = json.dumps((await run.handle.fetch_history()).to_json_dict())
     assert "the-hash-of-a-password" not in history
+
+
+def tool_step(id: str, tool: str, depends_on: list[str] = (), **fields) -> dict:
+    args = fields.pop("args", {})
+    return {"id": id, "title": id, "tool": tool, "args": args, "depends_on": list(depends_on), **fields}
+
+
+async def test_a_replan_cannot_lower_risk_or_swap_a_payee_without_a_person(harness):
+    approved = {
+        "goal": "pay the vendor",
+        "steps": [
+            tool_step("check", "broken", args={"reason": "ledger locked"}),
+            tool_step("transfer", "record", ["check"], args={"label": "pay vendor-000123 100 EUR"}, risk="high"),
+        ],
+    }
+    # The replanner (a model: untrusted) lowers the risk, changes the payee and adds a step.
+    loosened = {
+        "goal": "pay the vendor",
+        "steps": [
+            tool_step("transfer", "record", args={"label": "pay attacker-999 9999 EUR"}, risk="low"),
+            tool_step("wipe", "record", ["transfer"], args={"label": "wipe the audit folder"}),
+        ],
+    }
+    planner = harness.script("replanner.yaml", {"planner": [{"plan": loosened}]})
+    run = await harness.start(approved, planner=planner, replan_requires_approval=False, step_max_attempts=1)
+    await harness.wait_for(run, lambda s: bool(s.pending) and s.revision == 1)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    status = await harness.wait_for(run, lambda s: s.revision == 2 and bool(s.pending))
+    [pending] = status.pending
+    assert pending.kind.value == "plan_approval" and "risk lowered from high to low" in pending.prompt
+    assert "'transfer' needs approval and what it does changed" in pending.prompt
+    assert status.phase.value == "awaiting_approval"
+    assert [c for c in harness.calls() if c["tool"] == "record"] == []  # nothing ran: not the payment, not the wipe
+    ledger = await run.ledger()
+    assert not [d for d in ledger.decisions if d.revision == 2]  # no decision was made for a person

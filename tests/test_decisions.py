@@ -10,7 +10,7 @@ import pytest
 from stratagem import decisions
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import DecisionAction, EventKind, Ledger, StepStatus
-from stratagem.plan import Author, AuthorKind, Plan, PlanDraft
+from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step
 from stratagem.run import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, ReviseInput, RunOptions, RunState
 from stratagem.tools.spec import ToolCatalog, ToolSpec
 
@@ -171,3 +171,34 @@ def test_an_answer_waits_for_its_step() -> None:
     assert decisions.pending_for(state, DecisionKind.human_answer, "first") is asked
     decisions.record_answer(state, AnswerInput(step_id="first", answer="blue", by="ann"), NOW)
     assert state.answers == {"first": "blue"} and state.ledger.events[-1].kind is EventKind.answer_received
+
+
+# --- what a replan approved by policy may not change ----------------------------------------------
+
+
+def _plan(revision: int, *steps: dict) -> Plan:
+    return Plan(goal="g", steps=[Step(**s) for s in steps], revision=revision, author=Author(kind=AuthorKind.model, name="m"))
+
+
+@pytest.mark.parametrize(
+    "before, after, expected",
+    [
+        ({"risk": "high"}, {"risk": "medium"}, "risk lowered from high to medium"),
+        ({"requires_approval": True}, {"requires_approval": False}, "no longer requires approval"),
+        ({"kind": "llm", "tools": ["read_file"]}, {"kind": "llm", "tools": ["read_file", "http_request"]}, "may now call http_request"),
+        ({"risk": "high", "args": {"to": "a"}}, {"risk": "high", "args": {"to": "b"}}, "what it does changed"),
+        ({"args": {"to": "a"}}, {"risk": "high", "args": {"to": "b"}}, "what it does changed"),
+    ],
+)
+def test_a_loosening_revision_is_named(before, after, expected):
+    base = {"id": "s", "title": "s", "tool": "record"}
+    kinds = lambda d: {**base, **d, **({"tool": None, "instructions": "do"} if d.get("kind") == "llm" else {})}  # noqa: E731
+    changes = decisions.loosened(_plan(1, kinds(before)), _plan(2, kinds(after)))
+    assert len(changes) == 1 and expected in changes[0]
+
+
+def test_tightening_or_plain_changes_pass():
+    base = {"id": "s", "title": "s", "tool": "record", "args": {"x": 1}}
+    assert decisions.loosened(_plan(1, base), _plan(2, {**base, "risk": "high"})) == []
+    assert decisions.loosened(_plan(1, base), _plan(2, {**base, "args": {"x": 2}})) == []  # not gated
+    assert decisions.loosened(_plan(1, base), _plan(2, base, {"id": "new", "title": "n", "tool": "record", "risk": "high"})) == []

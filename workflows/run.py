@@ -82,6 +82,9 @@ ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(secon
 DETAILS_EVERY = timedelta(seconds=1)
 # Runs started before the phase was kept in the memo replay without it.
 PHASE_MEMO_PATCH = "phase-in-memo"
+# A replan that loosens what was approved (lower risk, more tools, a gated step's new arguments)
+# waits for a person even when replan_requires_approval is off; older runs were approved by policy.
+LOOSENED_PATCH = "replan-loosened-needs-a-person"
 
 
 class DecisionRefused(ApplicationError):
@@ -420,12 +423,19 @@ class StratagemRun:
             decision = ApproveInput(by="auto_approve", revision=state.plan.revision, comment="auto_approve")
             decisions.approve_plan(state, decision, via="auto", now=self._now())
             return
-        if is_replan and not state.options.replan_requires_approval:
-            decision = ApproveInput(by="policy", revision=state.plan.revision, comment="replan_requires_approval is off")
-            decisions.approve_plan(state, decision, via="policy", now=self._now())
-            return
+        why: list[str] = []
+        if is_replan and not state.options.replan_requires_approval and not state.pending:
+            why = decisions.loosened(state.approved_plan, state.plan)
+            if not why or not workflow.patched(LOOSENED_PATCH):
+                decision = ApproveInput(by="policy", revision=state.plan.revision, comment="replan_requires_approval is off")
+                decisions.approve_plan(state, decision, via="policy", now=self._now())
+                return
+            state.ledger.record(
+                EventKind.review_escalated, self._now(), revision=state.plan.revision,
+                message="needs a person although replan_requires_approval is off: " + "; ".join(why),
+            )
         if not state.pending:  # already pending when a continue-as-new carried it here
-            state.pending = [decisions.plan_approval_request(state, self._now())]
+            state.pending = [decisions.plan_approval_request(state, self._now(), why)]
         self._show()
         attributes = {"stratagem.revision": state.plan.revision}
         with self._observe.span(f"review revision {state.plan.revision}", attributes) as span:
