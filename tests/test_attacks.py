@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import uuid
 from pathlib import Path
@@ -18,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from conftest import STATUS_KEY, harness_for
 from stratagem.binaries import temporal_cli
 from stratagem.ledger import StepStatus
-from stratagem.run import ApproveInput
+from stratagem.run import ApproveInput, RejectInput
 
 
 def b64(data: bytes) -> str:
@@ -147,3 +148,44 @@ async def test_a_replan_cannot_lower_risk_or_swap_a_payee_without_a_person(harne
     assert [c for c in harness.calls() if c["tool"] == "record"] == []  # nothing ran: not the payment, not the wipe
     ledger = await run.ledger()
     assert not [d for d in ledger.decisions if d.revision == 2]  # no decision was made for a person
+
+
+# --- the review cannot be spoofed by what models and users write (item 4) -------------------------
+
+CONCEAL = "\x1b[8m"
+
+
+async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
+    from test_cli import acli
+
+    env, harness = cli_env
+    amount = "amount=99999.00 EUR"
+    plan = {
+        "goal": "pay [bold]vendors[/]",
+        "steps": [
+            {"id": "research", "title": "Summarise the vendor [conceal]", "kind": "llm", "instructions": "look", "tools": ["http_request"]},
+            {"id": "broken", "title": "a [/] title", "tool": "record", "args": {"label": "x"}},
+            {"id": "hidden", "title": f"{CONCEAL}quiet", "tool": "record", "args": {"label": "y"}},
+            {"id": "pay", "title": "Pay", "tool": "record", "args": {"label": f"pay to vendor-{'0' * 60}123 {amount}"}},
+        ],
+    }
+    executor = harness.script("never-called.yaml", {"executor": {"research": "never asked"}})
+    run = await harness.start(plan, by="[/]", executor=executor)
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.handle.signal("approve_signal", {"by": "[/]", "revision": 9})  # refused: a stale revision
+    await harness.wait_for(run, lambda s: bool(s.pending))
+
+    status = await acli("status", run.id, env=env)
+    assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
+    out = status.stdout
+    assert "[conceal]" in out and "http_request" in out  # the markup is shown as text; the tools are visible
+    assert "[/] title" in out and "[bold]vendors[/]" in out
+    assert "\x1b" not in out and "\\x1b[8m" in out  # the escape is written out, not obeyed
+    assert "…" not in out  # at 80 columns the cell wraps; nothing is cut
+    wide = await acli("status", run.id, env={**env, "COLUMNS": "300"})
+    assert f"vendor-{'0' * 60}123 {amount}" in wide.stdout
+
+    await run.reject(RejectInput(by="bob", reason="spoof test"))
+    watched = await acli("watch", run.id, env=env, timeout=60)
+    assert "Traceback" not in watched.stderr, watched.stderr
+    assert "by [/]" in watched.stdout

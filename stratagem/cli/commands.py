@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from pydantic import ValidationError
+from rich.text import Text
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -54,6 +55,7 @@ from ..usage import Budget
 from ..validation import validate_plan
 from ..telemetry import worker_plugins
 from ..worker import HostOnly, build_worker, check_worker_args, host_activities, child_argv, describe_worker, run_processes, run_worker, workflow_runner
+
 from . import render
 
 
@@ -797,7 +799,7 @@ async def cmd_watch(args: argparse.Namespace) -> int:
                 if args.json:
                     print(json.dumps(event.model_dump(mode="json"), sort_keys=True), flush=True)
                 else:
-                    render.console.print(f"{event.seq:>5} " + render.event_line(event))
+                    render.console.print(Text.assemble(f"{event.seq:>5} ", render.event_line(event)))
                 after = event.seq
             if page.phase.finished and after >= page.last_seq:
                 return 0 if page.phase is Phase.succeeded else FAILED

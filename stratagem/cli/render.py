@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -16,9 +19,41 @@ from ..run import PendingDecision, RunResult, RunStatus
 from ..store import describe, is_stored
 from ..usage import Budget, UsageTotals
 
+# Characters that move the cursor, change colours or reorder text on a terminal: C0/C1 controls
+# (ESC starts ANSI sequences, CR overwrites a line) and the bidirectional overrides.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+def plain(text: str) -> str:
+    """`text` safe to show: every control character written out (`\\x1b`), so it is seen, not obeyed."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+class PlainConsole(Console):
+    """A console for text that models and users wrote: no markup, no emoji codes, no control characters.
+
+    Plan titles, arguments, actor names and messages come from untrusted hands: as rich markup a
+    title ending in "[conceal]" hid the tool list from the reviewer, and "[/]" crashed the CLI.
+    Styling is applied with Text objects instead. Strings are cleaned when rendered, and every
+    segment again when written, so text inside tables and trees is covered too.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, soft_wrap=True, **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        kwargs["markup"] = False
+        kwargs["emoji"] = False
+        return super().render_str(plain(text), **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        safe = (segment if segment.control else Segment(plain(segment.text), segment.style) for segment in buffer)
+        return super()._render_buffer(safe)
+
+
 # soft_wrap: long lines (paths, hints to copy) are not broken when output is not a terminal.
-console = Console(highlight=False, soft_wrap=True)
-errors = Console(stderr=True, highlight=False, soft_wrap=True)
+console = PlainConsole()
+errors = PlainConsole(stderr=True)
 
 STATUS_STYLE = {
     StepStatus.pending: "dim",
@@ -47,10 +82,11 @@ _EVENT_MARK = {
 def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | None = None) -> Table:
     """The plan in dependency order: what each step does, after what, at what risk."""
     table = Table(title=title, title_justify="left", show_lines=False)
-    table.add_column("step")
+    # fold: a long word wraps onto the next line instead of ending in "…"
+    table.add_column("step", overflow="fold")
     table.add_column("kind")
-    table.add_column("does")
-    table.add_column("after")
+    table.add_column("does", overflow="fold")
+    table.add_column("after", overflow="fold")
     table.add_column("risk")
     if ledger is not None:
         table.add_column("status")
@@ -59,7 +95,12 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
     by_id = {s.id: s for s in plan.steps}
     for step_id in order:
         step = by_id[step_id]
-        does = f"{step.tool}({_short_args(step.args)})" if step.kind is StepKind.tool else step.title
+        # In full, wrapped in the cell: a cut argument once hid the amount of a payment.
+        does = step.title
+        if step.kind is StepKind.tool:
+            does += f"\n{step.tool}({_args(step.args)})"
+        elif step.instructions:
+            does += f"\n{step.instructions}"
         if step.kind is StepKind.llm:
             # What the executor may do is part of what a reviewer approves.
             does += f" · tools: {', '.join(step.tools) if step.tools else 'none'}"
@@ -70,7 +111,7 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
         if ledger is not None:
             record = ledger.steps.get(step.id)
             status = record.status if record else StepStatus.pending
-            row.append(f"[{STATUS_STYLE[status]}]{status.value}[/]")
+            row.append(Text(status.value, STATUS_STYLE[status]))
             row.append(step_usage(record.usage, record.tool_calls) if record else "")
         table.add_row(*row)
     return table
@@ -101,21 +142,20 @@ def budget_line(budget: Budget) -> str:
     return ", ".join(parts)
 
 
-def _short_args(args: dict[str, Any], limit: int = 60) -> str:
-    text = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in args.items())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _args(args: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in args.items())
 
 
-def event_line(event: LedgerEvent) -> str:
+def event_line(event: LedgerEvent) -> Text:
     mark = _EVENT_MARK.get(event.kind, "·")
-    parts = [f"{event.at:%H:%M:%S}", mark, event.kind.value.replace("_", " ")]
+    line = Text(f"{event.at:%H:%M:%S} {mark} {event.kind.value.replace('_', ' ')}")
     if event.step_id:
-        parts.append(f"[bold]{event.step_id}[/]")
+        line.append(" ").append(plain(event.step_id), "bold")
     if event.actor:
-        parts.append(f"by {event.actor}")
+        line.append(f" by {plain(event.actor)}")
     if event.message:
-        parts.append(f"— {event.message}")
-    return " ".join(parts)
+        line.append(f" — {plain(event.message)}")
+    return line
 
 
 def decision_hint(run_id: str, pending: PendingDecision) -> str:
@@ -139,7 +179,7 @@ def decision_hint(run_id: str, pending: PendingDecision) -> str:
 
 
 def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None) -> None:
-    console.print(f"[bold]{status.run_id}[/]  {status.phase.value}  revision {status.revision or '-'}")
+    console.print(Text.assemble((plain(status.run_id), "bold"), f"  {status.phase.value}  revision {status.revision or '-'}"))
     console.print(f"goal: {status.goal}")
     counts = status.steps
     console.print(
@@ -161,17 +201,17 @@ def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None
 
 def result_view(result: RunResult) -> None:
     if result.status.value == "succeeded":
-        console.print(f"[green]succeeded[/] (revision {result.revision}, {result.replans} replans)")
+        console.print(Text.assemble(("succeeded", "green"), f" (revision {result.revision}, {result.replans} replans)"))
         for step_id, output in result.outputs.items():
             if is_stored(output):
                 text = f"{describe(output)} (print it with: stratagem output {result.run_id} {step_id})"
             else:
                 text = output if isinstance(output, str) else json.dumps(output, indent=1, default=str)
-            console.print(Text.assemble((step_id, "bold"), ": ", text))
+            console.print(Text.assemble((plain(step_id), "bold"), ": ", plain(text)))
         if result.synthesis:
             console.print(f"\n{result.synthesis}")
     else:
-        console.print(f"[yellow]{result.status.value}[/]: {result.reason}")
+        console.print(Text.assemble((result.status.value, "yellow"), f": {result.reason}"))
 
 
 def emit_json(data: Any) -> None:

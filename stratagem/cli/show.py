@@ -250,10 +250,10 @@ def diff_revisions(old: Plan, new: Plan) -> dict[str, Any]:
     return result
 
 
-def shorten(value: Any, limit: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def shown(value: Any) -> str:
+    """A value on one line, in full: a reviewer comparing revisions must see the whole change."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True, ensure_ascii=False)
+    return " ".join(text.split())
 
 
 def diff_lines(diff: dict[str, Any]) -> list[str]:
@@ -263,7 +263,7 @@ def diff_lines(diff: dict[str, Any]) -> list[str]:
         reason = f": {info['reason']}" if info["reason"] else ""
         lines.append(f"{word} revision {info['revision']} by {info['author']}{reason}")
     if "goal" in diff:
-        lines.append(f"goal: {shorten(diff['goal'][0])} → {shorten(diff['goal'][1])}")
+        lines.append(f"goal: {shown(diff['goal'][0])} → {shown(diff['goal'][1])}")
     if not (diff["added"] or diff["removed"] or diff["changed"]):
         lines.append("no step changed")
     for step_id in diff["added"]:
@@ -273,5 +273,5 @@ def diff_lines(diff: dict[str, Any]) -> list[str]:
     for step_id, fields in diff["changed"].items():
         lines.append(f"~ {step_id}")
         for name, (before, after) in fields.items():
-            lines.append(f"    {name}: {shorten(before)} → {shorten(after)}")
+            lines.append(f"    {name}: {shown(before)} → {shown(after)}")
     return lines
