@@ -189,3 +189,34 @@ async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
     watched = await acli("watch", run.id, env=env, timeout=60)
     assert "Traceback" not in watched.stderr, watched.stderr
     assert "by [/]" in watched.stdout
+
+
+# --- a forged start cannot skip the gates (item 2) --------------------------------------------------
+
+
+async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
+    from temporalio.client import WorkflowFailureError
+
+    from stratagem.ledger import Ledger
+    from stratagem.plan import Author, AuthorKind, Plan, Step
+    from stratagem.run import Phase, RunInput, RunOptions, RunState
+    from workflows import StratagemRun
+
+    run_id = f"forged-{uuid.uuid4().hex[:8]}"
+    plan = Plan(
+        goal="pay", revision=1, author=Author(kind=AuthorKind.human, name="alice"),
+        steps=[Step(id="pay", title="Pay", tool="record", args={"label": "forged payment"}, risk="high")],
+    )
+    ledger = Ledger(run_id=run_id)
+    ledger.revisions.append(plan)
+    state = RunState(
+        run_id=run_id, execution_id="x", goal="pay", options=RunOptions(), ledger=ledger,
+        phase=Phase.running, approved_revision=1, step_approvals={"pay": True},
+    )
+    handle = await harness.client.start_workflow(
+        StratagemRun.run, RunInput(goal="pay", state=state), id=run_id, task_queue=harness.task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as caught:
+        await handle.result()
+    assert "only a continue-as-new of the same run may pass on" in str(caught.value.cause)
+    assert harness.calls() == []  # the payment never ran

@@ -97,11 +97,15 @@ class StratagemRun:
     @workflow.init
     def __init__(self, input: RunInput) -> None:
         # Built in __init__ so queries and updates that arrive before run() starts see a state.
-        self._continued = input.state is not None
-        if input.state is not None:
+        # A state is trusted only from this run's own continue-as-new. Anyone who can start a
+        # workflow could otherwise hand it a state with the plan approved and every gate passed.
+        self._forged = input.state is not None and workflow.info().continued_run_id is None
+        self._continued = input.state is not None and not self._forged
+        if self._continued:
             self.state = input.state
             input.state = None  # the workflow holds the only reference, so it can let go of it (_release)
         else:
+            input.state = None
             run_id = input.run_id or workflow.info().workflow_id
             self.state = RunState(
                 run_id=run_id,
@@ -168,6 +172,9 @@ class StratagemRun:
 
     async def _run(self, input: RunInput) -> RunResult:
         try:
+            if self._forged:
+                self._fail("the run's input carries a state, which only a continue-as-new of the same run may pass on")
+                return await self._finish()
             if not self._continued:
                 await self._start(input)
             while not self.state.phase.finished:
