@@ -13,8 +13,13 @@ with a fresh 96-bit nonce:
 
 The key id (the first 8 hex digits of the key's SHA-256) is also the associated data, so it
 cannot be swapped. Decoding picks the key by id: a process without that key fails with a
-message naming both ids instead of producing garbage, and payloads without the encrypted
-encoding (written before encryption was turned on) pass through unchanged.
+message naming both ids instead of producing garbage.
+
+A payload that arrives unencrypted was not written by a process holding the key: anyone who can
+reach the frontend can send one (a plain-JSON approval, say). It is refused: decoded into a
+payload no converter reads, so an update carrying it is rejected and a signal dropped, and the
+workflow task itself never fails (which would stall the run). Histories from before encryption
+was turned on need STRATAGEM_ENCRYPTION_ACCEPT_PLAIN=1 on every process until those runs ended.
 
 Rotation: STRATAGEM_ENCRYPTION_KEY encrypts (and decrypts); the comma-separated keys in
 STRATAGEM_ENCRYPTION_OLD_KEYS only decrypt.
@@ -46,6 +51,9 @@ from .errors import ConfigError
 
 KEY_ENV = "STRATAGEM_ENCRYPTION_KEY"
 OLD_KEYS_ENV = "STRATAGEM_ENCRYPTION_OLD_KEYS"
+ACCEPT_PLAIN_ENV = "STRATAGEM_ENCRYPTION_ACCEPT_PLAIN"
+# What an unencrypted payload decodes to: no payload converter knows this encoding.
+REFUSED_ENCODING = b"binary/refused-unencrypted"
 
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
@@ -86,7 +94,7 @@ def parse_key(text: str, source: str) -> bytes:
 class EncryptionCodec(PayloadCodec):
     """AES-256-GCM over every payload. `key` encrypts; it and `old_keys` decrypt."""
 
-    def __init__(self, key: bytes, old_keys: Sequence[bytes] = ()):
+    def __init__(self, key: bytes, old_keys: Sequence[bytes] = (), *, accept_plain: bool = False):
         # Imported here so that processes without encryption never load the library.
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -94,6 +102,7 @@ class EncryptionCodec(PayloadCodec):
             if len(k) != KEY_BYTES:
                 raise ConfigError(f"an encryption key must be 32 bytes, not {len(k)}")
         self.key_id = key_id(key)
+        self.accept_plain = accept_plain
         self._encryptor = AESGCM(key)
         self._decryptors: dict[str, Any] = {self.key_id: self._encryptor}
         for old in old_keys:
@@ -122,7 +131,9 @@ class EncryptionCodec(PayloadCodec):
 
     def _decrypt(self, payload: Payload) -> Payload:
         if payload.metadata.get("encoding") != ENCODING:
-            return payload  # written before encryption was turned on
+            if self.accept_plain:
+                return payload  # written before encryption was turned on, and the operator allows it
+            return Payload(metadata={"encoding": REFUSED_ENCODING})
         from cryptography.exceptions import InvalidTag
 
         kid = payload.metadata.get(KEY_ID_METADATA, b"").decode("ascii", "replace") or "(none)"
@@ -195,7 +206,9 @@ def codec_from(source: Settings | Mapping[str, str] | None = None) -> Encryption
         for n, text in enumerate((old or "").split(","), start=1)
         if text.strip()
     ]
-    return EncryptionCodec(key, old_keys)
+    env = os.environ if source is None or isinstance(source, Settings) else source
+    accept_plain = env.get(ACCEPT_PLAIN_ENV, "").strip().lower() in ("1", "true", "yes")
+    return EncryptionCodec(key, old_keys, accept_plain=accept_plain)
 
 
 def data_converter(source: Settings | Mapping[str, str] | None = None) -> DataConverter:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory, WorkflowUpdateFailedError
 from stratagem.payloads import stratagem_data_converter
 from temporalio.converter import DefaultFailureConverterWithEncodedAttributes
 from temporalio.exceptions import ApplicationError
@@ -28,10 +29,14 @@ from temporalio.worker import Replayer
 
 from stratagem.client import connect, get_run, start_run
 from stratagem.codec import (
+    ACCEPT_PLAIN_ENV,
+    REFUSED_ENCODING,
     ENCODING,
     KEY_ID_METADATA,
     EncryptionCodec,
     EncryptionKeyError,
+    KEY_ENV,
+    codec_from,
     data_converter,
     key_id,
 )
@@ -77,10 +82,11 @@ async def test_round_trip_hides_everything_and_keeps_the_payload_exact():
     assert await codec.decode([sealed, again]) == [original, original]
 
 
-async def test_unencrypted_payloads_pass_through_on_decode():
-    codec = EncryptionCodec(key_bytes(KEY_A))
+async def test_unencrypted_payloads_are_refused_unless_the_operator_accepts_them():
     plain = [Payload(metadata={"encoding": b"json/plain"}, data=b'{"phase": "running"}'), Payload(metadata={"encoding": b"binary/null"})]
-    assert await codec.decode(plain) == plain
+    refused = await EncryptionCodec(key_bytes(KEY_A)).decode(plain)
+    assert [p.metadata["encoding"] for p in refused] == [REFUSED_ENCODING, REFUSED_ENCODING] and not any(p.data for p in refused)
+    assert await EncryptionCodec(key_bytes(KEY_A), accept_plain=True).decode(plain) == plain
 
 
 async def test_a_wrong_key_names_both_key_ids_and_never_garbles():
@@ -248,9 +254,17 @@ def target(env: WorkflowEnvironment) -> str:
     return env.client.service_client.config.target_host
 
 
-async def client_with(env: WorkflowEnvironment, key: str | None, old: str | None = None) -> Client:
+async def client_with(
+    env: WorkflowEnvironment, key: str | None, old: str | None = None, *, accept_plain: bool = False
+) -> Client:
     """A client built the way every Stratagem process builds one: `connect()` and Settings."""
-    return await connect(Settings(address=target(env), namespace=env.client.namespace, encryption_key=key, encryption_old_keys=old))
+    settings = Settings(address=target(env), namespace=env.client.namespace, encryption_key=key, encryption_old_keys=old)
+    client = await connect(settings)
+    if accept_plain:  # what STRATAGEM_ENCRYPTION_ACCEPT_PLAIN=1 gives every process
+        converter = client.data_converter
+        codec = dataclasses.replace(converter, payload_codec=codec_from({KEY_ENV: key, ACCEPT_PLAIN_ENV: "1"}))
+        client = Client(client.service_client, namespace=client.namespace, data_converter=codec)
+    return client
 
 
 @asynccontextmanager
@@ -385,7 +399,7 @@ async def test_decisions_and_queries_work_encrypted(dev_env: WorkflowEnvironment
 async def test_a_run_started_before_encryption_stays_readable(dev_env: WorkflowEnvironment, tmp_path: Path):
     """The run's input was written in the clear (encryption off); everything after is sealed."""
     unencrypted = await client_with(dev_env, None)
-    client = await client_with(dev_env, KEY_A)
+    client = await client_with(dev_env, KEY_A, accept_plain=True)
     task_queue = f"tq-mixed-{uuid.uuid4().hex[:8]}"
     run = await start_run(
         unencrypted, run_input([step("note", "record", label=SECRET_OUTPUT)], goal="mixed history"), task_queue=task_queue,
@@ -439,3 +453,29 @@ async def test_a_worker_with_the_wrong_key_fails_its_task_and_changes_nothing(de
     assert result.outputs == {"note": SECRET_OUTPUT}
     plain = await Client.connect(target(dev_env), namespace=dev_env.client.namespace)
     assert_nothing_readable(await plain.get_workflow_handle(run.id).fetch_history())
+
+
+async def test_a_plain_decision_from_a_client_without_the_key_is_refused(dev_env: WorkflowEnvironment, tmp_path: Path):
+    """The attack: encryption is on, and someone without the key approves in plain JSON."""
+    client = await client_with(dev_env, KEY_A)
+    task_queue = f"tq-plain-{uuid.uuid4().hex[:8]}"
+    async with worker(client, task_queue, tmp_path / "workspace"):
+        run = await start_run(
+            client, run_input([step("pay", "record", label="paid")], auto_approve=False), task_queue=task_queue,
+            run_id=f"enc-plain-{uuid.uuid4().hex[:8]}",
+        )
+        for _ in range(200):
+            if (await run.status()).phase is Phase.awaiting_approval:
+                break
+            await asyncio.sleep(0.05)
+        plain = await Client.connect(target(dev_env), namespace=dev_env.client.namespace)
+        handle = plain.get_workflow_handle(run.id)
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("approve", {"by": "alice", "revision": 1})
+        await handle.signal("approve_signal", {"by": "alice", "revision": 1})
+        await asyncio.sleep(0.5)
+        status = await run.status()  # the run still answers: its workflow task did not fail
+        assert status.phase is Phase.awaiting_approval
+        ledger = await run.ledger()
+        assert not ledger.decisions and not (tmp_path / "workspace" / "calls.jsonl").exists()
+        await run.reject(RejectInput(by="bob", reason="test over"))
