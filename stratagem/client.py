@@ -28,6 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from .codec import data_converter
 from .config import Settings
 from .payloads import with_claim_checks
+from .signing import Signer
 from .store import OutputStore, default_store, load_value
 from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .ledger import EventArchive, Ledger, LedgerEvent
@@ -96,10 +97,19 @@ class Run:
     decision and query (None: the SDK's defaults). `store` is where a long run's archived
     events are read from (default: the configured output store, as workers use)."""
 
-    def __init__(self, handle: WorkflowHandle, *, rpc_timeout: timedelta | None = None, store: OutputStore | None = None):
+    def __init__(
+        self,
+        handle: WorkflowHandle,
+        *,
+        rpc_timeout: timedelta | None = None,
+        store: OutputStore | None = None,
+        signer: Signer | None = None,
+    ):
         self.handle = handle
         self.rpc_timeout = rpc_timeout
         self.store = store
+        # Signs every decision (stratagem.signing); default: the key in STRATAGEM_SIGNING_KEY, if any.
+        self.signer = signer
 
     async def _archived(self, archive: EventArchive) -> list[LedgerEvent]:
         store = self.store or default_store()
@@ -127,7 +137,11 @@ class Run:
         return await self._decide("budget", decision)
 
     async def _decide(self, update: str, decision: Any) -> DecisionOutcome:
-        """Send a decision as an update. A refusal raises DecisionRefusedError with the run's reason."""
+        """Send a decision as an update, signed when there is a key. A refusal raises
+        DecisionRefusedError with the run's reason."""
+        signer = self.signer or Signer.from_env()
+        if signer is not None:
+            decision = signer.sign(self.id, update, decision)
         try:
             return await self.handle.execute_update(update, decision, result_type=DecisionOutcome, rpc_timeout=self.rpc_timeout)
         except WorkflowUpdateFailedError as exc:

@@ -20,6 +20,7 @@ from .run import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
+    DecisionInput,
     DecisionKind,
     DecisionOutcome,
     PendingDecision,
@@ -209,10 +210,15 @@ def remove_pending(state: RunState, step_id: str) -> None:
 
 def _decided(
     state: RunState, action: DecisionAction, by: str, now: datetime, revision: int, comment: str, via: str,
-    step_id: str | None = None,
+    step_id: str | None = None, *, decision: DecisionInput | None = None,
 ) -> None:
+    verdict = decision.verdict if decision is not None else None
+    signed_by = verdict.signer if verdict is not None else None
     state.ledger.decisions.append(
-        Decision(action=action, by=by, at=now, revision=revision, comment=comment, step_id=step_id, via=via)
+        Decision(
+            action=action, by=by, at=now, revision=revision, comment=comment, step_id=step_id, via=via,
+            signed_by=signed_by,
+        )
     )
     state.ledger.auto_approved |= via == "auto"
 
@@ -221,7 +227,7 @@ def approve_plan(state: RunState, decision: ApproveInput, *, via: str, now: date
     """Approve the current revision: the run starts (or resumes) executing it."""
     assert state.plan is not None
     revision = state.plan.revision
-    _decided(state, DecisionAction.approve, decision.by, now, revision, decision.comment, via)
+    _decided(state, DecisionAction.approve, decision.by, now, revision, decision.comment, via, decision=decision)
     state.ledger.record(EventKind.plan_approved, now, revision=revision, actor=decision.by, message=decision.comment, via=via)
     state.approved_revision = revision
     state.pending = []
@@ -234,7 +240,7 @@ def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: s
     approved = isinstance(decision, ApproveInput)
     comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
     action = DecisionAction.approve if approved else DecisionAction.reject
-    _decided(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id)
+    _decided(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision)
     state.ledger.record(
         EventKind.step_approved if approved else EventKind.step_rejected, now, revision=state.plan.revision,
         step_id=decision.step_id, actor=decision.by, message=comment, via=via,
@@ -246,14 +252,14 @@ def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: s
 def record_plan_rejection(state: RunState, decision: RejectInput, *, via: str, now: datetime) -> str:
     """Record the rejection of the current revision; returns the reason the run ends with."""
     assert state.plan is not None
-    _decided(state, DecisionAction.reject, decision.by, now, state.plan.revision, decision.reason, via)
+    _decided(state, DecisionAction.reject, decision.by, now, state.plan.revision, decision.reason, via, decision=decision)
     state.ledger.record(EventKind.plan_rejected, now, revision=state.plan.revision, actor=decision.by, message=decision.reason, via=via)
     return f"rejected by {decision.by}: {decision.reason}"
 
 
 def record_revision(state: RunState, decision: ReviseInput, plan: Plan, *, via: str, now: datetime) -> None:
     """Record a reviewer's edit, already adopted as `plan`; the new revision awaits approval."""
-    _decided(state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via)
+    _decided(state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via, decision=decision)
     escalated = any(p.escalated for p in state.pending)
     state.pending = [plan_approval_request(state, now)]
     state.pending[0].escalated = escalated  # an escalation stays visible until someone decides
@@ -262,7 +268,8 @@ def record_revision(state: RunState, decision: ReviseInput, plan: Plan, *, via: 
 def record_answer(state: RunState, answer: AnswerInput, now: datetime) -> None:
     state.answers[answer.step_id] = answer.answer
     revision = state.plan.revision if state.plan else None
-    state.ledger.record(EventKind.answer_received, now, revision=revision, step_id=answer.step_id, actor=answer.by)
+    signed = {"signed_by": answer.verdict.signer} if answer.verdict is not None and answer.verdict.signer else {}
+    state.ledger.record(EventKind.answer_received, now, revision=revision, step_id=answer.step_id, actor=answer.by, **signed)
 
 
 def apply_budget(
@@ -272,13 +279,13 @@ def apply_budget(
     revision = state.plan.revision if state.plan else 0
     if decision.stop:
         comment = decision.reason or "stopped at the budget"
-        _decided(state, DecisionAction.budget, decision.by, now, revision, f"stop: {comment}", via)
+        _decided(state, DecisionAction.budget, decision.by, now, revision, f"stop: {comment}", via, decision=decision)
         state.pending = [p for p in state.pending if p.kind is not DecisionKind.budget]
         return f"stopped by {decision.by} when the budget ran out: {comment}"
     before = state.options.budget.model_dump(exclude_none=True)
     state.options.budget = state.options.budget.model_copy(update=decision.limits)
     changes = ", ".join(f"{name} {before.get(name, 'unlimited')} -> {limit:g}" for name, limit in decision.limits.items())
-    _decided(state, DecisionAction.budget, decision.by, now, revision, f"{changes}. {decision.reason}".strip(), via)
+    _decided(state, DecisionAction.budget, decision.by, now, revision, f"{changes}. {decision.reason}".strip(), via, decision=decision)
     state.ledger.record(
         EventKind.budget_changed, now, revision=revision, actor=decision.by, message=changes, via=via,
         budget=state.options.budget.model_dump(exclude_none=True),

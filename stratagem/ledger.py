@@ -81,6 +81,9 @@ class Decision(CompactModel):
     comment: str = ""
     step_id: str | None = Field(default=None, description="Set when the decision is about one gated step.")
     via: str = Field(default="update", description="update, signal, or auto (auto_approve).")
+    signed_by: str | None = Field(
+        default=None, description="The key whose signature the worker verified (stratagem.signing); None: unsigned."
+    )
 
 
 class EventKind(str, Enum):

@@ -10,10 +10,11 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from .compact import CompactModel
 from .ledger import EventArchive, Ledger, LedgerEvent
+from .signing import Verdict
 from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
 from .tools.spec import ToolCatalog
 from .usage import Budget, Price, UsageTotals
@@ -196,24 +197,42 @@ class RunState(BaseModel):
 RunInput.model_rebuild()
 
 
-class ApproveInput(BaseModel):
-    by: str = Field(min_length=1)
+NAME_LIMIT = 200
+TEXT_LIMIT = 4000
+
+
+class DecisionInput(BaseModel):
+    """What every decision carries: who decided, and (where the deployment signs) the proof.
+
+    Names and texts are bounded: they are stored in the ledger, refused ones too.
+    """
+
+    by: str = Field(min_length=1, max_length=NAME_LIMIT)
+    signer: str | None = Field(default=None, max_length=64, description="The key that signed it (stratagem.signing).")
+    signature: str | None = Field(default=None, max_length=200, description="Ed25519 over the decision, base64.")
+    # Set by the worker's VerifyDecisions interceptor, never from the payload.
+    _verdict: Verdict | None = PrivateAttr(default=None)
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self._verdict
+
+
+class ApproveInput(DecisionInput):
     revision: int | None = Field(default=None, description="Refuse if the pending revision is not this one.")
     step_id: str | None = Field(default=None, description="Approve one gated step instead of the plan.")
-    comment: str = ""
+    comment: str = Field(default="", max_length=TEXT_LIMIT)
 
 
-class RejectInput(BaseModel):
-    by: str = Field(min_length=1)
-    reason: str = Field(min_length=1)
+class RejectInput(DecisionInput):
+    reason: str = Field(min_length=1, max_length=TEXT_LIMIT)
     revision: int | None = None
     step_id: str | None = None
 
 
-class ReviseInput(BaseModel):
-    by: str = Field(min_length=1)
+class ReviseInput(DecisionInput):
     plan: PlanDraft
-    reason: str = ""
+    reason: str = Field(default="", max_length=TEXT_LIMIT)
     revision: int | None = Field(
         default=None, description="The revision this edit is based on; refused if it is no longer current."
     )
@@ -237,16 +256,15 @@ class EventPage(BaseModel):
     )
 
 
-class BudgetInput(BaseModel):
+class BudgetInput(DecisionInput):
     """Raise (or set) budget limits, or stop a run that has used its budget up."""
 
-    by: str = Field(min_length=1)
     tokens: int | None = Field(default=None, ge=1)
     cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     model_calls: int | None = Field(default=None, ge=1)
     wall_clock_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     stop: bool = Field(default=False, description="End the run instead (only while it waits on its budget).")
-    reason: str = ""
+    reason: str = Field(default="", max_length=TEXT_LIMIT)
 
     @property
     def limits(self) -> dict[str, float]:
@@ -254,10 +272,9 @@ class BudgetInput(BaseModel):
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
-class AnswerInput(BaseModel):
+class AnswerInput(DecisionInput):
     step_id: str
     answer: Any
-    by: str = Field(min_length=1)
 
 
 class DecisionOutcome(BaseModel):

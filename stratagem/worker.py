@@ -17,6 +17,9 @@ from temporalio.service import RPCError
 from temporalio import activity, workflow
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import (
+    ExecuteWorkflowInput,
+    HandleSignalInput,
+    HandleUpdateInput,
     Interceptor,
     StartActivityInput,
     StartLocalActivityInput,
@@ -30,7 +33,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from . import activity_io as io
 from .client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
-from .run import STATUS_SEARCH_ATTRIBUTE
+from .run import STATUS_SEARCH_ATTRIBUTE, DecisionInput, RunInput
+from .signing import DECISION_SIGNALS, DECISION_UPDATES, DecisionPolicy, Verdict
 from .config import Settings
 from .errors import ConfigError
 from .roles import ALL_ROLES, QueueLayout, Role, default_layout, is_role_queue, role_queue
@@ -45,6 +49,7 @@ logger = logging.getLogger(__name__)
 # pydantic models (and their validators) instead of re-importing them per workflow task.
 PASSTHROUGH_MODULES = (
     "stratagem", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "yaml", "attrs", "opentelemetry",
+    "cryptography",  # signed decisions are verified inside the workflow task (stratagem.signing)
 )
 # Tests set this: they run the workflow code the way the sandbox runs a user's, imported inside
 # it, so a call that would make it non-deterministic (a clock, randomness, I/O) fails loudly in
@@ -96,6 +101,63 @@ class _SharedQueuesOutbound(WorkflowOutboundInterceptor):
         if input.task_queue and input.task_queue != own and is_role_queue(own, input.task_queue):
             input.task_queue = own
         return super().start_activity(input)
+
+
+class VerifyDecisions(Interceptor):
+    """Checks every decision against the worker's keys before the workflow sees it (stratagem.signing).
+
+    An update that fails is rejected in its validator (it never reaches history); a signal that
+    fails reaches the workflow marked refused, which records it as ignored. The verdict rides
+    on the decision as a private attribute, which no payload can set. With keys configured, runs
+    that would approve themselves (`auto_approve`) are refused at their start.
+    """
+
+    def __init__(self, policy: DecisionPolicy):
+        self.policy = policy
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        policy = self.policy
+
+        class Inbound(_VerifyDecisionsInbound):
+            pass
+
+        Inbound.policy = policy
+        return Inbound
+
+
+class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
+    policy: DecisionPolicy
+
+    def _judge(self, kind: str | None, args: Sequence[Any]) -> Verdict | None:
+        if kind is None or not args or not isinstance(args[0], DecisionInput):
+            return None
+        verdict = self.policy.verify(workflow.info().workflow_id, kind, args[0])
+        args[0]._verdict = verdict
+        return verdict
+
+    def handle_update_validator(self, input: HandleUpdateInput) -> None:
+        verdict = self._judge(input.update if input.update in DECISION_UPDATES else None, input.args)
+        if verdict is not None and verdict.refused:
+            raise ApplicationError(verdict.refused, type="DecisionRefused", non_retryable=True)
+        super().handle_update_validator(input)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        self._judge(input.update if input.update in DECISION_UPDATES else None, input.args)
+        return await super().handle_update_handler(input)
+
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        self._judge(DECISION_SIGNALS.get(input.signal), input.args)
+        await super().handle_signal(input)
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        run = input.args[0] if input.args else None
+        first = workflow.info().continued_run_id is None
+        if first and self.policy.requires_signatures and isinstance(run, RunInput) and run.options.auto_approve:
+            raise ApplicationError(
+                "this deployment accepts only signed decisions, so a run may not approve itself (auto_approve)",
+                type="DecisionRefused", non_retryable=True,
+            )
+        return await super().execute_workflow(input)
 
 
 class HostOnly(Interceptor):
@@ -187,6 +249,7 @@ def build_worker(
     roles: Sequence[Role] = ALL_ROLES,
     layout: QueueLayout | None = None,
     rate_limits: Mapping[Role, float] | None = None,
+    decision_policy: DecisionPolicy | None = None,
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Callable[..., Any]] = (),
     **worker_options: Any,
@@ -205,16 +268,19 @@ def build_worker(
 
     roles = list(dict.fromkeys(roles))
     layout = layout or default_layout(roles)
-    protect_address(client.service_client.config.target_host)
     if layout is QueueLayout.shared and set(roles) != set(ALL_ROLES):
         raise ConfigError("a shared queue layout needs a worker that serves every role; drop --role or the layout")
+    protect_address(client.service_client.config.target_host)  # steps may never call it (http_request)
+    policy = decision_policy or DecisionPolicy.from_env()
     by_role = activities_by_role(registry, workspace, store)
     limits = rate_limits or {}
     extra_interceptors = list(worker_options.pop("interceptors", []))
     workers: dict[Role, Worker] = {}
     for role in roles:
         is_workflow = role is Role.workflow
-        interceptors = [SharedQueues()] if is_workflow and layout is QueueLayout.shared else []
+        interceptors: list[Interceptor] = [VerifyDecisions(policy)] if is_workflow else []
+        if is_workflow and layout is QueueLayout.shared:
+            interceptors.append(SharedQueues())
         workers[role] = Worker(
             client,
             task_queue=role_queue(task_queue, role),

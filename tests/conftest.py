@@ -32,7 +32,8 @@ from stratagem.run import RunInput, RunOptions, RunStatus
 from stratagem.payloads import with_claim_checks
 from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
-from stratagem.worker import STRICT_SANDBOX_ENV, build_worker, workflow_runner
+from stratagem.signing import DecisionPolicy
+from stratagem.worker import STRICT_SANDBOX_ENV, VerifyDecisions, build_worker, workflow_runner
 from temporalio.worker import Replayer
 from workflows import StratagemRun
 
@@ -150,6 +151,8 @@ class Harness:
         replayer = Replayer(
             workflows=[StratagemRun], data_converter=self.client.data_converter, workflow_runner=workflow_runner(),
             plugins=worker_plugins(),
+            # As the worker checks decisions (stratagem.signing), so does its replay.
+            interceptors=[VerifyDecisions(DecisionPolicy.from_env())],
         )
         for run in self.runs:
             description = await run.handle.describe()

@@ -54,7 +54,8 @@ from ..tools import ToolRegistry
 from ..usage import Budget
 from ..validation import validate_plan
 from ..telemetry import worker_plugins
-from ..worker import HostOnly, build_worker, check_worker_args, host_activities, child_argv, describe_worker, run_processes, run_worker, workflow_runner
+from ..signing import SIGNING_KEY_ENV, DecisionPolicy, Signer
+from ..worker import HostOnly, VerifyDecisions, build_worker, check_worker_args, host_activities, child_argv, describe_worker, run_processes, run_worker, workflow_runner
 
 from . import render
 
@@ -151,7 +152,7 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
         workflows=[StratagemRun],
         activities=host_activities(),
         no_remote_activities=True,  # registered only to replay local ones: never take a real activity
-        interceptors=[HostOnly()],
+        interceptors=[HostOnly(), VerifyDecisions(DecisionPolicy.from_env())],
         workflow_runner=workflow_runner(),
         max_cached_workflows=0,
         # A decision taken here moves the run on in this process: its spans (the review's end,
@@ -252,7 +253,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"--allow-tool names unknown tool(s): {', '.join(unknown)} (available: {', '.join(registry.catalog().names)})")
     elif not options.planner:
         raise CliError("a goal needs a planner model: --planner provider:name (for example scripted:planner.yaml)")
-    by = args.by or getpass.getuser()
+    by = reviewer(args)
     try:
         run_input = RunInput(
             goal=args.goal, plan=draft, author=Author(kind=AuthorKind.human, name=by) if draft else None, options=options
@@ -656,6 +657,16 @@ async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> 
     )
 
 
+def reviewer(args: argparse.Namespace) -> str:
+    """Who decides: the signing key's name when one is set (STRATAGEM_SIGNING_KEY), else --by or the login."""
+    signer = Signer.from_env()
+    if signer is None:
+        return args.by or getpass.getuser()
+    if args.by and args.by != signer.name:
+        raise CliError(f"--by {args.by} does not match the signing key's name '{signer.name}' ({SIGNING_KEY_ENV}); drop --by")
+    return signer.name
+
+
 async def _decide(args: argparse.Namespace, decision: str, payload: object) -> int:
     async with hosted_run(args.run_id) as run:
         outcome = await getattr(run, decision)(payload)
@@ -667,18 +678,18 @@ async def _decide(args: argparse.Namespace, decision: str, payload: object) -> i
 
 
 async def cmd_approve(args: argparse.Namespace) -> int:
-    decision = ApproveInput(by=args.by or getpass.getuser(), revision=args.revision, step_id=args.step, comment=args.comment)
+    decision = ApproveInput(by=reviewer(args), revision=args.revision, step_id=args.step, comment=args.comment)
     return await _decide(args, "approve", decision)
 
 
 async def cmd_reject(args: argparse.Namespace) -> int:
-    decision = RejectInput(by=args.by or getpass.getuser(), reason=args.reason, revision=args.revision, step_id=args.step)
+    decision = RejectInput(by=reviewer(args), reason=args.reason, revision=args.revision, step_id=args.step)
     return await _decide(args, "reject", decision)
 
 
 async def cmd_revise(args: argparse.Namespace) -> int:
     draft = load_plan_file(args.plan_file)
-    decision = ReviseInput(by=args.by or getpass.getuser(), plan=draft, revision=args.revision, reason=args.reason)
+    decision = ReviseInput(by=reviewer(args), plan=draft, revision=args.revision, reason=args.reason)
     return await _decide(args, "revise", decision)
 
 
@@ -689,7 +700,7 @@ async def cmd_answer(args: argparse.Namespace) -> int:
             answer = json.loads(args.text)
         except json.JSONDecodeError as exc:
             raise CliError(f"--json-value: the answer is not JSON ({exc.msg})") from None
-    return await _decide(args, "answer", AnswerInput(step_id=args.step_id, answer=answer, by=args.by or getpass.getuser()))
+    return await _decide(args, "answer", AnswerInput(step_id=args.step_id, answer=answer, by=reviewer(args)))
 
 
 _LIMIT_NAMES = {"tokens": "tokens", "cost": "cost_usd", "calls": "model_calls", "seconds": "wall_clock_seconds"}
@@ -719,7 +730,7 @@ def parse_limits(text: str) -> dict[str, float]:
 
 
 async def cmd_budget(args: argparse.Namespace) -> int:
-    by = args.by or getpass.getuser()
+    by = reviewer(args)
     if args.stop:
         if any(v is not None for v in (args.tokens, args.cost, args.calls, args.seconds)):
             raise CliError("--stop ends the run; give it no limits")
@@ -805,6 +816,27 @@ async def cmd_watch(args: argparse.Namespace) -> int:
                 return 0 if page.phase is Phase.succeeded else FAILED
             if after >= page.last_seq:
                 await asyncio.sleep(0.3)
+
+
+async def cmd_keygen(args: argparse.Namespace) -> int:
+    """Write a private key (readable by you only) and print the public entry for the workers."""
+    signer = Signer.generate(args.name)
+    path = Path(args.out) if args.out else stratagem_home() / "keys" / f"{signer.name}.key"
+    if path.exists():
+        raise CliError(f"{path} already exists; choose another --out or remove it first")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w") as file:
+        file.write(signer.private_line() + "\n")
+    if args.json:
+        render.emit_json({"name": signer.name, "private_key_file": str(path), "approver_key": signer.public_line()})
+    else:
+        render.console.print(f"private key written to {path} (keep it to yourself); sign with:\n  export {SIGNING_KEY_ENV}={path}")
+        render.console.print(f"give the workers the public key, in STRATAGEM_APPROVER_KEYS:\n  {signer.public_line()}")
+    return 0
 
 
 async def cmd_audit(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..graph import topological_order
-from ..ledger import EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
+from ..ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
 from ..plan import PlanDraft, StepKind
 from ..run import PendingDecision, RunResult, RunStatus
 from ..store import describe, is_stored
@@ -158,6 +158,13 @@ def event_line(event: LedgerEvent) -> Text:
     return line
 
 
+def decision_line(decision: Decision) -> str:
+    """One decision and whether its author was verified: signed (a key the worker trusts) or not."""
+    what = f"{decision.action.value} " + (f"step {decision.step_id}" if decision.step_id else f"revision {decision.revision}")
+    proof = f"signed by {decision.signed_by}" if decision.signed_by else ("automatic" if decision.via in ("auto", "policy") else "unsigned")
+    return f"decision: {what} by {decision.by} ({proof}, via {decision.via})"
+
+
 def decision_hint(run_id: str, pending: PendingDecision) -> str:
     if pending.kind.value == "plan_approval":
         return (
@@ -193,6 +200,9 @@ def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None
         console.print(f"model usage: {status.usage.describe()}")
     if status.budget.is_set:
         console.print(f"budget: {budget_line(status.budget)}")
+    if ledger is not None:
+        for decision in ledger.decisions[-5:]:
+            console.print(decision_line(decision))
     if plan is not None:
         console.print(plan_table(plan, ledger))
     for pending in status.pending:
