@@ -29,6 +29,6 @@ class ArchiveActivities:
                 [e.model_dump(mode="json") for e in events],
             )
         except Exception as exc:
-            raise as_application_error(exc) from exc
+            raise as_application_error(exc)  # its cause is a redacted copy (activities/errors.py)
         stored.pop("preview", None)  # a reference, not a summary: nobody reads these in the history
         return EventArchive(first_seq=first, last_seq=last, count=len(events), stored=stored)

@@ -22,6 +22,16 @@ def as_application_error(exc: BaseException, **progress: Any) -> ApplicationErro
     no sooner than the provider's Retry-After. Any other exception is retried under the step's
     retry policy. Messages never carry anything shaped like an API key.
     """
+    error = _as_application_error(exc, **progress)
+    # The cause Temporal stores (failure.cause) and the worker logs is a redacted copy: the
+    # original exception, chained, kept the credential its message may carry.
+    cause = ApplicationError(redact(str(exc) or type(exc).__name__), type=type(exc).__name__, non_retryable=True)
+    error.__cause__ = cause
+    error.__suppress_context__ = True
+    return error
+
+
+def _as_application_error(exc: BaseException, **progress: Any) -> ApplicationError:
     details = {"attempt": activity.info().attempt, **progress}
     if isinstance(exc, ApplicationError):
         # Raised by a tool itself: keep its message, type, retry choice and details after ours.

@@ -59,7 +59,7 @@ class ExecutionActivities:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise as_application_error(exc) from exc
+            raise as_application_error(exc)  # its cause is a redacted copy (activities/errors.py)
         return io.StepOutput(output=output, attempt=info.attempt)
 
     @activity.defn(name=io.RUN_LLM)
@@ -99,7 +99,7 @@ class ExecutionActivities:
                 exc,
                 calls=[c.model_dump(mode="json") for c in progress.calls],
                 tool_calls=[t.model_dump(mode="json") for t in progress.tool_calls],
-            ) from exc
+            )
         return io.StepOutput(
             output=output, attempt=info.attempt, model=request.model, calls=progress.calls,
             tool_calls=progress.tool_calls, transcript=transcript,

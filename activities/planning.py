@@ -67,7 +67,7 @@ class PlanningActivities:
                 )
             )
         except Exception as exc:
-            raise as_application_error(exc, calls=[c.model_dump(mode="json") for c in spent]) from exc
+            raise as_application_error(exc, calls=[c.model_dump(mode="json") for c in spent])
         return io.PlanningOutput(
             draft=outcome.draft,
             model=outcome.model,
@@ -99,7 +99,7 @@ class PlanningActivities:
                 )
             )
         except Exception as exc:
-            raise as_application_error(exc) from exc
+            raise as_application_error(exc)  # its cause is a redacted copy (activities/errors.py)
         call = CallUsage(
             model=request.model, input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens, attempt=attempt
         )

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from . import activity_io as io
 from .errors import ModelOutputError, StratagemError, ToolError
 from .ledger import ToolCallRecord, ToolCallStatus
-from .models.base import Message, Model, ModelRequest, Purpose, ToolCall
+from .models.base import Message, Model, ModelRequest, Purpose, ToolCall, redact
 from .plan import OutputFormat
 from .tools.registry import ToolContext, ToolRegistry
 from .usage import CallUsage
@@ -182,13 +182,13 @@ class Executor:
         def answer(status: ToolCallStatus, content: str, message: str = "") -> Message:
             self.progress.tool_calls.append(
                 ToolCallRecord(
-                    call=position, tool=call.name, status=status, arguments=arguments[:1000], message=message,
-                    attempt=self.attempt,
+                    call=position, tool=call.name, status=status, arguments=redact(arguments[:1000]),
+                    message=redact(message), attempt=self.attempt,
                 )
             )
-            return Message(
-                role="tool", tool_call_id=call.id, content=content, is_error=status is not ToolCallStatus.ok
-            )
+            # Errors are redacted before the model reads them: it would send them to its provider.
+            text = content if status is ToolCallStatus.ok else redact(content)
+            return Message(role="tool", tool_call_id=call.id, content=text, is_error=status is not ToolCallStatus.ok)
 
         if call.name not in self.allowed:
             why = f"tool '{call.name}' is not authorized for step '{self.request.step.id}'"

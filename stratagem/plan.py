@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from .compact import CompactModel
 # A year: longer limits are surely mistakes, and Python's dates overflow not far above.
 MAX_SECONDS = 366 * 24 * 3600
+# A plan is validated and scheduled inside workflow tasks, which Temporal expects to finish in
+# about two seconds: 10,000 steps take 0.2 s to validate; 30,000 stalled every task of the run.
+MAX_PLAN_STEPS = 10_000
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 
 
@@ -97,7 +100,9 @@ class PlanDraft(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     goal: str = Field(min_length=1, description="The objective the plan achieves.")
-    steps: list[Step] = Field(min_length=1, description="The task graph, in any order.")
+    steps: list[Step] = Field(
+        min_length=1, max_length=MAX_PLAN_STEPS, description="The task graph, in any order (at most 10,000 steps)."
+    )
     reason: str = Field(default="", description="Why this plan (or this revision) looks the way it does.")
 
     def step(self, step_id: str) -> Step:

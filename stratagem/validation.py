@@ -20,10 +20,16 @@ from .tools.spec import ToolCatalog
 
 
 def plan_problems(
-    plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool = True, tiers: Collection[str] = ()
+    plan: PlanDraft,
+    catalog: ToolCatalog,
+    *,
+    has_executor: bool = True,
+    tiers: Collection[str] = (),
+    credentials: bool = True,
 ) -> list[str]:
     """Every broken rule, as a message. `has_executor=False` refuses llm steps (no model to run
-    them); `tiers` are the model tiers the run routes, which llm steps may name."""
+    them); `tiers` are the model tiers the run routes, which llm steps may name. `credentials`
+    refuses literal credentials in HTTP headers (off only to replay runs from before the rule)."""
     problems: list[str] = []
     counts = Counter(step.id for step in plan.steps)
     for step_id, count in counts.items():
@@ -34,6 +40,8 @@ def plan_problems(
     for step in plan.steps:
         problems.extend(_kind_problems(step, catalog))
         problems.extend(_executor_problems(step, catalog, tiers))
+        if credentials:
+            problems.extend(_credential_problems(step))
         if step.kind is StepKind.llm and not has_executor and step.tier is None:
             problems.append(f"step '{step.id}' is an llm step, but the run has no executor model; set one or use a tool step")
         for dep in step.depends_on:
@@ -73,6 +81,23 @@ def validate_plan(
     problems = plan_problems(plan, catalog, has_executor=has_executor, tiers=tiers)
     if problems:
         raise PlanValidationError(problems)
+
+
+# Headers that carry credentials. A literal value would be stored in the plan, the history and
+# every audit export; `${secret:NAME}` is resolved by the worker when the request is sent.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key", "x-auth-token"})
+
+
+def _credential_problems(step: Step) -> list[str]:
+    headers = step.args.get("headers") if step.kind is StepKind.tool else None
+    if not isinstance(headers, dict):
+        return []
+    return [
+        f"step '{step.id}': header '{name}' holds a literal credential, which would be stored with the plan; "
+        f"write ${{secret:NAME}} and set STRATAGEM_SECRET_NAME on the workers"
+        for name, value in headers.items()
+        if str(name).lower() in CREDENTIAL_HEADERS and isinstance(value, str) and "${" not in value
+    ]
 
 
 def _kind_problems(step: Step, catalog: ToolCatalog) -> list[str]:

@@ -53,6 +53,7 @@ async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(u
     env, ui_port = ui_env
     # The operator listed the UI's address explicitly (the worst case), and the README's bare form too.
     monkeypatch.setenv("STRATAGEM_HTTP_ALLOWLIST", f"127.0.0.1,127.0.0.1:{ui_port},localhost:{ui_port}")
+    monkeypatch.setenv("STRATAGEM_SECRET_CSRF", "_csrf=forged")  # the double-submit cookie, forged
     async with harness_for(env, tmp_path) as harness:
         victim = await harness.start(
             {
@@ -81,7 +82,7 @@ async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(u
                         "args": {
                             "method": "POST",
                             "url": url,
-                            "headers": {"Cookie": "_csrf=forged", "X-CSRF-Token": "forged"},
+                            "headers": {"Cookie": "${secret:csrf}", "X-CSRF-Token": "forged"},
                             "json_body": body,
                         },
                     }
@@ -220,3 +221,50 @@ async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
         await handle.result()
     assert "only a continue-as-new of the same run may pass on" in str(caught.value.cause)
     assert harness.calls() == []  # the payment never ran
+
+
+def test_a_plan_too_large_for_a_workflow_task_is_refused_before_it_starts():
+    from pydantic import ValidationError
+
+    from stratagem.plan import MAX_PLAN_STEPS, PlanDraft
+
+    steps = [{"id": f"s{i}", "title": "t", "tool": "add", "args": {"a": 1, "b": 1}} for i in range(MAX_PLAN_STEPS + 1)]
+    with pytest.raises(ValidationError, match="at most 10000 items"):
+        PlanDraft.model_validate({"goal": "g", "steps": steps})
+    assert len(PlanDraft.model_validate({"goal": "g", "steps": steps[:-1]}).steps) == MAX_PLAN_STEPS
+
+
+# --- secrets in errors (item 9) ---------------------------------------------------------------------
+
+LEAKS = ("sk-live-0123456789abcdef", "ghp_0123456789abcdefghijABCDEFGHIJ", "s3cr3t-bearer-value")
+
+
+async def test_a_tools_error_leaves_no_credential_in_history_ledger_or_log(harness, caplog):
+    reason = f"upstream said: key {LEAKS[0]} token {LEAKS[1]} Authorization: Bearer {LEAKS[2]}"
+    plan = {"goal": "g", "steps": [{"id": "charge", "title": "Charge", "tool": "broken", "args": {"reason": reason}}]}
+    run = await harness.start(plan, auto_approve=True, max_replans=0)
+    with pytest.raises(Exception):
+        await run.result()
+    history = json.dumps((await run.handle.fetch_history()).to_json_dict())
+    ledger = (await run.ledger()).model_dump_json()
+    # The plan's own arguments hold the text (a person wrote it into the plan); the failures must not.
+    failures = json.dumps([e for e in json.loads(history)["events"] if "Failed" in e.get("eventType", "") or "FAILED" in e.get("eventType", "")])
+    for leak in LEAKS:
+        assert leak not in failures, leak
+        assert leak not in (await run.ledger()).steps["charge"].error
+        assert leak not in caplog.text, leak
+    assert "[redacted]" in (await run.ledger()).steps["charge"].error
+
+
+async def test_an_executors_failed_tool_call_is_stored_and_shown_to_the_model_redacted(harness):
+    reason = f"vault answered with {LEAKS[0]}"
+    executor = harness.script(
+        "exec.yaml",
+        {"executor": {"s": [{"call": {"tool": "broken", "args": {"reason": reason}}}, {"text": "gave up"}]}},
+    )
+    plan = {"goal": "g", "steps": [{"id": "s", "title": "s", "kind": "llm", "instructions": "try", "tools": ["broken"]}]}
+    run = await harness.start(plan, auto_approve=True, executor=executor)
+    await run.result()
+    [call] = (await run.ledger()).steps["s"].tool_calls
+    assert LEAKS[0] not in call.message and "[redacted]" in call.message
+    assert LEAKS[0] not in call.arguments

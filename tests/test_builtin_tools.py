@@ -1,6 +1,9 @@
 """The built-in tools, called the way the worker calls them: through `ToolRegistry.invoke`."""
 
 import asyncio
+import csv
+import io
+import os
 import json
 import socket
 import threading
@@ -85,6 +88,8 @@ def server() -> Iterator[LocalServer]:
             elif self.path == "/slow":
                 time.sleep(1.0)
                 self._reply(200, "text/plain", "late")
+            elif self.path == "/echo-headers":
+                self._reply(200, "application/json", json.dumps({"authorization": self.headers.get("Authorization")}))
             elif self.path == "/drip":  # headers at once, then a byte a second for 30 s
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
@@ -537,3 +542,43 @@ def test_catalog_describes_the_builtin_tools(registry):
 
     read_only = {name for name in expected if not catalog.get(name).side_effects}
     assert read_only == {"read_file", "list_files", "render_template"}
+
+
+# --- attacks through files -------------------------------------------------------------------------
+
+
+async def test_csv_cells_that_a_spreadsheet_would_run_are_made_inert(registry, ctx):
+    row = {"=name": "=HYPERLINK(\"http://evil.example\",\"click\")", "amount": -5, "note": "+1+1", "who": "@SUM(A1)", "tab": "\tx"}
+    await registry.invoke("append_csv_row", {"path": "out.csv", "row": row}, ctx)
+    rows = list(csv.reader(io.StringIO((ctx.workspace / "out.csv").read_text())))
+    assert rows[0][0] == "'=name"
+    assert rows[1] == ["'=HYPERLINK(\"http://evil.example\",\"click\")", "-5", "'+1+1", "'@SUM(A1)", "'\tx"]
+
+
+async def test_a_planted_hard_link_does_not_lead_out_of_the_workspace(registry, ctx, tmp_path):
+    secret = tmp_path / "outside.txt"
+    secret.write_text("the worker's secret")
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    os.link(secret, ctx.workspace / "innocent.txt")
+    error = await _refused(registry, "read_file", {"path": "innocent.txt"}, ctx)
+    assert "hard links" in str(error) and "secret" not in str(error)
+    error = await _refused(registry, "write_file", {"path": "innocent.txt", "content": "overwritten"}, ctx)
+    assert secret.read_text() == "the worker's secret"
+
+
+async def test_an_overlong_file_name_is_one_clear_refusal_without_the_workers_paths(registry, ctx):
+    error = await _refused(registry, "write_file", {"path": "a" * 300 + ".txt", "content": "x"}, ctx)
+    assert error.retryable is False and "longer than 255 bytes" in str(error)
+    assert str(ctx.workspace) not in str(error)
+
+
+async def test_a_plan_names_a_secret_and_the_worker_fills_it_in(registry, ctx, server, monkeypatch):
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM_TOKEN", "tok-0123456789")
+    args = {"method": "GET", "url": server.url("/echo-headers"), "headers": {"Authorization": "Bearer ${secret:crm_token}"}}
+    result = await registry.invoke("http_request", args, ctx)
+    assert server.received[0].headers["authorization"] == ["Bearer tok-0123456789"]  # sent
+    assert "tok-0123456789" not in json.dumps(result) and result["json"] == {"authorization": "Bearer [redacted]"}
+    monkeypatch.delenv("STRATAGEM_SECRET_CRM_TOKEN")
+    error = await _refused(registry, "http_request", args, ctx)
+    assert "STRATAGEM_SECRET_CRM_TOKEN" in str(error) and len(server.received) == 1

@@ -437,3 +437,13 @@ def test_a_step_with_a_tier_needs_no_default_executor(catalog):
     assert plan_problems(draft, catalog, has_executor=False, tiers=["fast"]) == [
         "step 'y' is an llm step, but the run has no executor model; set one or use a tool step"
     ]
+
+
+def test_a_literal_credential_in_headers_is_refused_and_a_secret_reference_is_not():
+    catalog = ToolRegistry.from_modules([]).catalog()
+    def plan(value):
+        return PlanDraft.model_validate({"goal": "g", "steps": [{"id": "call", "title": "t", "tool": "http_request",
+            "args": {"method": "GET", "url": "https://api.example.com", "headers": {"Authorization": value}}}]})
+    [problem] = plan_problems(plan("Bearer sk-live-0123456789"), catalog)
+    assert "header 'Authorization' holds a literal credential" in problem and "${secret:NAME}" in problem
+    assert plan_problems(plan("Bearer ${secret:CRM_TOKEN}"), catalog) == []

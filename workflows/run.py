@@ -85,6 +85,8 @@ PHASE_MEMO_PATCH = "phase-in-memo"
 # A replan that loosens what was approved (lower risk, more tools, a gated step's new arguments)
 # waits for a person even when replan_requires_approval is off; older runs were approved by policy.
 LOOSENED_PATCH = "replan-loosened-needs-a-person"
+# Plans may not carry literal credentials in HTTP headers (stratagem.validation).
+CREDENTIALS_PATCH = "no-literal-credentials"
 
 
 class DecisionRefused(ApplicationError):
@@ -314,7 +316,9 @@ class StratagemRun:
         return lines
 
     def _problems(self, draft: PlanDraft) -> list[str]:
-        return plan_problems(draft, self.state.catalog, **self.state.options.plan_rules())
+        # Runs from before the credential rule replay as they were decided.
+        credentials = workflow.patched(CREDENTIALS_PATCH)
+        return plan_problems(draft, self.state.catalog, **self.state.options.plan_rules(), credentials=credentials)
 
     def _adopt(self, merged: Reconciliation, author: Author, reason: str) -> Plan:
         """Make a reconciled draft the next revision and bring the ledger in line with it."""
@@ -1036,7 +1040,13 @@ class StratagemRun:
             raise refused
 
     def _signal(self, check: Callable[[RunState, Any], None], decision: Any, apply: Callable[[], Any]) -> None:
-        """Signals cannot be refused, so a refused one is recorded instead of applied."""
+        """Signals cannot be refused, so a refused one is recorded instead of applied. One the
+        worker could not verify (stratagem.signing) is refused before its content is looked at."""
+        verdict = decision.verdict
+        if verdict is not None and verdict.refused:
+            message = f"not verified: {verdict.refused}"
+            self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=decision.by, message=message)
+            return
         refused = self._refusal(check, decision)
         if refused is not None:
             self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=decision.by, message=refused.message)

@@ -176,7 +176,20 @@ def known_providers() -> list[str]:
 
 
 # Shapes of provider API keys, so a key echoed back by a server never reaches a message.
-_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{6,}|sk-ant-[A-Za-z0-9_\-*]{6,}|key-[A-Za-z0-9]{16,})")
+# What credentials look like: provider keys (OpenAI, Anthropic, Mailgun-style), GitHub, Slack,
+# AWS access key ids, JWTs, PEM private keys, and the value after "Bearer"/"Basic" or after a
+# credential-like name ("api_key=...", "password: ..."). Matched text becomes "[redacted]".
+_KEY_SHAPES = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_\-*]{6,}|sk-ant-[A-Za-z0-9_\-*]{6,}|key-[A-Za-z0-9]{16,}"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
+    re.DOTALL,
+)
+_KEY_AFTER = re.compile(
+    r"(?i)(\b(?:bearer|basic)\s+|\b(?:api[_-]?key|apikey|access[_-]?token|secret|password|passwd|auth)"
+    r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;&]{6,})"
+)
 
 
 def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
@@ -184,7 +197,8 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "[redacted]")
-    return _KEY_SHAPES.sub("[redacted]", text)
+    text = _KEY_SHAPES.sub("[redacted]", text)
+    return _KEY_AFTER.sub(lambda m: m.group(1) + "[redacted]", text)
 
 
 DEFAULT_REQUEST_TIMEOUT = 120.0

@@ -12,6 +12,7 @@ import io
 import ipaddress
 import json
 import os
+import re
 import socket
 import tempfile
 import threading
@@ -40,6 +41,7 @@ MAX_RESPONSE_TEXT_CHARS = 100_000
 # Reading stops here so a huge response cannot exhaust the worker's memory.
 MAX_RESPONSE_BYTES = 10 * 1024 * 1024
 MAX_READ_FILE_BYTES = 1024 * 1024
+MAX_NAME_BYTES = 255  # what Linux and macOS file systems allow in one name
 RESERVED_DIR = ".stratagem"
 
 _ERROR_EXCERPT_CHARS = 300
@@ -65,7 +67,9 @@ def http_request(
     Only http and https URLs on hosts the operator allowed may be called. Pass `json_body` to send
     JSON, or `body` to send raw text (not both). Requests other than GET carry an
     `Idempotency-Key` header unique to this step, so a retried request can be recognised by the
-    server. Redirects are followed only to allowed hosts.
+    server. Redirects are followed only to allowed hosts. A header value may name a credential the
+    worker holds as `${secret:NAME}` (for example "Authorization": "Bearer ${secret:CRM_TOKEN}");
+    plans never contain the credential itself.
 
     Returns {"status": HTTP status code, "headers": {"content-type": ...}, "json": the parsed body
     when the response is JSON (else null), "text": the body as text (at most 100000 characters)}.
@@ -82,7 +86,7 @@ def http_request(
     allowlist = _http_allowlist()
     _check_allowed(target, allowlist)
 
-    request_headers = dict(headers)
+    request_headers, secrets = _with_secrets(headers)
     if method != "GET" and not any(name.lower() == "idempotency-key" for name in request_headers):
         request_headers["Idempotency-Key"] = ctx.idempotency_key
 
@@ -123,6 +127,9 @@ def http_request(
         raise ToolError(f"http_request: {method} {url}: cannot decode the response: {exc}", retryable=False) from None
 
     text = raw.decode(response.encoding or "utf-8", errors="replace")
+    if secrets:  # a server that echoes the request must not put a secret into the step's output
+        text = _without(text, secrets)
+        raw = text.encode()
     status = response.status_code
     if status == 429 or status >= 500:
         raise ToolError(f"http_request: {method} {url} returned {status}: {_excerpt(text)}", retryable=True)
@@ -136,6 +143,39 @@ def http_request(
         "json": _parse_json(raw) if _is_json(content_type) else None,
         "text": text[:MAX_RESPONSE_TEXT_CHARS],
     }
+
+
+_SECRET_REFERENCE = re.compile(r"\$\{secret:([A-Za-z_][A-Za-z0-9_]*)\}")
+SECRET_ENV_PREFIX = "STRATAGEM_SECRET_"
+
+
+def _with_secrets(headers: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Headers with `${secret:NAME}` replaced by the worker's STRATAGEM_SECRET_NAME, and the values used.
+
+    A plan names a credential; the worker supplies it when the request is sent. The value never
+    enters the plan, the history or the step's output.
+    """
+    used: list[str] = []
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1).upper()
+        secret = os.environ.get(SECRET_ENV_PREFIX + name)
+        if not secret:
+            raise ToolError(
+                f"http_request: secret '{match.group(1)}' is not set on the worker ({SECRET_ENV_PREFIX}{name})",
+                retryable=False,
+            )
+        used.append(secret)
+        return secret
+
+    return {name: _SECRET_REFERENCE.sub(value, str(text)) for name, text in headers.items()}, used
+
+
+def _without(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    return text
 
 
 def _http_allowlist() -> list[tuple[str, int | None]]:
@@ -394,6 +434,8 @@ def read_file(path: str, *, ctx: ToolContext) -> str:
         return target.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
         raise ToolError(f"read_file: '{path}' is not UTF-8 text", retryable=False) from None
+    except OSError as exc:  # said with the relative path: the worker's own folders are not the run's business
+        raise ToolError(f"read_file: cannot read '{path}': {exc.strerror}", retryable=False) from None
 
 
 @tool
@@ -408,8 +450,11 @@ def write_file(path: str, content: str, *, ctx: ToolContext) -> dict[str, Any]:
     if target.is_dir():
         raise ToolError(f"write_file: '{path}' is a folder, not a file", retryable=False)
     data = content.encode("utf-8")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(target, data)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(target, data)
+    except OSError as exc:
+        raise ToolError(f"write_file: cannot write '{path}': {exc.strerror}", retryable=False) from None
     return {"path": _relative(ctx, target), "bytes": len(data)}
 
 
@@ -470,7 +515,8 @@ def append_csv_row(path: str, row: dict[str, str | int | float | bool | None], *
         text = existing.decode("utf-8-sig")
         header = next(csv.reader(io.StringIO(text)), None)
         if header is None:
-            header = list(row)
+            header = [_inert(name) for name in row]
+            row = dict(zip(header, row.values()))
             addition = _csv_line(header) + _csv_line([_csv_cell(row[name]) for name in header])
         else:
             unknown = [name for name in row if name not in header]
@@ -512,11 +558,18 @@ def _workspace_path(ctx: ToolContext, path: str, *, writing: bool = False) -> Pa
         raise ToolError("file path must be a non-empty path relative to the workspace", retryable=False)
     if _is_absolute(path):
         raise ToolError(f"path '{path}' is absolute; give a path relative to the workspace", retryable=False)
+    if any(len(part.encode("utf-8")) > MAX_NAME_BYTES for part in PurePosixPath(path.replace("\\", "/")).parts):
+        raise ToolError(f"path '{path[:80]}...' has a name longer than {MAX_NAME_BYTES} bytes", retryable=False)
     root = _workspace(ctx)
     # resolve() follows symlinks, so a link that points outside is caught as well as '..'.
     target = (root / path).resolve()
     if not target.is_relative_to(root):
         raise ToolError(f"path '{path}' is outside the workspace", retryable=False)
+    # A hard link cannot be told from the file it shares: if one was planted here, reading or
+    # writing through it would reach a file outside the workspace.
+    with contextlib.suppress(OSError):
+        if target.is_file() and target.stat().st_nlink > 1:
+            raise ToolError(f"path '{path}' is a file with other hard links, which may lead outside the workspace", retryable=False)
     if target == root:
         raise ToolError(f"path '{path}' is the workspace folder itself; name a file in it", retryable=False)
     if writing and target.relative_to(root).parts[0] == RESERVED_DIR:
@@ -582,12 +635,24 @@ def _pending_append_landed(record: dict[str, Any], existing: bytes) -> bool:
     return existing[offset : offset + len(appended)] == appended
 
 
+# A cell starting with one of these is a formula to Excel, LibreOffice and Sheets, which would
+# run "=HYPERLINK(...)" or "=cmd|..." written by a model or taken from a web page.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _csv_cell(value: str | int | float | bool | None) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    if isinstance(value, (int, float)):
+        return str(value)  # a negative number is a number, not a formula
+    return _inert(str(value))
+
+
+def _inert(text: str) -> str:
+    """Text a spreadsheet shows instead of evaluating: a leading quote, as OWASP advises."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 def _csv_line(cells: list[str]) -> str:
