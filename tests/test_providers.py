@@ -621,3 +621,68 @@ async def test_parallel_requests_answered_by_a_responder(wire: Wire) -> None:
     assert [r.text for r in responses] == [f"echo {p}" for p in prompts]
     arrivals = [r.at for r in wire.fake.requests]
     assert len(arrivals) == 4 and max(arrivals) - min(arrivals) < 0.5  # all in flight at once
+
+
+# --- a server that never stops sending (issue #14, item 7) ----------------------------------------
+
+
+class Firehose:
+    """Answers 200 with a JSON content type and then sends `chunk` bytes every `every` seconds."""
+
+    def __init__(self, chunk: int, every: float) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import threading
+
+        firehose = self
+        self.sent = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(10**9))
+                self.end_headers()
+                try:
+                    self.wfile.write(b'{"id": "x", "padding": "')
+                    for _ in range(int(30 / every)):
+                        self.wfile.write(b"x" * chunk)
+                        firehose.sent += chunk
+                        time.sleep(every)
+                except OSError:
+                    pass
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_slow_endless_answer_stops_at_the_requests_total_time(provider: str) -> None:
+    hose = Firehose(chunk=1024, every=0.2)  # a trickle: every read arrives well within the timeout
+    try:
+        started = time.monotonic()
+        with pytest.raises(ModelCallError, match="did not finish answering .* within 2 s"):
+            await load_model(f"{provider}:m@{hose.base_url}").complete(ask(timeout_seconds=2))
+        assert time.monotonic() - started < 4
+    finally:
+        hose.close()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_endless_fast_answer_stops_at_the_size_cap(provider: str) -> None:
+    hose = Firehose(chunk=256 * 1024, every=0.005)  # about 50 MB/s
+    try:
+        with pytest.raises(ModelCallError, match="larger than 8 MB"):
+            await load_model(f"{provider}:m@{hose.base_url}").complete(ask(timeout_seconds=25))
+        assert hose.sent < 64 * 1024 * 1024  # the worker stopped reading long before the server stopped
+    finally:
+        hose.close()

@@ -19,6 +19,7 @@ which never call a model.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import math
@@ -156,6 +157,51 @@ def _check_base_url(url: str, source: str, provider: Provider) -> None:
 
 # --- clients ------------------------------------------------------------------------------------
 
+# A model's answer is a few kilobytes; a body past this is a broken or hostile server.
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+
+
+def http_client(provider: Provider) -> Any:
+    """The HTTP client the provider's SDK uses, reading at most MAX_RESPONSE_BYTES of a body.
+
+    The SDKs ship their own copy of httpx under another name in some versions (anthropic's
+    `httpx2`), so the client is built from whichever module the SDK uses.
+    """
+    return _capped_client_class(_sdk_httpx(provider))()
+
+
+def _sdk_httpx(provider: Provider) -> ModuleType:
+    base = importlib.import_module(f"{provider.sdk_name}._base_client")
+    return getattr(base, "httpx2", None) or getattr(base, "httpx")
+
+
+@functools.cache
+def _capped_client_class(module: ModuleType) -> Callable[[], Any]:
+    class CappedStream(module.AsyncByteStream):  # type: ignore[name-defined]
+        def __init__(self, stream: Any, limit: int) -> None:
+            self.stream = stream
+            self.limit = limit
+
+        async def __aiter__(self) -> Any:
+            size = 0
+            async for chunk in self.stream:
+                size += len(chunk)
+                if size > self.limit:
+                    raise module.ReadError(f"the response is larger than {self.limit // (1024 * 1024)} MB; reading stopped")
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.stream.aclose()
+
+    class CappedTransport(module.AsyncHTTPTransport):  # type: ignore[name-defined]
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await super().handle_async_request(request)
+            response.stream = CappedStream(response.stream, MAX_RESPONSE_BYTES)
+            return response
+
+    return lambda: module.AsyncClient(transport=CappedTransport(), follow_redirects=False)
+
+
 Client = TypeVar("Client")
 # Per event loop: an SDK client's connections belong to the loop that opened them.
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str, str], Any]] = (
@@ -181,7 +227,14 @@ async def send(
     """`create(**arguments)` within the request's timeout; its failures raised as our error types."""
     timeout = endpoint.timeout(request)
     with _translated_errors(endpoint, timeout):
-        result = await create(**arguments, timeout=timeout)
+        # The SDKs' timeout bounds each read; a server that keeps sending would hold the call
+        # (and grow the worker's memory) for as long as it likes. This bounds the whole call.
+        try:
+            # A little later than the SDK's own timeout, which names a silent server better.
+            result = await asyncio.wait_for(create(**arguments, timeout=timeout), timeout + min(1.0, timeout / 10))
+        except TimeoutError:
+            text = f"{endpoint.provider.name} did not finish answering for model {endpoint.model} within {timeout:g} s"
+            raise _error(ModelCallError, endpoint, text) from None
     if isinstance(result, str):  # how the SDKs hand back a body that is not JSON
         raise _unreadable(endpoint, f"the body is not JSON: {_clip(endpoint, result, 200)}")
     return result

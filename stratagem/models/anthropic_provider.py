@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._http import ANTHROPIC, Endpoint, client_for, reading, resolve_endpoint, send
+from ._http import http_client, ANTHROPIC, Endpoint, client_for, reading, resolve_endpoint, send
 from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
 DEFAULT_MAX_TOKENS = 4096
@@ -38,7 +38,7 @@ def _make_client(endpoint: Endpoint) -> Any:
     from anthropic import AsyncAnthropic
 
     # Temporal retries the activity, with backoff and Retry-After; the SDK must not retry too.
-    return AsyncAnthropic(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0)
+    return AsyncAnthropic(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, http_client=http_client(ANTHROPIC))
 
 
 def _arguments(model: str, request: ModelRequest) -> dict[str, Any]:

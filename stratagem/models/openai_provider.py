@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._http import OPENAI, Endpoint, client_for, reading, resolve_endpoint, send
+from ._http import http_client, OPENAI, Endpoint, client_for, reading, resolve_endpoint, send
 from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
 
@@ -32,7 +32,7 @@ def _make_client(endpoint: Endpoint) -> Any:
     from openai import AsyncOpenAI
 
     # Temporal retries the activity, with backoff and Retry-After; the SDK must not retry too.
-    return AsyncOpenAI(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0)
+    return AsyncOpenAI(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, http_client=http_client(OPENAI))
 
 
 def _arguments(model: str, request: ModelRequest) -> dict[str, Any]:
