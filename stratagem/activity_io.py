@@ -15,7 +15,7 @@ from .ledger import LedgerEvent, StepRecord, ToolCallRecord
 from .models.base import Usage
 from .plan import PlanDraft, Step
 from .tools.spec import ToolCatalog
-from .usage import CallUsage, Price
+from .usage import Allowance, CallUsage, Price
 
 DESCRIBE_TOOLS = "stratagem.describe_tools"
 PLAN = "stratagem.plan"
@@ -88,6 +88,9 @@ class LlmStepInput(CompactModel):
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
     references: dict[str, Any] | None = Field(
         default=None, description="Set when `instructions` still hold references into stored outputs (see ToolStepInput)."
+    )
+    allowance: Allowance | None = Field(
+        default=None, description="What is left of the run's model budgets; checked before every model call."
     )
 
 

@@ -71,3 +71,8 @@ class RunUnresponsiveError(StratagemError):
 
 class ConfigError(StratagemError):
     """Configuration from the environment is invalid."""
+
+
+class BudgetReachedError(StratagemError):
+    """An llm step stopped before a model call: the run's budget left for it is used. The run
+    pauses for a person to raise the budget, then the step runs again."""

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from . import activity_io as io
-from .errors import ModelOutputError, StratagemError, ToolError
+from .errors import BudgetReachedError, ModelOutputError, StratagemError, ToolError
 from .ledger import ToolCallRecord, ToolCallStatus
 from .models.base import Message, Model, ModelRequest, Purpose, ToolCall, redact
 from .plan import OutputFormat
@@ -113,6 +113,7 @@ class Executor:
                     f"the executor of step '{step.id}' made {self.progress.rounds} model calls without finishing "
                     f"(the limit is {self.request.max_rounds}); simplify the step or raise max_tool_rounds"
                 )
+            self._check_allowance()
             response = await self.model.complete(
                 ModelRequest(
                     purpose=Purpose.execute,
@@ -172,6 +173,34 @@ class Executor:
                 Message(role="user", content=f"That answer is not valid JSON ({exc}). Reply with one JSON value only.")
             )
             return _REPAIR
+
+    def _check_allowance(self) -> None:
+        """Before a model call: stop if this step has used what the run's budget had left for it."""
+        left = self.request.allowance
+        if left is None:
+            return
+        calls = self.progress.calls
+        tokens = sum(c.input_tokens + c.output_tokens for c in calls)
+        price = self.request.price
+        used = {"model_calls": len(calls), "tokens": tokens}
+        if price is not None:
+            used["cost_usd"] = sum(price.cost(c.input_tokens, c.output_tokens) for c in calls)
+        # The next call is at least as large as the last (the conversation only grows), and
+        # so is it as large as the largest call the run has seen (the first one of the step, too).
+        last = calls[-1] if calls else None
+        last_tokens = last.input_tokens + last.output_tokens if last else 0
+        upcoming: dict[str, float] = {"model_calls": 1, "tokens": max(last_tokens, left.call_tokens)}
+        if price is not None:
+            last_cost = price.cost(last.input_tokens, last.output_tokens) if last else 0.0
+            upcoming["cost_usd"] = max(last_cost, left.call_cost_usd)
+        for name, value in used.items():
+            limit = getattr(left, name)
+            if limit is not None and value + upcoming.get(name, 0) > limit:
+                shown = f"${value:,.4f} of ${limit:,.4f}" if name == "cost_usd" else f"{value:,} of {limit:,}"
+                raise BudgetReachedError(
+                    f"step '{self.request.step.id}' stopped before model call {len(calls) + 1}: it used {shown} "
+                    f"{name.replace('_usd', '').replace('_', ' ')} the run's budget had left"
+                )
 
     async def _call_tool(self, call: ToolCall) -> Message:
         """Run one tool call if the step allows it; the answer to the model either way."""

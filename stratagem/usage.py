@@ -11,6 +11,8 @@ whether a dispatch may go ahead are plain functions here; the workflow applies t
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Mapping
 
@@ -146,6 +148,44 @@ class Budget(BaseModel):
     @property
     def is_set(self) -> bool:
         return self.limits_models or self.wall_clock_seconds is not None
+
+
+class Allowance(BaseModel):
+    """What of the run's model budgets one llm step may use (None: that budget is not set)."""
+
+    tokens: int | None = Field(default=None, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    model_calls: int | None = Field(default=None, ge=0)
+    call_tokens: int = Field(default=0, ge=0, description="The most tokens one call of the run took: the next may take as many.")
+    call_cost_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+
+
+def allowance(budget: Budget, used: UsageTotals) -> Allowance | None:
+    """What is left of the model budgets (tokens, cost, calls): the most one step may use.
+
+    None when no model budget is set. A step is given it when it starts and checks it before
+    every model call, so a step that loops cannot run far past the run's budget.
+    """
+    if not budget.limits_models:
+        return None
+    left = {name: getattr(budget, name) - value for name, value in _dimensions(used).items() if getattr(budget, name) is not None}
+    return Allowance(**{name: max(value, 0) for name, value in left.items()})
+
+
+def share_of(left: Allowance, reserved: Iterable[Allowance], fraction: float) -> Allowance:
+    """`fraction` of what is `left` once `reserved` is set aside, per budget (whole tokens and calls)."""
+    reserved = list(reserved)
+    share: dict[str, float] = {}
+    for name in ("tokens", "cost_usd", "model_calls"):
+        limit = getattr(left, name)
+        if limit is None:
+            continue
+        free = max(limit - sum(getattr(r, name) or 0 for r in reserved), 0)
+        part = free * fraction if name == "cost_usd" else math.ceil(free * fraction)
+        # Never less than one call of the size seen so far, where that much is free.
+        estimate = {"tokens": left.call_tokens, "cost_usd": left.call_cost_usd, "model_calls": 1}[name]
+        share[name] = max(part, min(free, estimate))
+    return Allowance(**share, call_tokens=left.call_tokens, call_cost_usd=left.call_cost_usd)
 
 
 def _dimensions(usage: UsageTotals) -> dict[str, float]:

@@ -6,6 +6,7 @@ the tool itself (the fixture tools' calls.jsonl) or the run's own state, read ba
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -18,8 +19,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from conftest import STATUS_KEY, harness_for
 from stratagem.binaries import temporal_cli
-from stratagem.ledger import StepStatus
-from stratagem.run import ApproveInput, RejectInput
+from stratagem.ledger import EventKind, StepStatus
+from stratagem.run import ApproveInput, BudgetInput, DecisionKind, Phase, RejectInput
 
 
 def b64(data: bytes) -> str:
@@ -268,3 +269,66 @@ async def test_an_executors_failed_tool_call_is_stored_and_shown_to_the_model_re
     [call] = (await run.ledger()).steps["s"].tool_calls
     assert LEAKS[0] not in call.message and "[redacted]" in call.message
     assert LEAKS[0] not in call.arguments
+
+
+# --- budgets are not overshot by steps in flight (item 6) ---------------------------------------------
+
+
+def looping_executor(harness, name: str, steps: str, calls: int = 12, tokens: int = 100) -> str:
+    """Executors that keep calling a tool, each call reporting `tokens` tokens."""
+    loop = [{"call": {"tool": "add", "args": {"a": 1, "b": 1}}, "usage": {"input_tokens": tokens - 10, "output_tokens": 10}}]
+    script = {s: loop * calls + [{"text": "done", "usage": {"input_tokens": 5, "output_tokens": 5}}] for s in steps}
+    return harness.script(name, {"executor": script})
+
+
+async def test_steps_started_together_cannot_spend_past_the_token_budget(harness):
+    executor = looping_executor(harness, "greedy.yaml", "bcd", calls=8)
+    cheap = harness.script("cheap.yaml", {"executor": {"a": {"text": "ok", "usage": {"input_tokens": 10, "output_tokens": 10}}}})
+    plan = {
+        "goal": "g",
+        "steps": [
+            {"id": "a", "title": "a", "kind": "llm", "instructions": "warm up", "tier": "cheap"},
+            *[{"id": s, "title": s, "kind": "llm", "instructions": "loop", "tools": ["add"], "depends_on": ["a"]} for s in "bcd"],
+        ],
+    }
+    run = await harness.start(
+        plan, auto_approve=True, executor=executor, tiers={"cheap": cheap}, budget={"tokens": 1000}, max_parallel=4,
+    )
+    status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.budget for p in s.pending), timeout=60)
+    ledger = await run.ledger()
+    assert ledger.usage.tokens <= 1000, ledger.usage.tokens  # was 30,020 with a 1,000 budget
+    assert status.phase is Phase.running and not any(r.status is StepStatus.failed for r in ledger.steps.values())
+    # Raised, the run finishes: the steps that stopped at their share ran again.
+    await run.budget(BudgetInput(by="bob", tokens=100_000))
+    result = await run.result()
+    assert result.status is Phase.succeeded and set(result.outputs) == {"b", "c", "d"}
+
+
+async def test_one_step_cannot_make_more_model_calls_than_the_budget(harness):
+    executor = looping_executor(harness, "chatty.yaml", "s")
+    plan = {"goal": "g", "steps": [{"id": "s", "title": "s", "kind": "llm", "instructions": "loop", "tools": ["add"]}]}
+    run = await harness.start(plan, auto_approve=True, executor=executor, budget={"model_calls": 3})
+    status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.budget for p in s.pending), timeout=60)
+    ledger = await run.ledger()
+    assert ledger.usage.calls == 3  # was 12, and the run succeeded
+    assert ledger.steps["s"].status is StepStatus.pending and status.phase is Phase.running
+    assert any(e.kind is EventKind.budget_exhausted and e.step_id == "s" for e in ledger.events)
+
+
+async def test_oversized_refused_signals_do_not_grow_the_ledger(harness):
+    run = await harness.start(PAY_PLAN)
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    before = len((await run.ledger()).model_dump_json())
+    for _ in range(6):  # each 1 MB: once stored in full, they grew the ledger to 12.6 MB
+        await run.handle.signal("approve_signal", {"by": "x" * 1_000_000, "revision": 9})
+    await run.handle.signal("approve_signal", {"by": "mallory", "revision": 9})  # an ordinary refused one
+    for _ in range(100):
+        ledger = await run.ledger()
+        if any(e.kind is EventKind.signal_ignored for e in ledger.events):
+            break
+        await asyncio.sleep(0.05)
+    assert len(ledger.model_dump_json()) - before < 10_000
+    assert [e.actor for e in ledger.events if e.kind is EventKind.signal_ignored] == ["mallory"]
+
+
+PAY_PLAN = {"goal": "pay", "steps": [{"id": "pay", "title": "Pay", "tool": "record", "args": {"label": "paid"}}]}

@@ -243,20 +243,21 @@ def four_steps(harness, name: str, delay: float = 0.0) -> tuple[str, dict]:
     return model, {"goal": "g", "steps": [llm(s) for s in "abcd"]}
 
 
-async def test_the_budget_pauses_the_run_with_at_most_one_step_across_the_line(harness):
+async def test_the_budget_pauses_the_run_before_a_step_would_cross_the_line(harness):
     model, plan = four_steps(harness, "budget.yaml")
     run = await harness.start(plan, auto_approve=True, executor=model, budget={"tokens": 250})
     status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.budget for p in s.pending))
     assert status.phase is Phase.running
-    assert "the token budget is used up (300 of 250)" in status.pending[0].prompt
+    assert "the token budget has 50 left, less than one model call takes (100)" in status.pending[0].prompt
     ledger = await run.ledger()
-    # Three steps ran, one at a time; only the third crossed the line, and the fourth waits.
-    assert [ledger.steps[s].status for s in "abcd"] == [StepStatus.succeeded] * 3 + [StepStatus.pending]
-    spans = sorted((ledger.steps[s].started_at, ledger.steps[s].ended_at) for s in "abc")
+    # Two steps ran, one at a time; the third would cross the line, so it waits with the fourth.
+    assert [ledger.steps[s].status for s in "abcd"] == [StepStatus.succeeded] * 2 + [StepStatus.pending] * 2
+    assert ledger.usage.tokens == 200
+    spans = sorted((ledger.steps[s].started_at, ledger.steps[s].ended_at) for s in "ab")
     assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:]))
 
-    with pytest.raises(DecisionRefusedError, match="a tokens limit of 300 leaves no room: the run has used 300 already"):
-        await run.budget(BudgetInput(by="bob", tokens=300))
+    with pytest.raises(DecisionRefusedError, match="a tokens limit of 200 leaves no room: the run has used 200 already"):
+        await run.budget(BudgetInput(by="bob", tokens=200))
     outcome = await run.budget(BudgetInput(by="bob", tokens=1000, reason="worth it"))
     assert outcome.accepted
     result = await run.result()

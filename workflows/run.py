@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from stratagem.scheduling import Frontier, Reconciliation, all_succeeded, reconcile, sink_steps
     from stratagem.tools.spec import ToolCatalog
-    from stratagem.usage import CallUsage, UsageTotals, budget_warnings, exhausted, may_cross, price_for
+    from stratagem.usage import Allowance, CallUsage, UsageTotals, allowance, budget_warnings, exhausted, may_cross, price_for, share_of
     from stratagem.validation import plan_problems
     from opentelemetry import trace
 
@@ -87,6 +87,8 @@ PHASE_MEMO_PATCH = "phase-in-memo"
 LOOSENED_PATCH = "replan-loosened-needs-a-person"
 # Plans may not carry literal credentials in HTTP headers (stratagem.validation).
 CREDENTIALS_PATCH = "no-literal-credentials"
+# A model budget too small for one more call asks a person before a step starts, not after.
+BUDGET_SHORT_PATCH = "budget-short-of-a-call"
 
 
 class DecisionRefused(ApplicationError):
@@ -136,6 +138,11 @@ class StratagemRun:
         # Bumped whenever usage, a budget or the steps in flight change: what budget waits wake on.
         self._budget_epoch = 0
         self._model_steps_in_flight = 0
+        self._model_steps_waiting = 0
+        # Model budget reserved by llm steps in flight (their allowances), and steps that used
+        # their share and run again once the others are done.
+        self._reserved: dict[str, Allowance] = {}
+        self._budget_reruns: set[str] = set()
         # Which steps may start; rebuilt whenever execution (re)starts on a plan.
         self._frontier: Frontier | None = None
         # Spans, metrics and the status search attribute (workflows/observe.py).
@@ -569,6 +576,11 @@ class StratagemRun:
                 mark(span, record.error)
 
     async def _run_step_body(self, step: Step) -> None:
+        while await self._run_step_once(step):
+            pass  # stopped at its budget: once a person raises it, the step runs again
+
+    async def _run_step_once(self, step: Step) -> bool:
+        """One dispatch of the step. True when it stopped at the budget and must run again."""
         state = self.state
         plan = state.plan
         assert plan is not None
@@ -608,6 +620,16 @@ class StratagemRun:
                 self._record_step_work(
                     step, _cause_detail(exc, "calls", CallUsage), _cause_detail(exc, "tool_calls", ToolCallRecord)
                 )
+                if _cause_type(exc) == "BudgetReachedError":
+                    # Not the step's failure: it runs again with what is left once the steps
+                    # beside it are done, or waits, pending, for a person to raise the budget.
+                    self._budget_reruns.add(step.id)
+                    record.status = StepStatus.pending
+                    state.ledger.record(
+                        EventKind.budget_exhausted, self._now(), revision=plan.revision, step_id=step.id,
+                        message=_cause_message(exc),
+                    )
+                    return True
                 self._step_failed(step, record, _cause_message(exc), attempts=_cause_attempts(exc, self._max_attempts(step)))
                 return
             self._record_step_work(step, result.calls, result.tool_calls)
@@ -625,8 +647,10 @@ class StratagemRun:
         finally:
             self._busy_slots -= 1
             self._model_steps_in_flight -= uses_model
+            self._reserved.pop(step.id, None)
             self._finished_here += 1
             self._budget_epoch += 1
+        return False
 
     async def _wait_for_dispatch(self, step: Step, uses_model: bool) -> bool:
         """Wait for a free slot and for the budget to allow the step. False if the run stops,
@@ -640,8 +664,16 @@ class StratagemRun:
         def held_back() -> bool:
             return self._stopping or self._winding_down
 
+        self._model_steps_waiting += uses_model
+        try:
+            return await self._wait_for_slot(step, uses_model, held_back)
+        finally:
+            self._model_steps_waiting -= uses_model
+
+    async def _wait_for_slot(self, step: Step, uses_model: bool, held_back: Callable[[], bool]) -> bool:
+        state = self.state
         while not held_back():
-            used_up = self._budget_used_up()
+            used_up = self._budget_used_up() or (uses_model and self._budget_short())
             if used_up:
                 # Parked: a person decides, and a continue-as-new need not wait for them.
                 self._request_budget(used_up)
@@ -649,8 +681,9 @@ class StratagemRun:
                 await self._park(step.id, lambda: self._budget_epoch != epoch or held_back())
                 continue
             # At most one model-using step may be out while the next could cross a limit.
-            hold = uses_model and self._model_steps_in_flight > 0 and may_cross(
-                state.options.budget, state.ledger.usage, state.ledger.largest_step, self._model_steps_in_flight
+            hold = uses_model and self._model_steps_in_flight > 0 and (
+                step.id in self._budget_reruns
+                or may_cross(state.options.budget, state.ledger.usage, state.ledger.largest_step, self._model_steps_in_flight)
             )
             if not hold and self._busy_slots < state.options.max_parallel:
                 return True
@@ -695,8 +728,51 @@ class StratagemRun:
             run_id=self.state.run_id, execution_id=self.state.execution_id, revision=revision, step=step,
             instructions=instructions, inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=model,
             max_rounds=options.max_tool_rounds, references=references, price=price_for(model, options.prices),
+            allowance=self._allowance(step),
         )
         return await workflow.execute_activity(io.RUN_LLM, request, task_queue=self._queue(Role.executor), **common)
+
+    def _budget_left(self) -> Allowance | None:
+        """What is left of the model budgets, with the largest call so far as the next call's estimate."""
+        left = allowance(self.state.options.budget, self.state.ledger.usage)
+        if left is not None:
+            calls = self.state.ledger.calls
+            left.call_tokens = max((c.input_tokens + c.output_tokens for c in calls), default=0)
+            left.call_cost_usd = max((c.cost_usd or 0.0 for c in calls), default=0.0)
+        return left
+
+    def _budget_short(self) -> list[str]:
+        """With no model step out: the budgets too small for one more call the size of the largest
+        so far. A step started now would stop before its first call, so a person is asked."""
+        left = None if self._model_steps_in_flight else self._budget_left()
+        if left is None:
+            return []
+        short = []
+        if left.tokens is not None and 0 < left.tokens < left.call_tokens:
+            short.append(f"the token budget has {left.tokens:,} left, less than one model call takes ({left.call_tokens:,})")
+        if left.cost_usd is not None and 0 < left.cost_usd < left.call_cost_usd:
+            short.append(f"the cost budget has ${left.cost_usd:,.4f} left, less than one model call costs (${left.call_cost_usd:,.4f})")
+        if short and workflow.patched(BUDGET_SHORT_PATCH):
+            return short
+        return []
+
+    def _allowance(self, step: Step) -> Allowance | None:
+        """What of the model budgets this llm step may use, reserved until it ends.
+
+        Steps in flight keep their reservations, so steps started together cannot each count on
+        the same remainder. A step alone takes all that is free; beside others it takes half,
+        leaving room for the next. One that used its share waits for the others, then runs
+        again with everything that is left (or the run asks a person for more).
+        """
+        left = self._budget_left()
+        if left is None:
+            return None
+        alone = self._model_steps_in_flight <= 1 and self._model_steps_waiting == 0
+        fraction = 1.0 if alone or step.id in self._budget_reruns else 0.5
+        self._budget_reruns.discard(step.id)
+        share = share_of(left, self._reserved.values(), fraction)
+        self._reserved[step.id] = share
+        return share
 
     def _referenced(self, step: Step) -> frozenset[str]:
         """The steps `step` refers to, worked out once per revision."""
@@ -1225,6 +1301,10 @@ def _failure_details(exc: ActivityError) -> dict[str, Any]:
     elif isinstance(cause, TemporalTimeoutError) and cause.last_heartbeat_details:
         details = cause.last_heartbeat_details[0]
     return details if isinstance(details, dict) else {}
+
+
+def _cause_type(exc: ActivityError) -> str | None:
+    return exc.cause.type if isinstance(exc.cause, ApplicationError) else None
 
 
 def _cause_detail(exc: ActivityError, key: str, model: Any) -> list[Any]:
