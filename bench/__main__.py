@@ -121,11 +121,16 @@ def _table(results: dict[str, Any]) -> None:
 
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     # A developer's shell must not change what the suite measures.
-    for name in ("STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT", "STRATAGEM_CONFIG"):
+    for name in (
+        "STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT",
+        "STRATAGEM_CONFIG", "STRATAGEM_APPROVER_KEYS",
+    ):
         os.environ.pop(name, None)
     from .common import dev_server
 
     root = Path(tempfile.mkdtemp(prefix="stratagem-bench-"))
+    # The scripted models the bench writes live here; workers read scripts only from allowed folders.
+    os.environ["STRATAGEM_SCRIPTED_DIRS"] = str(root)
     report: dict[str, Any] = {"meta": _meta(args), "measures": {}}
     started = time.perf_counter()
     try:
