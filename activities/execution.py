@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from stratagem import activity_io as io
 from stratagem.executor import Executor, ExecutorProgress
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
+from stratagem.errors import ConfigError
 from stratagem.references import resolve
+from stratagem.server import WORKSPACE_ROOTS_ENV
 from stratagem.store import OutputStore, default_store, externalize, hydrate, store_value
 from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolContext, ToolRegistry
@@ -35,6 +38,21 @@ class ExecutionActivities:
         self._store = store or default_store()
         self._heartbeat_every = heartbeat_every
 
+    def _workspace_of(self, requested: str | None) -> Path:
+        """The run's own workspace if it names one this worker allows, else the worker's."""
+        if requested is None:
+            return self._workspace
+        wanted = Path(requested)
+        roots = [Path(r).resolve() for r in os.environ.get(WORKSPACE_ROOTS_ENV, "").split(os.pathsep) if r.strip()]
+        if wanted.is_absolute() and wanted.resolve() == self._workspace.resolve():
+            return self._workspace
+        if not wanted.is_absolute() or not any(wanted.resolve().is_relative_to(root) for root in roots):
+            raise ConfigError(
+                f"the run asks for workspace {requested}, which this worker does not allow; "
+                f"list it (or a folder above it) in {WORKSPACE_ROOTS_ENV} on the worker"
+            )
+        return wanted.resolve()
+
     @activity.defn(name=io.RUN_TOOL)
     async def run_tool(self, request: io.ToolStepInput) -> io.StepOutput:
         with attempt_span(*_attempt(request.run_id, request.step_id, request.revision, "tool")):
@@ -42,15 +60,15 @@ class ExecutionActivities:
 
     async def _run_tool(self, request: io.ToolStepInput) -> io.StepOutput:
         info = activity.info()
-        context = ToolContext(
-            run_id=request.run_id,
-            step_id=request.step_id,
-            revision=request.revision,
-            attempt=info.attempt,
-            workspace=self._workspace,
-            execution_id=request.execution_id,
-        )
         try:
+            context = ToolContext(
+                run_id=request.run_id,
+                step_id=request.step_id,
+                revision=request.revision,
+                attempt=info.attempt,
+                workspace=self._workspace_of(request.workspace),
+                execution_id=request.execution_id,
+            )
             args = hydrate(self._store, request.args)
             if request.references is not None:
                 args = resolve(args, hydrate(self._store, request.references))
@@ -80,7 +98,7 @@ class ExecutionActivities:
                 load_model(request.model, price=request.price),
                 request,
                 self._registry,
-                workspace=self._workspace,
+                workspace=self._workspace_of(request.workspace),
                 attempt=info.attempt,
                 progress=progress,
                 save=lambda p: checkpoint.save(_checkpoint_of(p)),

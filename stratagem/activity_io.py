@@ -74,6 +74,7 @@ class ToolStepInput(CompactModel):
         description="Set when `args` still hold references into stored outputs: the outputs they refer to, "
         "which the activity loads and resolves the references with.",
     )
+    workspace: str | None = Field(default=None, description="The run's own workspace (RunOptions.workspace).")
 
 
 class LlmStepInput(CompactModel):
@@ -92,6 +93,7 @@ class LlmStepInput(CompactModel):
     allowance: Allowance | None = Field(
         default=None, description="What is left of the run's model budgets; checked before every model call."
     )
+    workspace: str | None = Field(default=None, description="The run's own workspace (RunOptions.workspace).")
 
 
 class StepOutput(CompactModel):

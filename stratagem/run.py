@@ -75,6 +75,11 @@ class RunOptions(CompactModel):
         """What plan validation must know about the run's models."""
         return {"has_executor": bool(self.executor), "tiers": sorted(self.tiers)}
     auto_approve: bool = Field(default=False, description="Approve every plan and gated step without a person.")
+    workspace: str | None = Field(
+        default=None,
+        description="The folder this run's file tools work in (absolute); None: the worker's STRATAGEM_WORKSPACE. "
+        "A worker accepts it only under its STRATAGEM_WORKSPACE_ROOTS.",
+    )
     approvers: list[str] | None = Field(
         default=None,
         description="Who may approve, reject, revise or change the budget. None: anyone.",
@@ -308,6 +313,7 @@ class RunStatus(BaseModel):
     usage: UsageTotals = Field(default_factory=UsageTotals)
     budget: Budget = Field(default_factory=Budget)
     mode: Mode = Mode.plan
+    workspace: str | None = Field(default=None, description="The run's own workspace; None: the worker's.")
 
 
 class RunResult(BaseModel):

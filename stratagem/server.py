@@ -343,6 +343,16 @@ def worker_settings_fingerprint() -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+WORKSPACE_ROOTS_ENV = "STRATAGEM_WORKSPACE_ROOTS"
+
+
+def _workspaces(state: dict[str, Any]) -> list[str]:
+    listed = state.get("workspaces")
+    if isinstance(listed, list):
+        return [str(w) for w in listed]
+    return [str(state["workspace"])] if state.get("workspace") else []
+
+
 @dataclass(frozen=True)
 class BackgroundWorker:
     """The embedded setup's worker: one process per STRATAGEM_HOME, serving every tool module
@@ -428,12 +438,19 @@ class BackgroundWorker:
         setup = self._setup()
         state = self._state()
         current = sorted(state["tools"]) if state else []
+        # Each run carries its own workspace (RunOptions.workspace); the worker may write only in
+        # the workspaces runs from this home asked for, which grow like its tools.
+        known = _workspaces(state) if state else []
         changed = [
             key.replace("_", " ") for key, value in setup.items()
-            if state is not None and state.get(key) != value and (key != "worker_settings" or (models and worker_settings_given()))
+            if state is not None and key != "workspace" and state.get(key) != value
+            and (key != "worker_settings" or (models and worker_settings_given()))
         ]
+        if state is not None and setup["workspace"] not in known:
+            changed.append("workspace")
         if state is not None and not changed and set(wanted) <= set(current):
             return None
+        workspaces = sorted(set(_workspaces(self._recorded()) if self._recorded() else []) | {setup["workspace"]})
         prepare_home(self.home)
         union = sorted(set(self.recorded_tools()) | set(wanted))
         if state is not None:
@@ -458,9 +475,10 @@ class BackgroundWorker:
                     "TEMPORAL_NAMESPACE": setup["namespace"],
                     "TEMPORAL_TASK_QUEUE": setup["task_queue"],
                     "STRATAGEM_WORKSPACE": setup["workspace"],
+                    WORKSPACE_ROOTS_ENV: os.pathsep.join(workspaces),
                 },
             )
-        _write_atomically(self.state_file, json.dumps({"pid": process.pid, "tools": union, **setup}))
+        _write_atomically(self.state_file, json.dumps({"pid": process.pid, "tools": union, **setup, "workspaces": workspaces}))
         tools_text = ", ".join(union) or "built-ins only"
         if state is None:
             verb = "started"

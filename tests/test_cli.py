@@ -422,3 +422,39 @@ async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activit
     started = [e for e in history.events if e.HasField("activity_task_started_event_attributes")]
     assert scheduled == ["stratagem.describe_tools", "stratagem.run_tool"] and len(started) == 1  # the catalogue only
     await waiting.handle.terminate(reason="test finished")
+
+
+def test_runs_started_from_two_folders_write_into_their_own_workspaces(tmp_path):
+    """A new user's report: the second folder's run restarted the background worker, and the first
+    run's files then landed in the second folder's workspace."""
+    port = free_port_pair()
+    folders = [tmp_path / "one", tmp_path / "two"]
+    for folder in folders:
+        folder.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "STRATAGEM_WORKSPACE"},
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+        "STRATAGEM_HOME": str(tmp_path / "home"),
+        "TEMPORAL_TASK_QUEUE": "cli-two-folders",
+    }
+    pids: list[int] = []
+    try:
+        for folder, run_id, extra in [(folders[0], "from-one", []), (folders[1], "from-two", ["--auto-approve"])]:
+            plan = write_plan(folder / "plan.yaml", {"goal": "g", "steps": [step("save", "write_file", path="out.txt", content=run_id)]})
+            started = cli("run", "--plan", plan, "--detach", "--id", run_id, *extra, env={**env, "CLI_CWD": str(folder)})
+            assert started.returncode == 0, started.stderr
+            pids += [int(p) for p in re.findall(r"pid (\d+)", started.stdout)]
+        assert cli("wait", "from-two", "--json", env=env, timeout=120).returncode == 0
+        assert cli("approve", "from-one", "--revision", "1", "--by", "ops", env=env).returncode == 0
+        waited = cli("wait", "from-one", "--json", env=env, timeout=120)
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert (folders[0] / "workspace" / "out.txt").read_text() == "from-one"
+        assert (folders[1] / "workspace" / "out.txt").read_text() == "from-two"
+        status = cli("status", "from-one", env=env)
+        assert f"workspace: {folders[0] / 'workspace'}" in status.stdout
+    finally:
+        for pid in pids + [int((tmp_path / "home" / "server.pid").read_text() or 0)] if (tmp_path / "home" / "server.pid").exists() else pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass

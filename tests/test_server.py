@@ -339,8 +339,12 @@ def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_pa
         state = json.loads(moved.state_file.read_text())
         started = state["pid"]
         assert state["workspace"] == str((tmp_path / "ws-two").resolve())
+        # Runs from the first folder keep writing there: the worker now allows both.
+        assert state["workspaces"] == sorted(str((tmp_path / w).resolve()) for w in ("ws-one", "ws-two"))
         assert state["tools"] == ["a.tools"]
         assert started != fake.pid
+        # Back in the first folder: a workspace the worker allows already needs no restart.
+        assert BackgroundWorker(home, "q", tmp_path / "ws-one").ensure([]) is None
     finally:
         _kill(fake.pid)
         _kill(started)

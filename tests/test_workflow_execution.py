@@ -288,3 +288,32 @@ async def test_local_tools_take_the_fast_path_with_the_same_guarantees(harness):
         scheduled += event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         markers += event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
     assert markers >= 2 and scheduled == 2  # describe_tools and step c
+
+
+# ------------------------------------------------------------------ each run's own workspace
+
+
+async def test_each_run_writes_into_its_own_workspace(harness, tmp_path, monkeypatch):
+    one, two = tmp_path / "folder-one" / "workspace", tmp_path / "folder-two" / "workspace"
+    monkeypatch.setenv("STRATAGEM_WORKSPACE_ROOTS", f"{tmp_path / 'folder-one'}:{tmp_path / 'folder-two'}")
+    plan = lambda text: {"goal": "g", "steps": [{"id": "w", "title": "w", "tool": "write_file", "args": {"path": "memo.txt", "content": text}}]}  # noqa: E731
+    first = await harness.start(plan("first"), workspace=str(one))
+    await harness.wait_for(first, awaiting)
+    second = await harness.start(plan("second"), workspace=str(two), auto_approve=True)  # started later, elsewhere
+    await second.result()
+    await first.approve(ApproveInput(by="bob", revision=1))
+    await first.result()
+    assert (one / "memo.txt").read_text() == "first" and (two / "memo.txt").read_text() == "second"
+    assert (await first.status()).workspace == str(one)
+
+
+async def test_a_run_cannot_choose_a_workspace_the_worker_does_not_allow(harness, tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATAGEM_WORKSPACE_ROOTS", str(tmp_path / "allowed"))
+    target = tmp_path / "elsewhere"
+    plan = {"goal": "g", "steps": [{"id": "w", "title": "w", "tool": "write_file", "args": {"path": "x.txt", "content": "x"}}]}
+    run = await harness.start(plan, workspace=str(target), auto_approve=True, max_replans=0)
+    with pytest.raises(Exception):
+        await run.result()
+    error = (await run.ledger()).steps["w"].error or ""
+    assert "does not allow" in error and "STRATAGEM_WORKSPACE_ROOTS" in error
+    assert not target.exists()

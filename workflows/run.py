@@ -714,7 +714,7 @@ class StratagemRun:
             assert step.tool is not None
             request: Any = io.ToolStepInput(
                 run_id=self.state.run_id, execution_id=self.state.execution_id, step_id=step.id, revision=revision,
-                tool=step.tool, args=args, references=references,
+                tool=step.tool, args=args, references=references, workspace=self.state.options.workspace,
             )
             spec = self.state.catalog.get(step.tool)
             if spec is not None and spec.local:
@@ -729,6 +729,7 @@ class StratagemRun:
             instructions=instructions, inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=model,
             max_rounds=options.max_tool_rounds, references=references, price=price_for(model, options.prices),
             allowance=self._allowance(step),
+            workspace=options.workspace,
         )
         return await workflow.execute_activity(io.RUN_LLM, request, task_queue=self._queue(Role.executor), **common)
 
@@ -1206,6 +1207,7 @@ class StratagemRun:
             steps=counts, pending=state.pending, replans=state.ledger.replans,
             max_replans=state.options.max_replans, reason=state.reason, continued=state.continued,
             usage=state.ledger.usage, budget=state.options.budget, mode=state.options.mode,
+            workspace=state.options.workspace,
         )
 
     @workflow.query

@@ -275,6 +275,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
         done = await asyncio.to_thread(background.ensure, args.tools)
         if done:
             note(done, json_mode=args.json)
+        # The run keeps this folder's workspace, whichever folder the next run starts from.
+        run_input.options.workspace = str(config.workspace.resolve())
         run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
         if args.detach:
             return detached(run, json_mode=args.json)

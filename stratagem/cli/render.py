@@ -194,6 +194,8 @@ def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None
         f"{counts.failed} failed, {counts.skipped} skipped, {counts.cancelled} cancelled; "
         f"replans {status.replans}/{status.max_replans}"
     )
+    if status.workspace:
+        console.print(f"workspace: {status.workspace}")
     if status.reason:
         console.print(f"reason: {status.reason}")
     if status.usage.calls or status.budget.is_set:
