@@ -453,8 +453,13 @@ def test_runs_started_from_two_folders_write_into_their_own_workspaces(tmp_path)
         status = cli("status", "from-one", env=env)
         assert f"workspace: {folders[0] / 'workspace'}" in status.stdout
     finally:
-        for pid in pids + [int((tmp_path / "home" / "server.pid").read_text() or 0)] if (tmp_path / "home" / "server.pid").exists() else pids:
+        home = tmp_path / "home"
+        if (home / "worker.json").exists():  # the worker a later command may have restarted
+            pids.append(int(json.loads((home / "worker.json").read_text())["pid"]))
+        if (home / "server.pid").exists():
+            pids.append(int((home / "server.pid").read_text()))
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
+            except ProcessLookupError:
                 pass
