@@ -463,3 +463,20 @@ def test_runs_started_from_two_folders_write_into_their_own_workspaces(tmp_path)
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+async def test_following_a_run_shows_what_a_new_revision_changed(cli_env, tmp_path):
+    from stratagem.plan import PlanDraft
+    from stratagem.run import RejectInput, ReviseInput
+
+    env, harness = cli_env
+    plan = {"goal": "order", "steps": [step("order", "record", label="laptop, monitor, dock")]}
+    run = await harness.start(plan)
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    edited = {"goal": "order", "steps": [step("order", "record", label="laptop, monitor")]}
+    await run.revise(ReviseInput(by="ann", plan=PlanDraft.model_validate(edited), revision=1, reason="no dock"))
+    await harness.wait_for(run, lambda s: s.revision == 2)
+    await run.reject(RejectInput(by="ann", reason="done looking"))
+    followed = await acli("wait", run.id, env=env)
+    assert "from revision 1 by human:alice" in followed.stdout and "to revision 2 by human:ann: no dock" in followed.stdout
+    assert "args.label: laptop, monitor, dock → laptop, monitor" in followed.stdout

@@ -139,9 +139,23 @@ def test_diff_reports_added_removed_and_changed_fields():
     lines = diff_lines(diff)
     assert lines[:2] == ["from revision 1 by human:ann: first try", "to revision 2 by human:ann: invoice instead"]
     assert "+ invoice" in lines and "- charge" in lines
-    assert '    args: {"label": "hi"} → {"label": "hello"}' in lines
+    assert "    args.label: hi → hello" in lines
+    assert "    depends_on[0]: charge → invoice" in lines and "    tools[0]: removed record" in lines
     assert "    tier: None → fast" not in lines and "    tier: null → fast" in lines
     assert diff_revisions(old, old)["changed"] == {} and "no step changed" in diff_lines(diff_revisions(old, old))
+
+
+def test_the_diff_names_the_list_item_that_was_removed():
+    items = ["laptop", "monitor", "dock", "headset"]
+    args = {"cost_center": "CC-4120 Operations and facilities", "employee": "Zoë Martin", "items": items}
+    old = plan_of([step("order", "record", **args)])
+    new = plan_of([step("order", "record", **{**args, "items": ["laptop", "monitor", "headset"]})], revision=2)
+    lines = diff_lines(diff_revisions(old, new))
+    assert "    args.items[2]: removed dock" in lines
+    assert not any("cost_center" in line for line in lines)  # what did not change is not shown
+    nested = plan_of([step("order", "record", **{**args, "employee": "Zoë M.", "extra": {"a": 1}})], revision=2)
+    lines = diff_lines(diff_revisions(old, nested))
+    assert "    args.employee: Zoë Martin → Zoë M." in lines and '    args.extra: added {"a": 1}' in lines
 
 
 def test_json_and_header_carry_usage():

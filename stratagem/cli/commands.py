@@ -388,6 +388,12 @@ async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> in
                 if event.kind is EventKind.plan_proposed and event.revision is not None:
                     plan = ledger.revision(event.revision)
                     render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
+                    if plan.revision > 1:  # what a reviewer of a revision needs first: what changed
+                        from . import show
+
+                        previous = ledger.revision(plan.revision - 1)
+                        for line in show.diff_lines(show.diff_revisions(previous, plan)):
+                            render.console.print(line)
         seen = len(ledger.events)
         pending = {_key(p): p for p in status.pending}
         if asking is not None and _key(asking) not in pending:

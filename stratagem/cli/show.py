@@ -11,6 +11,7 @@ many paths lead to a step.
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
@@ -273,5 +274,40 @@ def diff_lines(diff: dict[str, Any]) -> list[str]:
     for step_id, fields in diff["changed"].items():
         lines.append(f"~ {step_id}")
         for name, (before, after) in fields.items():
-            lines.append(f"    {name}: {shown(before)} → {shown(after)}")
+            lines.extend(f"    {change}" for change in leaf_changes(before, after, name))
     return lines
+
+
+def leaf_changes(before: Any, after: Any, path: str) -> list[str]:
+    """Each changed value inside `before` -> `after`, by its path: the keys and list items that
+    were added, removed or changed, old -> new. A reviewer must see the item a list lost, not two
+    long lines that look alike."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        changes = []
+        for key in list(before) + [k for k in after if k not in before]:
+            where = f"{path}.{key}"
+            if key not in after:
+                changes.append(f"{where}: removed {shown(before[key])}")
+            elif key not in before:
+                changes.append(f"{where}: added {shown(after[key])}")
+            elif before[key] != after[key]:
+                changes.extend(leaf_changes(before[key], after[key], where))
+        return changes
+    if isinstance(before, list) and isinstance(after, list):
+        if len(before) == len(after):
+            return [c for i, (a, b) in enumerate(zip(before, after)) if a != b for c in leaf_changes(a, b, f"{path}[{i}]")]
+        keys = [json.dumps(item, sort_keys=True, default=str) for item in before], [
+            json.dumps(item, sort_keys=True, default=str) for item in after
+        ]
+        changes = []
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=keys[0], b=keys[1], autojunk=False).get_opcodes():
+            if op == "equal":
+                continue
+            if op == "replace" and i2 - i1 == j2 - j1:
+                for offset in range(i2 - i1):
+                    changes.extend(leaf_changes(before[i1 + offset], after[j1 + offset], f"{path}[{i1 + offset}]"))
+                continue
+            changes += [f"{path}[{i}]: removed {shown(before[i])}" for i in range(i1, i2)]
+            changes += [f"{path}[{j}]: added {shown(after[j])}" for j in range(j1, j2)]
+        return changes
+    return [f"{path}: {shown(before)} → {shown(after)}"]
