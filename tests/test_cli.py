@@ -445,6 +445,10 @@ def test_runs_started_from_two_folders_write_into_their_own_workspaces(tmp_path)
             assert started.returncode == 0, started.stderr
             pids += [int(p) for p in re.findall(r"pid (\d+)", started.stdout)]
         assert cli("wait", "from-two", "--json", env=env, timeout=120).returncode == 0
+        for _ in range(600):  # the worker the second run restarted may have held the first's catalogue read
+            if json.loads(cli("status", "from-one", "--json", env=env).stdout)["phase"] == "awaiting_approval":
+                break
+            time.sleep(0.1)
         assert cli("approve", "from-one", "--revision", "1", "--by", "ops", env=env).returncode == 0
         waited = cli("wait", "from-one", "--json", env=env, timeout=120)
         assert waited.returncode == 0, waited.stdout + waited.stderr
@@ -480,3 +484,31 @@ async def test_following_a_run_shows_what_a_new_revision_changed(cli_env, tmp_pa
     followed = await acli("wait", run.id, env=env)
     assert "from revision 1 by human:alice" in followed.stdout and "to revision 2 by human:ann: no dock" in followed.stdout
     assert "args.label: laptop, monitor, dock → laptop, monitor" in followed.stdout
+
+
+def test_a_home_never_silently_uses_a_server_it_did_not_start(tmp_path):
+    """Something (another home's server, or anything) listens on the default port; a fresh home's
+    `run` must say so instead of sharing it."""
+    listener = None
+    if not is_listening_on(7233):
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 7233))
+        listener.listen()
+    try:
+        env = {k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS", "TEMPORAL_PROFILE")}
+        env.update(STRATAGEM_HOME=str(tmp_path / "new-home"), CLI_CWD=str(tmp_path))
+        plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("s", "write_file", path="x", content="x")]})
+        done = cli("run", "--plan", plan, "--detach", env=env)
+        one_line_error(done, "a Temporal server that this STRATAGEM_HOME")
+        assert "set TEMPORAL_ADDRESS=localhost:7233" in done.stderr
+        assert not (tmp_path / "new-home" / "temporal.db").exists()
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def is_listening_on(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0

@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 
 from ..client import AWAITING_QUERY, REGISTER_STATUS_HINT, Run, connect, get_run, has_status_attribute, start_run
 from ..codec import codec_from
-from ..config import Settings
+from ..config import DEFAULT_ADDRESS, Settings
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
 from ..ledger import EventKind
 from ..model_config import load_config, run_prices, with_defaults
@@ -75,6 +75,11 @@ def settings() -> Settings:
     return config
 
 
+def address_named(config: Settings) -> bool:
+    """Whether the user chose the address (TEMPORAL_ADDRESS, or a profile), not the default."""
+    return bool(os.environ.get("TEMPORAL_ADDRESS", "").strip()) or config.address != DEFAULT_ADDRESS
+
+
 def embedded(config: Settings) -> EmbeddedServer:
     return EmbeddedServer(config.address, stratagem_home(), namespace=config.namespace)
 
@@ -86,6 +91,15 @@ def note(message: str, *, json_mode: bool = False) -> None:
 
 async def open_client(config: Settings, *, start_server: bool = False, json_mode: bool = False) -> Client:
     """Connect; for `run`, first start the embedded server if nothing listens at a local address."""
+    if start_server and is_listening(config.address) and not address_named(config) and not owns_server(embedded(config)):
+        # Another home's server (or another program's) on the default port: using it silently
+        # shared one task queue and one worker between homes, and one home's run wrote its files
+        # into the other's workspace.
+        raise CliError(
+            f"a Temporal server that this STRATAGEM_HOME ({stratagem_home()}) did not start listens at {config.address}; "
+            f"to use it, set TEMPORAL_ADDRESS={config.address}; to give this home a server of its own, "
+            "set TEMPORAL_ADDRESS=localhost:PORT with a free port"
+        )
     if not is_listening(config.address):
         if not (start_server and is_local(config.address)) or config.secured:
             # With TLS or an API key configured, the server meant is a real cluster: never stand
