@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import logging
 import tempfile
 import uuid
 from contextlib import asynccontextmanager
@@ -33,6 +34,7 @@ from stratagem.payloads import with_claim_checks
 from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
 from stratagem.signing import DecisionPolicy
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from stratagem.worker import STRICT_SANDBOX_ENV, VerifyDecisions, build_worker, workflow_runner
 from temporalio.worker import Replayer
 from workflows import StratagemRun
@@ -41,8 +43,33 @@ FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 
 # A developer's shell must not change what the tests see: the CLI processes they start would
 # encrypt, or store elsewhere, while the in-process workers do not.
-for _name in ("STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT", "STRATAGEM_CONFIG", *TELEMETRY_ENV):
+for _name in (
+    "STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_ENCRYPTION_ACCEPT_PLAIN", "STRATAGEM_STORE",
+    "STRATAGEM_INLINE_LIMIT", "STRATAGEM_CONFIG", "STRATAGEM_APPROVER_KEYS", "STRATAGEM_SIGNING_KEY",
+    "STRATAGEM_ALLOW_UNSIGNED", "STRATAGEM_WORKSPACE_ROOTS", "STRATAGEM_MODEL_URLS", "STRATAGEM_HTTP_DENY", *TELEMETRY_ENV,
+):
     os.environ.pop(_name, None)
+
+
+class _KnownServerWarnings(logging.Filter):
+    """The time-skipping test server does not advertise that it keeps heartbeat details on a
+    failed activity, so the SDK's core warns once per worker: true of that server, noise in every
+    test. The dev server (Temporal 1.32) advertises it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "activity_failure_include_heartbeat" not in record.getMessage()
+
+
+_core_logger = logging.getLogger("temporalio.core")
+_core_logger.addFilter(_KnownServerWarnings())
+Runtime.set_default(
+    Runtime(
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="WARN", other_level="WARN"), forwarding=LogForwardingConfig(logger=_core_logger))
+        )
+    ),
+    error_if_already_set=False,
+)
 # Nor may a developer's Temporal profile (~/.config/temporalio/temporal.toml, TEMPORAL_API_KEY...):
 # every test names its server itself.
 for _name in [n for n in os.environ if n.startswith("TEMPORAL_")]:
