@@ -152,10 +152,19 @@ class Run:
             raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
         except RPCError as exc:
             if exc.status is RPCStatusCode.NOT_FOUND:
-                raise DecisionRefusedError(f"run {self.id} has finished or does not exist: it takes no decisions") from None
+                raise DecisionRefusedError(await self._gone()) from None
             if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
                 raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
             raise
+
+    async def _gone(self) -> str:
+        """Why a run takes no decisions: it ended (and how), or there is no such run."""
+        try:
+            description = await self.handle.describe()
+        except RPCError:
+            return f"there is no run {self.id} (see `stratagem list`)"
+        status = description.status.name.lower() if description.status else "closed"
+        return f"run {self.id} has ended ({status}); it takes no decisions"
 
     async def _query(self, name: str, result_type: Any, *args: Any) -> Any:
         """A query. One that times out (nobody runs the workflow) raises RunUnresponsiveError;

@@ -44,6 +44,10 @@ def check_open(state: RunState) -> None:
 def check_revision(state: RunState, revision: int | None) -> None:
     current = state.plan.revision if state.plan else None
     if revision is not None and revision != current:
+        if current is None:
+            raise DecisionRefusedError(f"there is no revision {revision} yet: the plan is still being made")
+        if revision > current:
+            raise DecisionRefusedError(f"there is no revision {revision}: the current plan is revision {current}")
         raise DecisionRefusedError(f"revision {revision} is stale: the current plan is revision {current}")
 
 

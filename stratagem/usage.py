@@ -130,7 +130,8 @@ class UsageTotals(BaseModel):
         cost = f"${self.cost_usd:.4f}"
         if self.unpriced_calls:
             cost += f" + {self.unpriced_calls} unpriced call(s)"
-        return f"{self.calls} calls, {self.input_tokens:,} in / {self.output_tokens:,} out tokens, {cost}"
+        calls = f"{self.calls} call" + ("" if self.calls == 1 else "s")
+        return f"{calls}, {self.input_tokens:,} in / {self.output_tokens:,} out tokens, {cost}"
 
 
 class Budget(BaseModel):

@@ -57,7 +57,7 @@ async def test_detached_run_approved_from_another_terminal(cli_env, tmp_path):
     assert json.loads(status.stdout)["phase"] == "awaiting_approval"
     assert harness.calls() == []
 
-    one_line_error(await acli("approve", "cli-approve", "--revision", "3", "--by", "bob", env=env), "revision 3 is stale")
+    one_line_error(await acli("approve", "cli-approve", "--revision", "3", "--by", "bob", env=env), "there is no revision 3: the current plan is revision 1")
     approved = await acli("approve", "cli-approve", "--revision", "1", "--by", "bob", "--comment", "fine", "--json", env=env)
     assert approved.returncode == 0 and json.loads(approved.stdout)["phase"] == "running"
 

@@ -48,7 +48,7 @@ async def test_a_budget_pauses_the_run_and_the_command_line_raises_it(cli_env, t
     shown = await acli("status", "cli-budget", env=env)
     assert "paused: the model-call budget is used up (1 of 1)" in shown.stdout
     assert "stratagem budget cli-budget --tokens N" in shown.stdout
-    assert "model usage: 1 calls, 70 in / 30 out tokens, $0.0000" in shown.stdout
+    assert "model usage: 1 call, 70 in / 30 out tokens, $0.0000" in shown.stdout
 
     one_line_error(await acli("budget", "cli-budget", env=env), "give a limit to raise")
     one_line_error(await acli("budget", "cli-budget", "--calls", "1", env=env), "leaves no room: the run has used 1 already")

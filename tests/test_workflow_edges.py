@@ -171,3 +171,14 @@ async def test_a_hanging_tool_times_out_each_attempt_and_fails_its_step(dev_harn
     record = (await run.ledger()).steps["stuck"]
     assert record.status is StepStatus.failed and record.attempts == 2
     assert [c for c in dev_harness.calls() if c["tool"] == "slow"] == []  # no attempt ever finished
+
+
+async def test_a_decision_for_an_ended_or_unknown_run_says_which(harness):
+    from stratagem.client import get_run
+
+    run = await harness.start({"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}, auto_approve=True)
+    await run.result()
+    with pytest.raises(DecisionRefusedError, match=r"has ended \(completed\); it takes no decisions"):
+        await run.approve(ApproveInput(by="x"))
+    with pytest.raises(DecisionRefusedError, match="there is no run no-such-run"):
+        await get_run(harness.client, "no-such-run").approve(ApproveInput(by="x"))

@@ -19,8 +19,18 @@ from ..worker import add_worker_arguments
 from . import commands, render
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("stratagem")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="stratagem", description="Durable planner-executor runs on Temporal.")
+    top.add_argument("--version", action="version", version=f"stratagem {_version()}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Callable[..., Any], help: str, *, json: bool = True) -> argparse.ArgumentParser:
@@ -153,6 +163,10 @@ def _positive(kind: type) -> Callable[[str], Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # bare `stratagem`: what it can do, not an error about a missing argument
+        parser().print_help()
+        return 0
     args = parser().parse_args(argv)
     if args.command == "run" and not (args.goal or args.plan):
         render.errors.print("error: give a goal or --plan FILE")
