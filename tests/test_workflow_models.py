@@ -333,3 +333,19 @@ async def test_the_wall_clock_budget_holds_the_next_dispatch(harness):
     assert "wall-clock budget is used up" in status.pending[0].prompt
     await run.budget(BudgetInput(by="x", wall_clock_seconds=5 * 3600))
     assert (await run.result()).outputs == {"later": "late"}
+
+
+async def test_a_used_up_budget_holds_a_human_step_too(harness):
+    model = harness.script("big.yaml", {"executor": {"draft": {"text": "draft", **usage(700, 103)}}})
+    plan = {
+        "goal": "g",
+        "steps": [llm("draft"), {"id": "ok", "title": "ok?", "kind": "human", "instructions": "Is the draft fine?", "depends_on": ["draft"]}],
+    }
+    run = await harness.start(plan, auto_approve=True, executor=model, budget={"tokens": 500})
+    status = await harness.wait_for(run, lambda s: bool(s.pending))
+    assert [p.kind for p in status.pending] == [DecisionKind.budget] and status.phase is Phase.running
+    ledger = await run.ledger()
+    assert not any(e.kind is EventKind.step_awaiting_answer for e in ledger.events)  # nobody was asked yet
+    await run.budget(BudgetInput(by="bob", tokens=5000))
+    status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+    assert status.pending[0].prompt == "Is the draft fine?"

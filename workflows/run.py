@@ -89,6 +89,8 @@ LOOSENED_PATCH = "replan-loosened-needs-a-person"
 CREDENTIALS_PATCH = "no-literal-credentials"
 # A model budget too small for one more call asks a person before a step starts, not after.
 BUDGET_SHORT_PATCH = "budget-short-of-a-call"
+# A used-up budget holds human steps too, not only steps that call models.
+HUMAN_BUDGET_PATCH = "budget-holds-human-steps"
 
 
 class DecisionRefused(ApplicationError):
@@ -588,6 +590,15 @@ class StratagemRun:
         if step.needs_step_approval and not await self._step_gate(step):
             return
         if step.kind is StepKind.human:
+            # A used-up budget pauses questions to people too (runs from before asked anyway).
+            while (used_up := self._budget_used_up()) and not self._stopping and workflow.patched(HUMAN_BUDGET_PATCH):
+                self._request_budget(used_up)
+                epoch = self._budget_epoch
+                await self._park(step.id, lambda: self._budget_epoch != epoch or self._stopping or self._winding_down)
+                if self._winding_down:
+                    return
+            if self._stopping:
+                return
             await self._ask_human(step)
             return
         uses_model = step.kind is StepKind.llm
