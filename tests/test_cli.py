@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from plans import step
+from stratagem.client import get_run
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ("--tools", str(ROOT / "tests" / "fixture_tools.py"))
@@ -260,7 +261,9 @@ async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_pat
     editor.write_text(
         "import sys, pathlib\n"
         "p = pathlib.Path(sys.argv[1])\n"
-        "p.write_text(p.read_text().replace('label: draft', 'label: edited by a person'))\n"
+        "text = p.read_text()\n"
+        "assert text.startswith('# Revision 1 of run') and \"reason: ''\" in text\n"
+        "p.write_text(text.replace('label: draft', 'label: edited by a person').replace(\"reason: ''\", 'reason: a warmer greeting'))\n"
     )
     terminal = Terminal(["run", *TOOLS, "--plan", plan, "--by", "erin"], {**env, "EDITOR": f"{sys.executable} {editor}", "COLUMNS": "200"}, tmp_path)
     try:
@@ -274,6 +277,12 @@ async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_pat
     finally:
         terminal.close()
     assert [c["label"] for c in harness.calls()] == ["edited by a person"]
+    ledger = await get_run(harness.client, terminal_run_id(terminal.text)).ledger()
+    assert ledger.revision(2).reason == "a warmer greeting"  # the editor's reason, not a stock phrase
+
+
+def terminal_run_id(text: str) -> str:
+    return re.search(r"run (\S+) started", text).group(1)
 
 
 async def test_terminal_answers_json_and_survives_a_missing_editor(cli_env, tmp_path):

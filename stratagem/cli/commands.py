@@ -525,8 +525,18 @@ async def edit_plan(run: Run, revision: int, by: str, drafts: dict[int, Path]) -
         plan = await run.plan()
         if plan is None:
             return
+        draft = plan.draft().model_copy(update={"reason": ""})  # the reason for *this* edit, which the reviewer writes
+        succeeded = sorted(sid for sid, record in (await run.ledger()).steps.items() if record.status.value == "succeeded")
+        header = (
+            f"# Revision {revision} of run {run.id}. Edit the steps, then write why in `reason:` and save;\n"
+            "# Nothing changes until a valid plan is saved; a broken edit is kept for the next `e`.\n"
+            + (f"# Steps that already succeeded keep their results and do not run again: {', '.join(succeeded)}.\n" if succeeded else "")
+        )
+        text = dump_plan(draft)
+        if "\nreason:" not in "\n" + text:
+            text += "reason: ''\n"
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix=f"{run.id}-r{revision}-", delete=False) as handle:
-            handle.write(dump_plan(plan.draft()))
+            handle.write(header + text)
             path = drafts[revision] = Path(handle.name)
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     try:
@@ -539,7 +549,8 @@ async def edit_plan(run: Run, revision: int, by: str, drafts: dict[int, Path]) -
         return
     try:
         draft = load_plan_file(path)
-        outcome = await run.revise(ReviseInput(by=by, plan=draft, revision=revision, reason="edited in the terminal"))
+        reason = draft.reason.strip() or "edited in the terminal"
+        outcome = await run.revise(ReviseInput(by=by, plan=draft, revision=revision, reason=reason))
     except (PlanFileError, DecisionRefusedError) as exc:
         render.errors.print(f"error: {exc}\nyour edit is kept in {path}; choose e to fix it", markup=False)
         return

@@ -194,6 +194,8 @@ def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None
         f"{counts.failed} failed, {counts.skipped} skipped, {counts.cancelled} cancelled; "
         f"replans {status.replans}/{status.max_replans}"
     )
+    if status.phase.value == "planning" and status.revision is None:
+        console.print(f"the planner is making the first revision; follow it with: stratagem wait {status.run_id}")
     if status.workspace:
         console.print(f"workspace: {status.workspace}")
     if status.reason:
