@@ -347,7 +347,7 @@ async def test_decisions_on_finished_runs_and_bad_models_are_refused_in_one_line
     env, _ = cli_env
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
     assert (await acli("run", *TOOLS, "--plan", plan, "--auto-approve", "--id", "cli-done", env=env)).returncode == 0
-    one_line_error(await acli("approve", "cli-done", env=env), "has finished")
+    one_line_error(await acli("approve", "cli-done", env=env), "run cli-done has ended (completed); it takes no decisions")
     one_line_error(await acli("cancel", "cli-done", env=env), "run cli-done has already finished (completed)")
     one_line_error(await acli("run", "g", "--planner", "scripted:nope.yaml", env=env), "scripted model file")
     one_line_error(await acli("run", "g", "--planner", "nosuch:model", env=env), "unknown model provider 'nosuch'")

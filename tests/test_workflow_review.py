@@ -109,7 +109,7 @@ async def test_revise_then_approve_runs_the_revised_plan(harness):
 async def test_refused_decisions_leave_no_trace_in_history(harness):
     run = await harness.start(SIDE_EFFECT)
     await harness.wait_for(run, awaiting)
-    assert "revision 7 is stale" in await refused(run.approve(ApproveInput(by="bob", revision=7)))
+    assert "there is no revision 7: the current plan is revision 1" in await refused(run.approve(ApproveInput(by="bob", revision=7)))
     assert "step 'first' is not waiting for approval" in await refused(run.approve(ApproveInput(by="bob", step_id="first")))
     assert await update_events(run) == 0
     ledger = await run.ledger()
@@ -118,7 +118,7 @@ async def test_refused_decisions_leave_no_trace_in_history(harness):
     await run.approve(ApproveInput(by="bob", revision=1))
     await run.result()
     # Once finished, decisions are refused too.
-    assert "has finished" in await refused(run.approve(ApproveInput(by="bob")))
+    assert "has ended (completed); it takes no decisions" in await refused(run.approve(ApproveInput(by="bob")))
 
 
 @pytest.mark.parametrize(
@@ -168,7 +168,7 @@ async def test_decisions_arrive_as_signals_too(harness):
     assert result.status is Phase.succeeded
     ledger = await run.ledger()
     ignored = [e for e in ledger.events if e.kind is EventKind.signal_ignored]
-    assert len(ignored) == 1 and "revision 9 is stale" in ignored[0].message
+    assert len(ignored) == 1 and "there is no revision 9" in ignored[0].message
     assert [(d.by, d.via) for d in ledger.decisions] == [("bob", "signal")]
 
 
