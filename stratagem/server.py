@@ -6,6 +6,7 @@ the machine): the server reuses the same file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -230,11 +231,17 @@ class EmbeddedServer:
             pass
 
     def run_foreground(self) -> int:
-        """Run the server in this terminal until interrupted. Returns its exit status."""
+        """Run the server in this terminal until interrupted (Ctrl-C, or SIGTERM, which is passed
+        on, so a `kill` never leaves the Temporal child serving). Returns its exit status."""
         self.check()
         self._refuse_taken_address()
         process = subprocess.Popen(self.command(), env=self.environment())
         recorded = False
+
+        def terminate(signum: int, frame: Any) -> None:
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, terminate)
         try:
             while process.poll() is None and not recorded:
                 if is_listening(self.address, timeout=0.2) and process.poll() is None:
@@ -251,8 +258,28 @@ class EmbeddedServer:
             process.wait()
             raise
         finally:
+            signal.signal(signal.SIGTERM, previous)
             if recorded:
                 self._forget_pid(process.pid)
+
+    def stop(self, wait_seconds: float = 30) -> int | None:
+        """Stop this home's server if it runs (SIGTERM, then SIGKILL). Returns the pid it stopped."""
+        pid = self.running_pid()
+        if pid is None:
+            return None
+        marker = f"--db-filename {self.database}"
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return None
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline and _alive(pid, marker):
+            time.sleep(0.1)
+        if _alive(pid, marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._forget_pid(pid)
+        return pid
 
     def start_detached(self, wait_seconds: float = 60) -> int:
         """Start the server in the background, outliving this process. Returns its pid once it
@@ -496,6 +523,13 @@ class BackgroundWorker:
                 "without them; export them and run again so runs calling OpenAI or Anthropic models can"
             )
         return done
+
+    def stop(self) -> int | None:
+        """Stop this home's background worker if it runs. Returns the pid it stopped."""
+        pid = self.running_pid()
+        if pid is not None:
+            self._stop(pid)
+        return pid
 
     def _stop(self, pid: int, wait_seconds: float = 15) -> None:
         # SIGTERM lets the worker finish its current activities' bookkeeping and leave cleanly.

@@ -26,7 +26,7 @@ from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, RejectInput, RunInput, RunOptions
-from stratagem.server import WORKER_ENV, BackgroundWorker, EmbeddedServer, code_fingerprint, worker_settings_fingerprint, owns_server, split_address
+from stratagem.server import WORKER_ENV, BackgroundWorker, EmbeddedServer, code_fingerprint, is_listening, worker_settings_fingerprint, owns_server, split_address
 from test_cli import free_port_pair
 
 # ---------------------------------------------------------------------------- addresses
@@ -497,3 +497,54 @@ async def test_the_memo_survives_continue_as_new(dev_harness):
     assert (await run.status()).continued >= 1
     memo = await (await run.handle.describe()).memo()
     assert memo == {"goal": "count", "phase": "succeeded"}
+
+
+def test_down_stops_this_homes_server_and_worker_and_keeps_the_runs(tmp_path, worker_env, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port_pair()
+    server = EmbeddedServer(f"127.0.0.1:{port}", home)
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    fake = _fake_worker()
+    try:
+        server_pid = server.start_detached()
+        _write_state(worker, fake.pid, [])
+        env = {**os.environ, "STRATAGEM_HOME": str(home), "TEMPORAL_ADDRESS": f"127.0.0.1:{port}", "TEMPORAL_TASK_QUEUE": "q"}
+        done = subprocess.run([sys.executable, "-m", "stratagem.cli", "down", "--json"], env=env, capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"home": str(home), "worker_pid": fake.pid, "server_pid": server_pid}
+        assert fake.wait(timeout=20) is not None and not is_listening(f"127.0.0.1:{port}")
+        assert not (home / "server.pid").exists() and (home / "temporal.db").exists()
+        again = subprocess.run([sys.executable, "-m", "stratagem.cli", "down"], env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and "nothing of" in again.stdout
+    finally:
+        _kill(fake.pid)
+        running = server.running_pid()
+        if running is not None:
+            _kill(running)
+
+
+def test_a_killed_foreground_server_takes_its_temporal_child_along(tmp_path):
+    home = tmp_path / "home"
+    port = free_port_pair()
+    env = {**os.environ, "STRATAGEM_HOME": str(home), "TEMPORAL_ADDRESS": f"127.0.0.1:{port}"}
+    process = subprocess.Popen([sys.executable, "-m", "stratagem.cli", "server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            if is_listening(f"127.0.0.1:{port}"):
+                break
+            time.sleep(0.1)
+        assert is_listening(f"127.0.0.1:{port}")
+        process.terminate()  # what `kill` sends
+        assert process.wait(timeout=30) != 0
+        for _ in range(100):
+            if not is_listening(f"127.0.0.1:{port}"):
+                break
+            time.sleep(0.1)
+        assert not is_listening(f"127.0.0.1:{port}")  # the temporal child is gone too
+    finally:
+        if process.poll() is None:
+            process.kill()
+        running = EmbeddedServer(f"127.0.0.1:{port}", home).running_pid()
+        if running is not None:
+            _kill(running)

@@ -121,6 +121,8 @@ def parser() -> argparse.ArgumentParser:
     watch.add_argument("run_id")
     watch.add_argument("--from", dest="after", type=int, default=0, metavar="SEQ", help="start after this event number (default: from the start)")
 
+    command("down", commands.cmd_down, "stop this home's embedded Temporal server and background worker (runs are kept)")
+
     keygen = command("keygen", commands.cmd_keygen, "make a key pair to sign your decisions with (see SECURITY.md)")
     keygen.add_argument("name", help="the name your decisions carry, e.g. alice")
     keygen.add_argument("--out", metavar="FILE", help="where to write the private key (default: $STRATAGEM_HOME/keys/NAME.key)")

@@ -851,6 +851,24 @@ async def cmd_watch(args: argparse.Namespace) -> int:
                 await asyncio.sleep(0.3)
 
 
+async def cmd_down(args: argparse.Namespace) -> int:
+    """Stop what `run` started in this home: the background worker, then the embedded server.
+    Runs are safe in the server's database; the next `run` or `stratagem server` carries on."""
+    config = settings()
+    home = stratagem_home()
+    worker = await asyncio.to_thread(BackgroundWorker(home, config.task_queue, config.workspace.resolve()).stop)
+    server = await asyncio.to_thread(embedded(config).stop)
+    if args.json:
+        render.emit_json({"home": str(home), "worker_pid": worker, "server_pid": server})
+        return 0
+    stopped = [f"the background worker (pid {worker})"] * (worker is not None) + [f"the embedded server (pid {server})"] * (server is not None)
+    if stopped:
+        render.console.print(f"stopped {' and '.join(stopped)} of {home}; runs are kept in its database")
+    else:
+        render.console.print(f"nothing of {home} is running")
+    return 0
+
+
 async def cmd_keygen(args: argparse.Namespace) -> int:
     """Write a private key (readable by you only) and print the public entry for the workers."""
     signer = Signer.generate(args.name)
