@@ -582,3 +582,52 @@ async def test_a_plan_names_a_secret_and_the_worker_fills_it_in(registry, ctx, s
     monkeypatch.delenv("STRATAGEM_SECRET_CRM_TOKEN")
     error = await _refused(registry, "http_request", args, ctx)
     assert "STRATAGEM_SECRET_CRM_TOKEN" in str(error) and len(server.received) == 1
+
+
+def test_the_deadline_survives_the_switch_to_tls(tmp_path):
+    """https is the usual case: the stream TLS puts in place must keep the request's deadline."""
+    import datetime
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        with server_context.wrap_socket(conn, server_side=True) as tls:
+            time.sleep(3)  # a TLS server that never answers
+            tls.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    backend = builtin._GuardedBackend([("127.0.0.1", listener.getsockname()[1])], set(), time.monotonic() + 1.0)
+    stream = backend.connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=10)
+    client_context = ssl.create_default_context()
+    client_context.check_hostname = False
+    client_context.verify_mode = ssl.CERT_NONE
+    tls = stream.start_tls(client_context, "localhost", timeout=10)
+    assert isinstance(tls, builtin._DeadlineStream)
+    started = time.monotonic()
+    import httpcore
+
+    with pytest.raises((httpcore.ReadTimeout, httpcore.ReadError)):
+        tls.read(1024, timeout=30)  # the per-read timeout is long; the deadline is not
+    assert time.monotonic() - started < 2.0
+    listener.close()

@@ -373,6 +373,13 @@ class _DeadlineStream(httpcore._backends.sync.SyncStream):
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         super().write(buffer, self.backend.remaining(timeout))
 
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None) -> Any:
+        # The TLS stream replaces this one; it must keep the deadline (https is the usual case).
+        stream = super().start_tls(ssl_context, server_hostname, self.backend.remaining(timeout))
+        if type(stream) is httpcore._backends.sync.SyncStream:
+            return _DeadlineStream(stream._sock, self.backend)
+        return stream
+
 
 class _GuardedTransport(httpx.HTTPTransport):
     def __init__(self, backend: _GuardedBackend) -> None:
