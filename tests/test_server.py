@@ -343,11 +343,24 @@ def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_pa
         assert state["workspaces"] == sorted(str((tmp_path / w).resolve()) for w in ("ws-one", "ws-two"))
         assert state["tools"] == ["a.tools"]
         assert started != fake.pid
-        # Back in the first folder: a workspace the worker allows already needs no restart.
-        assert BackgroundWorker(home, "q", tmp_path / "ws-one").ensure([]) is None
     finally:
         _kill(fake.pid)
         _kill(started)
+
+
+def test_a_workspace_the_worker_already_allows_needs_no_restart(tmp_path, worker_env):
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws-two")
+    fake = _fake_worker()
+    try:
+        both = sorted(str((tmp_path / w).resolve()) for w in ("ws-one", "ws-two"))
+        _write_state(worker, fake.pid, ["a.tools"], workspaces=both)  # type: ignore[arg-type]
+        # Back in the first folder: its runs carry their workspace, which the worker allows.
+        assert BackgroundWorker(home, "q", tmp_path / "ws-one").ensure(["a.tools"]) is None
+        assert fake.poll() is None  # still the same worker
+    finally:
+        _kill(fake.pid)
 
 
 def test_ensure_restarts_the_worker_for_a_new_tool_or_namespace(tmp_path, worker_env, monkeypatch):

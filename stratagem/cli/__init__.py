@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import math
 import os
+import signal
 import sys
 from typing import Any, Callable
 
@@ -170,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         parser().print_help()
         return 0
     args = parser().parse_args(argv)
+    if sys.stdin.isatty():
+        # A person at a terminal expects Ctrl-C to work, even when whatever started this shell
+        # ran it with SIGINT ignored (a background job of a non-interactive shell inherits that).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.command == "run" and not (args.goal or args.plan):
         render.errors.print("error: give a goal or --plan FILE")
         return commands.USAGE
