@@ -171,9 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         parser().print_help()
         return 0
     args = parser().parse_args(argv)
-    if sys.stdin.isatty():
-        # A person at a terminal expects Ctrl-C to work, even when whatever started this shell
-        # ran it with SIGINT ignored (a background job of a non-interactive shell inherits that).
+    if sys.stdin.isatty() or args.command == "server":
+        # A person at a terminal expects Ctrl-C to work, and `stratagem server` stops on SIGINT,
+        # even when whatever started them ran them with SIGINT ignored (a background job of a
+        # non-interactive shell inherits that; the server's Temporal child was then left behind).
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.command == "run" and not (args.goal or args.plan):
         render.errors.print("error: give a goal or --plan FILE")
