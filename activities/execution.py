@@ -20,9 +20,9 @@ from stratagem import activity_io as io
 from stratagem.executor import Executor, ExecutorProgress
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
+from stratagem.config import WORKSPACE_ROOTS_ENV
 from stratagem.errors import ConfigError
 from stratagem.references import resolve
-from stratagem.server import WORKSPACE_ROOTS_ENV
 from stratagem.store import OutputStore, default_store, externalize, hydrate, store_value
 from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolContext, ToolRegistry

@@ -19,6 +19,8 @@ from typing import Any, Mapping
 from .errors import ConfigError
 
 DEFAULT_ADDRESS = "localhost:7233"
+# On a worker: folders under which a run may name its own workspace (RunOptions.workspace).
+WORKSPACE_ROOTS_ENV = "STRATAGEM_WORKSPACE_ROOTS"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_TASK_QUEUE = "stratagem"
 

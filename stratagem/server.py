@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .binaries import temporal_cli
-from .config import DEFAULT_NAMESPACE, Settings
+from .config import DEFAULT_NAMESPACE, WORKSPACE_ROOTS_ENV, Settings
 from .errors import ConfigError
 from .run import STATUS_SEARCH_ATTRIBUTE
 from .telemetry import TELEMETRY_ENV
@@ -368,9 +368,6 @@ def worker_settings_fingerprint() -> str:
     rotated key restarts the background worker with it."""
     text = "\n".join(f"{name}={os.environ.get(name, '')}" for name in WORKER_ENV)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-WORKSPACE_ROOTS_ENV = "STRATAGEM_WORKSPACE_ROOTS"
 
 
 def _workspaces(state: dict[str, Any]) -> list[str]:

@@ -114,15 +114,11 @@ class VerifyDecisions(Interceptor):
 
     def __init__(self, policy: DecisionPolicy):
         self.policy = policy
+        # Made once per worker: the SDK asks for the class at every workflow run.
+        self._inbound = type("VerifyDecisionsInbound", (_VerifyDecisionsInbound,), {"policy": policy})
 
     def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
-        policy = self.policy
-
-        class Inbound(_VerifyDecisionsInbound):
-            pass
-
-        Inbound.policy = policy
-        return Inbound
+        return self._inbound
 
 
 class _VerifyDecisionsInbound(WorkflowInboundInterceptor):

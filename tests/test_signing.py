@@ -14,7 +14,7 @@ import pytest
 
 from conftest import harness_for
 from stratagem.binaries import temporal_cli
-from stratagem.client import get_run
+from stratagem.client import Run
 from stratagem.errors import ConfigError, DecisionRefusedError
 from stratagem.ledger import EventKind
 from stratagem.run import AnswerInput, ApproveInput, RejectInput
@@ -125,14 +125,10 @@ async def test_forged_decisions_from_the_temporal_cli_change_nothing(dev_env, tm
         assert harness.calls() == []  # nothing ran
 
         with pytest.raises(DecisionRefusedError, match="does not trust"):
-            await get_run(harness.client, run.id).__class__(run.handle, signer=MALLORY).approve(
-                ApproveInput(by="mallory", revision=1)
-            )
+            await Run(run.handle, signer=MALLORY).approve(ApproveInput(by="mallory", revision=1))
 
         # Alice's own signed approval goes through, and the ledger says it was verified.
-        signed = get_run(harness.client, run.id)
-        signed.signer = ALICE
-        await signed.approve(ApproveInput(by="alice", revision=1))
+        await Run(run.handle, signer=ALICE).approve(ApproveInput(by="alice", revision=1))
         await run.result()
         [approval] = (await run.ledger()).decisions
         assert approval.by == "alice" and approval.signed_by == "alice"

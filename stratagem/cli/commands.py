@@ -861,7 +861,11 @@ async def cmd_down(args: argparse.Namespace) -> int:
     if args.json:
         render.emit_json({"home": str(home), "worker_pid": worker, "server_pid": server})
         return 0
-    stopped = [f"the background worker (pid {worker})"] * (worker is not None) + [f"the embedded server (pid {server})"] * (server is not None)
+    stopped = []
+    if worker is not None:
+        stopped.append(f"the background worker (pid {worker})")
+    if server is not None:
+        stopped.append(f"the embedded server (pid {server})")
     if stopped:
         render.console.print(f"stopped {' and '.join(stopped)} of {home}; runs are kept in its database")
     else:

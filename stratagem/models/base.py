@@ -192,12 +192,17 @@ _KEY_AFTER = re.compile(
 )
 
 
-def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """`text` without any of `secrets` and without anything shaped like an API key."""
+def without_secrets(text: str, secrets: Iterable[str | None]) -> str:
+    """`text` with each of `secrets` (the values themselves, four characters or more) masked."""
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "[redacted]")
-    text = _KEY_SHAPES.sub("[redacted]", text)
+    return text
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """`text` without any of `secrets` and without anything shaped like an API key."""
+    text = _KEY_SHAPES.sub("[redacted]", without_secrets(text, secrets))
     return _KEY_AFTER.sub(lambda m: m.group(1) + "[redacted]", text)
 
 

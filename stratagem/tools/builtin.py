@@ -27,6 +27,7 @@ import httpx
 import httpcore._backends.sync  # noqa: F401 - SyncStream, wrapped with a deadline
 
 from ..errors import ToolError
+from ..models.base import without_secrets
 from .registry import ToolContext, tool
 
 try:
@@ -128,7 +129,7 @@ def http_request(
 
     text = raw.decode(response.encoding or "utf-8", errors="replace")
     if secrets:  # a server that echoes the request must not put a secret into the step's output
-        text = _without(text, secrets)
+        text = without_secrets(text, secrets)
         raw = text.encode()
     status = response.status_code
     if status == 429 or status >= 500:
@@ -169,13 +170,6 @@ def _with_secrets(headers: dict[str, str]) -> tuple[dict[str, str], list[str]]:
         return secret
 
     return {name: _SECRET_REFERENCE.sub(value, str(text)) for name, text in headers.items()}, used
-
-
-def _without(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    return text
 
 
 def _http_allowlist() -> list[tuple[str, int | None]]:
