@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ConfigError
+from .errors import ConfigError, ModelConfigError
 from .models import split_model_string
 from .usage import DEFAULT_PRICES, Budget, Price, price_for
 
@@ -64,16 +64,39 @@ def load_config(path: str | Path | None) -> ModelConfig:
         return ModelConfig()
     if not isinstance(raw, dict):
         raise ConfigError(f"{where} must be a mapping (planner:, executor:, tiers:, budget:, prices:)")
+    mistakes = _mistakes(raw)
     try:
         config = ModelConfig.model_validate(raw)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        place = ".".join(str(p) for p in error["loc"])
-        raise ConfigError(f"{where}: {place}: {error['msg']}") from None
-    for model in [config.planner, config.executor, config.synthesizer, *config.tiers.values()]:
-        if model:
-            split_model_string(model)
+        found = [f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors()]
+        mistakes = found + mistakes
+    order = {str(key): number for number, key in enumerate(raw)}  # as they appear in the file
+    mistakes.sort(key=lambda mistake: order.get(mistake.partition(":")[0].partition(".")[0], len(order)))
+    if len(mistakes) == 1:
+        raise ConfigError(f"{where}: {mistakes[0]}")
+    if mistakes:
+        # Every mistake at once, on one line: fixing them one run at a time wastes the user's time.
+        raise ConfigError(f"{where} has {len(mistakes)} mistakes: " + "; ".join(mistakes))
     return config
+
+
+def _mistakes(raw: dict[Any, Any]) -> list[str]:
+    """What the models cannot see: a model string that is not provider:name, a budget limit
+    that does not exist (Budget ignores unknown keys, so `tokenz: 500` would set no limit)."""
+    mistakes = []
+    models = [(key, raw.get(key)) for key in ("planner", "executor", "synthesizer")]
+    if isinstance(raw.get("tiers"), dict):
+        models += [(f"tiers.{name}", model) for name, model in raw["tiers"].items()]
+    for place, model in models:
+        if isinstance(model, str) and model:
+            try:
+                split_model_string(model)
+            except ModelConfigError as exc:
+                mistakes.append(f"{place}: {exc}")
+    if isinstance(raw.get("budget"), dict):
+        limits = ", ".join(Budget.model_fields)
+        mistakes += [f"budget.{key}: not a limit (limits: {limits})" for key in raw["budget"] if key not in Budget.model_fields]
+    return mistakes
 
 
 def run_prices(models: list[str], extra: dict[str, Price], *, need_all: bool) -> dict[str, Price]:

@@ -232,10 +232,22 @@ class EmbeddedServer:
 
     def run_foreground(self) -> int:
         """Run the server in this terminal until interrupted (Ctrl-C, or SIGTERM, which is passed
-        on, so a `kill` never leaves the Temporal child serving). Returns its exit status."""
+        on, so a `kill` never leaves the Temporal child serving). Returns its exit status.
+
+        The Temporal server's own output goes to `server.log`, as when `run` starts it: its
+        warnings ("Slow gRPC call" on a busy machine) landed in the shell of anyone who ran
+        `stratagem server &` and went on working there."""
         self.check()
         self._refuse_taken_address()
-        process = subprocess.Popen(self.command(), env=self.environment())
+        try:
+            log = self.log_file.open("ab")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the server log {self.log_file}: {exc.strerror or exc}") from None
+        offset = log.tell()
+        with log:
+            process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.environment()
+            )
         recorded = False
 
         def terminate(signum: int, frame: Any) -> None:
@@ -249,6 +261,11 @@ class EmbeddedServer:
                     recorded = True
                 else:
                     time.sleep(0.2)
+            if not recorded:
+                raise ConfigError(
+                    f"the embedded Temporal server exited at start (status {process.returncode}){self._log_tail(offset)}; "
+                    f"see {self.log_file}"
+                )
             return process.wait()
         except KeyboardInterrupt:
             process.send_signal(signal.SIGINT)

@@ -1,10 +1,10 @@
-"""The configuration file: models, tiers, budget and prices, with one clear error per mistake."""
+"""The configuration file: models, tiers, budget and prices, with one clear error naming every mistake."""
 
 from __future__ import annotations
 
 import pytest
 
-from stratagem.errors import ConfigError, ModelConfigError
+from stratagem.errors import ConfigError
 from stratagem.model_config import load_config, run_prices, with_defaults
 from stratagem.usage import Price
 
@@ -53,8 +53,24 @@ def test_mistakes_get_one_line_each(tmp_path, text, message):
 
 
 def test_a_model_string_without_a_provider_is_refused(tmp_path):
-    with pytest.raises(ModelConfigError, match="not of the form provider:name"):
+    with pytest.raises(ConfigError, match="tiers.fast: model 'gpt-4.1' is not of the form provider:name"):
         load_config(write(tmp_path, "tiers: {fast: gpt-4.1}\n"))
+
+
+def test_every_mistake_in_a_file_is_reported_at_once_in_file_order(tmp_path):
+    text = "planner: gpt-4.1\nbudget: {tokens: -1, tokenz: 5}\nmax_tool_rounds: 0\ncolour: blue\n"
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    message = str(caught.value)
+    assert "\n" not in message and "has 5 mistakes: " in message
+    expected = [
+        "planner: model 'gpt-4.1' is not of the form provider:name",
+        "budget.tokens: Input should be greater than or equal to 1",
+        "budget.tokenz: not a limit (limits: tokens, cost_usd, model_calls, wall_clock_seconds)",
+        "max_tool_rounds: Input should be greater than or equal to 1",
+        "colour: Extra inputs are not permitted",
+    ]
+    assert [message.index(part) for part in expected] == sorted(message.index(part) for part in expected)
 
 
 def test_the_planner_executes_when_no_executor_is_named():

@@ -72,7 +72,10 @@ def parser() -> argparse.ArgumentParser:
         "--status", choices=sorted([*commands._LIST_STATUSES, commands.AWAITING]),
         help=f"only runs in this state; {commands.AWAITING}: every run waiting for a person, oldest first",
     )
-    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument(
+        "--limit", type=_positive(int), default=50, metavar="N",
+        help="show at most N runs (default: 50): the newest, or in the inbox the longest waiting",
+    )
 
     approve = command("approve", commands.cmd_approve, "approve the plan awaiting review, or a gated step")
     approve.add_argument("run_id")

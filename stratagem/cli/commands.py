@@ -10,6 +10,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -508,7 +509,7 @@ async def respond(
                 try:
                     answer = json.loads(reply)
                 except json.JSONDecodeError as exc:
-                    render.errors.print(f"error: that answer is not valid JSON ({exc.msg}); try again")
+                    render.errors.print(f"error: that answer is not valid JSON: {json_problem(exc)}; try again", markup=False)
                     return "retry"
             await run.answer(AnswerInput(step_id=pending.step_id or "", answer=answer, by=by))
     except DecisionRefusedError as exc:
@@ -640,7 +641,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
         )
     return _emit_rows(
         rows, json_mode=args.json, empty="no runs",
-        line=lambda row: f"{row['run_id']}  {row['phase']:<18} {_when(row['started_at'])}  {row['goal']}",
+        cells=lambda row: [row["run_id"], row["phase"], _when(row["started_at"]), row["goal"]],
     )
 
 
@@ -648,15 +649,21 @@ def _when(moment: str | None) -> str:
     return (moment or "")[:19].replace("T", " ")
 
 
-def _emit_rows(rows: list[dict[str, Any]], *, json_mode: bool, empty: str, line: Callable[[dict[str, Any]], str]) -> int:
-    """A listing: the rows as one JSON document, or a line each (or `empty`) for people."""
+def _emit_rows(
+    rows: list[dict[str, Any]], *, json_mode: bool, empty: str, cells: Callable[[dict[str, Any]], list[str]]
+) -> int:
+    """A listing: the rows as one JSON document, or for people a line each (or `empty`), in
+    columns as wide as their widest cell; the last column (the goal) is left as it is."""
     if json_mode:
         render.emit_json(rows)
         return 0
     if not rows:
         render.console.print(empty)
-    for row in rows:
-        render.console.print(line(row), markup=False)
+    table = [[render.plain(str(cell)) for cell in cells(row)] for row in rows]
+    widths = [max(render.cell_width(line[i]) for line in table) for i in range(len(table[0]) - 1)] if table else []
+    for line in table:
+        padded = [cell + " " * (width - render.cell_width(cell)) for cell, width in zip(line, widths)]
+        render.console.print("  ".join([*padded, line[-1]]).rstrip(), markup=False)
     return 0
 
 
@@ -686,7 +693,7 @@ async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> 
     rows.sort(key=lambda row: row["since"] or "")
     return _emit_rows(
         rows[: args.limit], json_mode=args.json, empty="no run is waiting for a person",
-        line=lambda row: f"{row['run_id']}  since {_when(row['since'])}  {'; '.join(row['waiting_for'])}  {row['goal']}",
+        cells=lambda row: [row["run_id"], f"since {_when(row['since'])}", "; ".join(row["waiting_for"]), row["goal"]],
     )
 
 
@@ -732,8 +739,13 @@ async def cmd_answer(args: argparse.Namespace) -> int:
         try:
             answer = json.loads(args.text)
         except json.JSONDecodeError as exc:
-            raise CliError(f"--json-value: the answer is not JSON ({exc.msg})") from None
+            raise CliError(f"--json-value: the answer is not JSON: {json_problem(exc)}") from None
     return await _decide(args, "answer", AnswerInput(step_id=args.step_id, answer=answer, by=reviewer(args)))
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """The parser's whole message: `exc.msg` alone ends mid-sentence ("Unterminated string starting at")."""
+    return f"{exc.msg}: line {exc.lineno}, column {exc.colno}"
 
 
 _LIMIT_NAMES = {"tokens": "tokens", "cost": "cost_usd", "calls": "model_calls", "seconds": "wall_clock_seconds"}
@@ -941,10 +953,14 @@ async def cmd_output(args: argparse.Namespace) -> int:
         raise CliError(f"step '{args.step_id}' has no output: it is {record.status.value}")
     if is_stored(value):
         value = await asyncio.to_thread(load_value, default_store(), value)
-    if args.json or not isinstance(value, str):
+    if args.json:
         render.emit_json(value)
     else:
-        print(value)
+        text = render.transcript_text(value) if args.transcript and isinstance(value, list) else render.readable(value)
+        if sys.stdout.isatty():
+            render.console.print(text, markup=False)  # what a model wrote: control characters shown, not obeyed
+        else:
+            print(text)  # the value itself, for a file or a pipe
     return 0
 
 
@@ -976,4 +992,8 @@ def cmd_server(args: argparse.Namespace) -> int:
         raise CliError(f"something already listens on {config.address}; is a server already running?")
     render.console.print(f"Temporal server: {config.address}  (data: {server.database})")
     render.console.print(f"Web UI:          {server.ui_url}")
-    return server.run_foreground()
+    render.console.print(f"log:             {server.log_file}")
+    status = server.run_foreground()
+    if status not in (0, 130, -signal.SIGINT, -signal.SIGTERM):
+        render.errors.print(f"the Temporal server stopped with status {status}; see {server.log_file}", markup=False)
+    return status

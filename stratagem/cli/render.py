@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.segment import Segment
 from rich.table import Table
@@ -220,12 +221,51 @@ def result_view(result: RunResult) -> None:
             if is_stored(output):
                 text = f"{describe(output)} (print it with: stratagem output {result.run_id} {step_id})"
             else:
-                text = output if isinstance(output, str) else json.dumps(output, indent=1, default=str)
+                text = output if isinstance(output, str) else json.dumps(output, indent=1, ensure_ascii=False, default=str)
             console.print(Text.assemble((plain(step_id), "bold"), ": ", plain(text)))
         if result.synthesis:
             console.print(f"\n{result.synthesis}")
     else:
         console.print(Text.assemble((result.status.value, "yellow"), f": {result.reason}"))
+
+
+def cell_width(text: str) -> int:
+    """Columns `text` takes on a terminal (a CJK character or an emoji takes two)."""
+    return cell_len(text)
+
+
+def readable(value: Any) -> str:
+    """A value for people: text as it is, anything else as indented JSON with its own letters
+    (Zoë, not Zo\\u00eb)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def transcript_text(messages: list[Any]) -> str:
+    """An executor's conversation for people: one block per message, headed by who spoke, with
+    the tools an assistant turn called and whether a tool's answer was an error."""
+    blocks = []
+    for number, message in enumerate(messages, 1):
+        if not isinstance(message, dict):
+            blocks.append(f"── {number} ──\n{readable(message)}")
+            continue
+        head = f"── {number}. {message.get('role') or '?'}"
+        if message.get("tool_call_id"):
+            head += f" (answers {message['tool_call_id']})"
+        if message.get("is_error"):
+            head += " · error"
+        lines = [head + " ──"]
+        if message.get("content"):
+            lines.append(str(message["content"]))
+        for call in message.get("tool_calls") or []:
+            if not isinstance(call, dict):
+                continue
+            arguments = call.get("arguments")
+            shown = json.dumps(arguments, ensure_ascii=False, default=str) if arguments is not None else call.get("raw_arguments", "")
+            lines.append(f"→ calls {call.get('name')}({shown})  [{call.get('id')}]")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def emit_json(data: Any) -> None:
