@@ -226,11 +226,12 @@ class Terminal:
     def text(self) -> str:
         return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.screen)
 
-    async def expect(self, text: str, seconds: float = 60) -> None:
+    async def expect(self, text: str, seconds: float = 60, *, times: int = 1) -> None:
+        """Wait until `text` is on the screen (`times` times: a question asked again)."""
         import asyncio
 
         deadline = time.monotonic() + seconds
-        while text not in self.text:
+        while self.text.count(text) < times:
             if time.monotonic() > deadline:
                 raise AssertionError(f"never saw {text!r}; screen:\n{self.text}")
             try:
@@ -327,6 +328,52 @@ async def test_one_ctrl_c_stops_following_and_the_run_goes_on(cli_env, tmp_path)
         terminal.close()
     status = await acli("status", "cli-interrupt", "--json", env=env)
     assert json.loads(status.stdout)["phase"] == "awaiting_approval"
+
+
+async def test_wait_at_a_terminal_asks_what_run_left_open(cli_env, tmp_path):
+    """After `l` (later) or Ctrl-C in `run`'s review, `stratagem wait RUN` at a terminal asks the
+    same questions as `run`; without a terminal it only prints the commands (tested above)."""
+    env, harness = cli_env
+    plan = write_plan(
+        tmp_path / "plan.yaml",
+        {
+            "goal": "terms",
+            "steps": [
+                {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Which terms?"},
+                step("log", "record", ["terms"], label="${terms.days} days"),
+            ],
+        },
+    )
+    terminal = Terminal(["run", *TOOLS, "--plan", plan, "--id", "cli-later"], {**env, "COLUMNS": "200"}, tmp_path)
+    try:
+        await terminal.expect("approve revision 1?")
+        terminal.type("l\n")
+        await terminal.expect("later: still following run cli-later")
+        await terminal.expect("stratagem approve cli-later --revision 1")  # the command to decide instead
+        terminal.type("\x03")
+        await terminal.expect("Follow it again (at a terminal, it asks what is still open) with: stratagem wait cli-later")
+        assert await terminal.exit_status() == 130
+    finally:
+        terminal.close()
+
+    terminal = Terminal(["wait", "cli-later", "--by", "wendy"], {**env, "COLUMNS": "200"}, tmp_path)
+    try:
+        await terminal.expect("approve revision 1?")
+        assert "Plan revision 1: terms" in terminal.text  # the plan, as `run` showed it
+        terminal.type("a\n")
+        await terminal.expect("terms asks: Which terms?")
+        terminal.type('{"days": 30\n')  # a broken answer is explained in full and asked again
+        await terminal.expect("not valid JSON: Expecting ',' delimiter: line 1, column 12; try again")
+        await terminal.expect("terms asks: Which terms?", seconds=30, times=2)
+        terminal.type('{"days": 30}\n')
+        await terminal.expect("log: 30 days")
+        assert await terminal.exit_status() == 0
+        assert "Traceback" not in terminal.text
+    finally:
+        terminal.close()
+    ledger = await get_run(harness.client, "cli-later").ledger()
+    assert [(d.action.value, d.by) for d in ledger.decisions][:1] == [("approve", "wendy")]
+    assert ledger.steps["terms"].output == {"days": 30}
 
 
 async def test_a_question_decided_elsewhere_is_dropped(cli_env, tmp_path):

@@ -118,8 +118,12 @@ def parser() -> argparse.ArgumentParser:
     cancel = command("cancel", commands.cmd_cancel, "cancel a run", json=False)
     cancel.add_argument("run_id")
 
-    wait = command("wait", commands.cmd_wait, "follow a run until it ends; exit like `run`")
+    wait = command(
+        "wait", commands.cmd_wait,
+        "follow a run until it ends, exiting like `run`; at a terminal, ask for its decisions as `run` does",
+    )
     wait.add_argument("run_id")
+    wait.add_argument("--by", metavar="NAME", help="your name, recorded with the decisions you take here")
 
     watch = command("watch", commands.cmd_watch, "stream a run's progress events from an offset until it ends; reconnects after a disconnect")
     watch.add_argument("run_id")

@@ -322,12 +322,22 @@ def detached(run: Run, *, json_mode: bool) -> int:
     return 0
 
 
+def at_terminal(args: argparse.Namespace) -> bool:
+    """Whether a person sits at this command: it may ask them (stdin and stdout a terminal, not --json)."""
+    return sys.stdin.isatty() and sys.stdout.isatty() and not args.json
+
+
 async def follow_attached(run: Run, args: argparse.Namespace, by: str) -> int:
-    interactive = sys.stdin.isatty() and not args.json
+    """Follow a run as `run` and `wait` do: asking for its decisions at a terminal, printing
+    the commands that take them otherwise. Ctrl-C stops following, never the run."""
     try:
-        return await follow(run, interactive=interactive, json_mode=args.json, by=by)
+        return await follow(run, interactive=at_terminal(args), json_mode=args.json, by=by)
     except (KeyboardInterrupt, asyncio.CancelledError):
-        note(f"\nstopped following; run {run.id} goes on. Follow it again with: stratagem wait {run.id}", json_mode=args.json)
+        note(
+            f"\nstopped following; run {run.id} goes on. Follow it again (at a terminal, it asks what is still open) "
+            f"with: stratagem wait {run.id}",
+            json_mode=args.json,
+        )
         return 130
 
 
@@ -428,6 +438,11 @@ async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> in
                 if reply is not None:
                     if await respond(run, asking, reply, by, prompter, drafts) == "later":
                         later.add(_key(asking))
+                        render.console.print(
+                            f"later: still following run {run.id}; decide with the command below from any terminal, "
+                            f"or press Ctrl-C and run `stratagem wait {run.id}` to be asked again",
+                            markup=False,
+                        )
                     asking = None
                 continue
         for key, waiting in pending.items():
@@ -812,7 +827,9 @@ async def cmd_wait(args: argparse.Namespace) -> int:
         if done:
             note(done, json_mode=args.json)
     async with workflow_host(client, task_queue):
-        return await follow(run, interactive=False, json_mode=args.json, by="")
+        # At a terminal, the same questions as `run` asks: after a Ctrl-C or an `l`, this is how
+        # a person gets them back.
+        return await follow_attached(run, args, reviewer(args) if at_terminal(args) else "")
 
 
 def connection_lost(exc: BaseException) -> bool:
