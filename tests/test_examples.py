@@ -1,6 +1,7 @@
 """The examples in examples/: each plan validates against its own tools, runs end to end on a real
 Temporal server with its scripted model and answers, and leaves the expected records behind.
-The quickstart script runs each of them as a newcomer would."""
+The quickstart script runs each of them as a newcomer would. The goal example (order_shipping)
+runs word for word as its README says, at a terminal: planned, failed, replanned, succeeded."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import csv
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,7 +26,8 @@ from temporalio.testing import WorkflowEnvironment
 from conftest import Harness, harness_for
 from stratagem.errors import ToolError
 from stratagem.ledger import EventKind, StepStatus
-from stratagem.plan import StepKind
+from stratagem.client import get_run
+from stratagem.plan import AuthorKind, PlanDraft, StepKind
 from stratagem.plan_files import load_plan_file
 from stratagem.run import AnswerInput, ApproveInput, DecisionKind, Phase, RunStatus
 from stratagem.tools import ToolContext, ToolRegistry
@@ -33,6 +36,7 @@ from stratagem.validation import validate_plan
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 NAMES = ["vendor_onboarding", "monthly_report", "employee_onboarding"]
+GOAL_EXAMPLES = ["order_shipping"]  # planned from a goal by a scripted planner: no plan.yaml
 
 
 class Example:
@@ -64,6 +68,11 @@ class Example:
 def test_every_example_folder_is_covered():
     found = sorted(p.parent.name for p in EXAMPLES.glob("*/plan.yaml"))
     assert found == sorted(NAMES)
+    folders = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    assert folders == sorted(NAMES + GOAL_EXAMPLES)
+    listed = (ROOT / "README.md").read_text()
+    for name in NAMES + GOAL_EXAMPLES:
+        assert f"[`{name}`](examples/{name})" in listed, f"the main README's examples list lacks {name}"
     assert not list(EXAMPLES.glob("*.yaml")), "plans live in their example's folder"
 
 
@@ -84,6 +93,15 @@ def test_plan_validates_against_its_tools(name):
         if step.kind is StepKind.human:
             assert step.id in example.answers, f"no answer in answers.yaml for human step '{step.id}'"
     assert (example.folder / "README.md").exists()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_readme_runs_the_plan_the_way_the_cli_does(name):
+    """`run --plan` loads tools.py and models.yaml beside the plan itself; the READMEs once told
+    users to pass --tools, while the main README said it was automatic."""
+    readme = (EXAMPLES / name / "README.md").read_text()
+    assert f"`stratagem run --plan examples/{name}/plan.yaml`" in readme
+    assert "--tools" not in readme
 
 
 def test_plans_use_parallel_steps_gates_and_people():
@@ -370,3 +388,115 @@ def test_quickstart_without_an_answer_stops_and_says_what_is_missing(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "step 'finance_review' needs an answer: add 'finance_review: <answer>' to answers.yaml" in done.stdout
     assert "run ended: cancelled" in done.stdout
+
+
+# --- Planning from a goal, and replanning after a failure (order_shipping) ---------------------------
+
+SHIPPING = EXAMPLES / "order_shipping"
+
+
+def shipping_tools() -> Any:
+    registry = ToolRegistry.from_modules([str(SHIPPING / "tools.py")])
+    return registry, sys.modules[registry.get("quote_freight").function.__module__]
+
+
+def test_the_scripted_planner_s_plans_validate_against_the_example_s_tools():
+    registry, _ = shipping_tools()
+    script = yaml.safe_load((SHIPPING / "models.yaml").read_text())
+    first, revised = (PlanDraft.model_validate(entry["plan"]) for entry in script["planner"])
+    for plan in (first, revised):
+        validate_plan(plan, registry.catalog())
+        for step in plan.steps:
+            if step.kind is StepKind.llm:
+                assert step.id in script["executor"], f"no scripted response for llm step '{step.id}'"
+    # The revision keeps what will have succeeded exactly as it was, so it is carried, not refused.
+    kept = {"order", "reserve"}
+    assert [s for s in first.steps if s.id in kept] == [s for s in revised.steps if s.id in kept]
+    assert {s.id for s in first.steps} - {s.id for s in revised.steps} == {"quote_nordbahn"}
+
+
+def test_carriers_quote_only_where_they_deliver_and_an_order_ships_once(tmp_path):
+    _, tools = shipping_tools()
+    with pytest.raises(ToolError, match="Nordbahn Cargo does not deliver to AT") as refused:
+        tools.quote_freight("nordbahn", "AT", "8020", 3, 690)
+    assert refused.value.retryable is False  # another attempt cannot help: the planner must
+    quote = tools.quote_freight("alpentrans", "at", "8020", 3, 690)
+    assert (quote["carrier_name"], quote["price_eur"]) == ("Alpentrans Logistik", 518.5)  # 3 x 110 + 690 x 0.15 + 85
+    first = tools.reserve_stock("SO-1042", 3, ctx=context(tmp_path, "reserve"))
+    again = tools.reserve_stock("SO-1042", 3, ctx=context(tmp_path, "reserve"))
+    assert (first["repeated"], again["repeated"], again["reservation_id"]) == (False, True, first["reservation_id"])
+    booked = tools.book_shipment("SO-1042", quote["quote_id"], first["reservation_id"], ctx=context(tmp_path, "book"))
+    twice = tools.book_shipment("SO-1042", quote["quote_id"], first["reservation_id"], ctx=context(tmp_path, "book", run_id="run-2"))
+    assert (booked["repeated"], twice["repeated"], twice["shipment_id"]) == (False, True, booked["shipment_id"])
+    assert (booked["pickup_on"], booked["delivery_on"]) == ("2025-11-10", "2025-11-13")  # Monday + 3 working days
+
+
+async def test_order_shipping_is_planned_fails_replans_and_succeeds_as_its_readme_says(dev_env, tmp_path):
+    """The README's command, word for word, at a terminal, approving as its README says."""
+    from test_cli import Terminal, terminal_run_id
+
+    readme = (SHIPPING / "README.md").read_text()
+    [command] = [line for line in readme.splitlines() if line.startswith("stratagem run ")]
+    args = shlex.split(command)[1:]
+    registry, _ = shipping_tools()
+    async with harness_for(dev_env, tmp_path, registry) as harness:
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+            "TEMPORAL_TASK_QUEUE": harness.task_queue,
+            "STRATAGEM_HOME": str(tmp_path / "home"),
+            "STRATAGEM_WORKSPACE": str(harness.workspace),
+            "STRATAGEM_STORE": str(harness.store.root),
+            "COLUMNS": "200",
+        }
+        for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+            env.pop(name, None)  # no key, no endpoint: it must not need one
+        terminal = Terminal(args, env, ROOT)  # from the repository's root, as the README says
+        try:
+            await terminal.expect("approve revision 1?")
+            terminal.type("a\n")
+            await terminal.expect("step failed quote_nordbahn — quote_freight: Nordbahn Cargo does not deliver to AT")
+            await terminal.expect("approve revision 2?")
+            assert "+ quote_alpentrans" in terminal.text and "- quote_nordbahn" in terminal.text
+            assert "args.quote_id: ${quote_nordbahn.quote_id} → ${quote_alpentrans.quote_id}" in terminal.text
+            terminal.type("a\n")
+            await terminal.expect("approve step 'book' (Book the truck), risk high? [y]es / [n]o / [l]ater:")
+            terminal.type("y\n")
+            await terminal.expect("succeeded (revision 2, 1 replan)")
+            assert await terminal.exit_status() == 0
+            assert "Traceback" not in terminal.text
+        finally:
+            terminal.close()
+        run = get_run(harness.client, terminal_run_id(terminal.text))
+        harness.runs.append(run)  # its history is replayed when the harness closes
+        ledger = await run.ledger()
+        result = await run.result()
+
+    assert (result.status, result.revision, result.replans) == (Phase.succeeded, 2, 1)
+    assert [(p.revision, p.author.kind) for p in ledger.revisions] == [(1, AuthorKind.model), (2, AuthorKind.model)]
+    assert [(d.action.value, d.revision, d.step_id) for d in ledger.decisions] == [
+        ("approve", 1, None), ("approve", 2, None), ("approve", 2, "book"),
+    ]
+    # The failed step is recorded, with its error, after one attempt; the replan says why.
+    failed = ledger.steps["quote_nordbahn"]
+    assert (failed.status, failed.attempts, failed.revision) == (StepStatus.failed, 1, 1)
+    assert "Nordbahn Cargo does not deliver to AT" in failed.error
+    [replan] = [e for e in ledger.events if e.kind is EventKind.replan_requested]
+    assert replan.message.startswith("step 'quote_nordbahn' failed")
+    # What succeeded under revision 1 was kept and never ran again.
+    started = [e.step_id for e in ledger.events if e.kind is EventKind.step_started]
+    for kept in ("order", "reserve"):
+        record = ledger.steps[kept]
+        assert (record.status, record.revision, record.attempts, started.count(kept)) == (StepStatus.succeeded, 1, 1, 1)
+    for new in ("quote_alpentrans", "book", "notify", "file_notice"):
+        assert (ledger.steps[new].status, ledger.steps[new].revision) == (StepStatus.succeeded, 2)
+
+    ws = harness.workspace
+    [reservation] = read_csv(ws / "warehouse" / "reservations.csv")
+    assert reservation["idempotency_key"].endswith("/reserve/r1")
+    shipment = json.loads((ws / "shipments" / "SO-1042.json").read_text())
+    assert (shipment["carrier"], shipment["reservation_id"]) == ("alpentrans", reservation["reservation_id"])
+    notice = (ws / "outbox" / "SO-1042-dispatch.txt").read_text()
+    script = yaml.safe_load((SHIPPING / "models.yaml").read_text())
+    assert notice == "To: einkauf@bergblick-hotels.example\n\n" + script["executor"]["notify"]
+    assert f"Tracking number: {shipment['tracking_number']}" in notice  # the scripted notice matches the booking

@@ -216,7 +216,7 @@ def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None
 
 def result_view(result: RunResult) -> None:
     if result.status.value == "succeeded":
-        console.print(Text.assemble(("succeeded", "green"), f" (revision {result.revision}, {result.replans} replans)"))
+        console.print(Text.assemble(("succeeded", "green"), f" (revision {result.revision}, {result.replans} replan{'s' if result.replans != 1 else ''})"))
         for step_id, output in result.outputs.items():
             if is_stored(output):
                 text = f"{describe(output)} (print it with: stratagem output {result.run_id} {step_id})"
