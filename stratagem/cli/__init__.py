@@ -145,10 +145,13 @@ def parser() -> argparse.ArgumentParser:
     shape.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
     shape.add_argument("--diff", nargs=2, type=int, metavar=("A", "B"), help="what changed from revision A to B")
 
-    output = command("output", commands.cmd_output, "print a step's output (loaded from the output store if it is there)")
+    output = command(
+        "output", commands.cmd_output,
+        "print a step's output (loaded from the output store if it is there): text as it is, other values as indented JSON",
+    )
     output.add_argument("run_id")
     output.add_argument("step_id")
-    output.add_argument("--transcript", action="store_true", help="print an llm step's conversation instead")
+    output.add_argument("--transcript", action="store_true", help="print an llm step's conversation instead, one message per block")
 
     worker = command("worker", commands.cmd_worker, "run a worker: every role, or those named by --role", json=False)
     add_worker_arguments(worker)
