@@ -35,6 +35,7 @@ from .ledger import EventArchive, Ledger, LedgerEvent
 from .plan import Plan
 from .run import (
     AWAITING_APPROVAL,
+    RUN_LEVEL,
     STATUS_SEARCH_ATTRIBUTE,
     WORKFLOW_NAME,
     AnswerInput,
@@ -302,6 +303,8 @@ async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: s
     search_attributes = None
     if run.state is None and not run.options.status_search_attribute and await has_status_attribute(client):
         run = run.model_copy(update={"options": run.options.model_copy(update={"status_search_attribute": True})})
+    if run.state is None and run.level == 0:
+        run = run.model_copy(update={"level": RUN_LEVEL})
     if run.options.status_search_attribute:
         search_attributes = TypedSearchAttributes([SearchAttributePair(STATUS_KEY, "planning")])
     try:

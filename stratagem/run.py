@@ -106,8 +106,19 @@ class RunOptions(CompactModel):
     )
 
 
+# The workflow code's version, which `start_run` stamps on every run it starts. A run at level 1 or
+# more takes every behaviour that earlier versions introduced behind a patch without asking
+# Temporal (each `workflow.patched` of a new run writes a marker and a search attribute upsert:
+# two visibility writes per patch per run). A run without a level (0: started by an older
+# client, or by hand) asks each patch as before, so it can only gain behaviour, never lose it.
+# A worker never runs a run above its own level: the run's tasks fail until a newer worker
+# takes them. Raise it when a change needs a new level, and keep the old paths for lower ones.
+RUN_LEVEL = 1
+
+
 class RunInput(BaseModel):
     run_id: str | None = Field(default=None, description="Filled by the workflow from its id when empty.")
+    level: int = Field(default=0, ge=0, description="The workflow version that started the run (RUN_LEVEL).")
     goal: str | None = None
     plan: PlanDraft | None = Field(default=None, description="A plan written by a person; skips planning.")
     author: Author | None = Field(default=None, description="Who wrote `plan`.")
@@ -184,6 +195,7 @@ class RunState(BaseModel):
     continued: int = Field(default=0, description="How many times this run continued as new.")
     started_at: datetime | None = Field(default=None, description="When the run started (for the wall-clock budget).")
     budget_warned: list[str] = Field(default_factory=list, description="Budgets already warned about (80% used).")
+    level: int = Field(default=0, description="The run's RunInput.level, kept across continue-as-new.")
 
     @property
     def plan(self) -> Plan | None:

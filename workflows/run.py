@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.store import describe, is_stored
     from stratagem.run import (
         JOINT_STEP_ID,
+        RUN_LEVEL,
         WORKFLOW_NAME,
         AnswerInput,
         ApproveInput,
@@ -119,6 +120,7 @@ class StratagemRun:
                 goal=input.goal or (input.plan.goal if input.plan else ""),
                 options=input.options,
                 ledger=Ledger(run_id=run_id),
+                level=input.level,
             )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ended = 0  # step tasks that ended: what the execution loop wakes on
@@ -135,6 +137,7 @@ class StratagemRun:
         self._finished_here = 0
         self._rejection: str | None = None
         self._memo_phase: str | None = None
+        self._memo_due = False
         self._details_key: Any = None
         self._details_at: Any = None
         # Bumped whenever usage, a budget or the steps in flight change: what budget waits wake on.
@@ -182,6 +185,10 @@ class StratagemRun:
         }
 
     async def _run(self, input: RunInput) -> RunResult:
+        if self.state.level > RUN_LEVEL:
+            # Not a failure of the run: its task fails and Temporal retries it until a worker
+            # that knows this level takes it (workers are upgraded before clients).
+            raise RuntimeError(f"run {self.state.run_id} was started at level {self.state.level}; this worker runs up to {RUN_LEVEL}")
         try:
             if self._forged:
                 self._fail("the run's input carries a state, which only a continue-as-new of the same run may pass on")
@@ -326,7 +333,7 @@ class StratagemRun:
 
     def _problems(self, draft: PlanDraft) -> list[str]:
         # Runs from before the credential rule replay as they were decided.
-        credentials = workflow.patched(CREDENTIALS_PATCH)
+        credentials = self._patched(CREDENTIALS_PATCH)
         return plan_problems(draft, self.state.catalog, **self.state.options.plan_rules(), credentials=credentials)
 
     def _adopt(self, merged: Reconciliation, author: Author, reason: str) -> Plan:
@@ -446,7 +453,7 @@ class StratagemRun:
         why: list[str] = []
         if is_replan and not state.options.replan_requires_approval and not state.pending:
             why = decisions.loosened(state.approved_plan, state.plan)
-            if not why or not workflow.patched(LOOSENED_PATCH):
+            if not why or not self._patched(LOOSENED_PATCH):
                 decision = ApproveInput(by="policy", revision=state.plan.revision, comment="replan_requires_approval is off")
                 decisions.approve_plan(state, decision, via="policy", now=self._now())
                 return
@@ -591,7 +598,7 @@ class StratagemRun:
             return
         if step.kind is StepKind.human:
             # A used-up budget pauses questions to people too (runs from before asked anyway).
-            while (used_up := self._budget_used_up()) and not self._stopping and workflow.patched(HUMAN_BUDGET_PATCH):
+            while (used_up := self._budget_used_up()) and not self._stopping and self._patched(HUMAN_BUDGET_PATCH):
                 self._request_budget(used_up)
                 epoch = self._budget_epoch
                 await self._park(step.id, lambda: self._budget_epoch != epoch or self._stopping or self._winding_down)
@@ -764,7 +771,7 @@ class StratagemRun:
             short.append(f"the token budget has {left.tokens:,} left, less than one model call takes ({left.call_tokens:,})")
         if left.cost_usd is not None and 0 < left.cost_usd < left.call_cost_usd:
             short.append(f"the cost budget has ${left.cost_usd:,.4f} left, less than one model call costs (${left.call_cost_usd:,.4f})")
-        if short and workflow.patched(BUDGET_SHORT_PATCH):
+        if short and self._patched(BUDGET_SHORT_PATCH):
             return short
         return []
 
@@ -960,11 +967,13 @@ class StratagemRun:
             if state.phase is Phase.running:
                 self._end(Phase.succeeded, None, EventKind.run_succeeded)
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                self._write_memo()
                 return RunResult(
                     run_id=state.run_id, status=Phase.succeeded, revision=state.plan.revision,
                     outputs=outputs, synthesis=synthesis, replans=state.ledger.replans,
                 )
         await workflow.wait_condition(workflow.all_handlers_finished)
+        self._write_memo()
         if state.phase is Phase.rejected:
             return RunResult(
                 run_id=state.run_id, status=Phase.rejected, revision=state.plan.revision if state.plan else None,
@@ -993,6 +1002,7 @@ class StratagemRun:
         self._tasks.clear()
         self._close_open_steps(StepStatus.cancelled, "run cancelled")
         self._end(Phase.cancelled, "cancelled", EventKind.run_cancelled)
+        self._write_memo()
 
     # ------------------------------------------------------------------ continue-as-new
 
@@ -1004,8 +1014,9 @@ class StratagemRun:
         return info.is_continue_as_new_suggested()
 
     async def _continue_as_new(self) -> None:
-        if workflow.patched(ARCHIVE_PATCH):
+        if self._patched(ARCHIVE_PATCH):
             await self._archive_events()
+        self._write_memo()
         # Handlers may still be mutating the state; carry it only once they are done.
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.state.continued += 1
@@ -1255,11 +1266,30 @@ class StratagemRun:
             self._details_key, self._details_at = key, now
             workflow.set_current_details(progress_markdown(state))
         self._observe.publish(state)
-        phase = self.state.phase.value
-        if phase != self._memo_phase:
-            self._memo_phase = phase
+        if self.state.phase.value == self._memo_phase:
+            return
+        if self.state.level < 1:
+            self._memo_phase = self.state.phase.value
             if workflow.patched(PHASE_MEMO_PATCH):
-                workflow.upsert_memo({"phase": phase})
+                workflow.upsert_memo({"phase": self._memo_phase})
+        elif not self._memo_due:
+            # Written once this workflow task's code has run, so phases passed through in one
+            # task (planned, approved by policy, running) cost one memo write, not one each.
+            self._memo_due = True
+            asyncio.get_running_loop().call_soon(self._write_memo)
+
+    def _write_memo(self) -> None:
+        """The phase into the memo, if it changed (level 1 runs; also right before the run
+        completes or continues as new, after which no command may follow)."""
+        self._memo_due = False
+        phase = self.state.phase.value
+        if self.state.level >= 1 and phase != self._memo_phase:
+            self._memo_phase = phase
+            workflow.upsert_memo({"phase": phase})
+
+    def _patched(self, patch: str) -> bool:
+        """A behaviour introduced behind `patch`: always on for runs at level 1 or more (stratagem.run.RUN_LEVEL)."""
+        return self.state.level >= 1 or workflow.patched(patch)
 
     def _now(self) -> Any:
         return workflow.now()

@@ -1,0 +1,100 @@
+"""Run levels (stratagem.run.RUN_LEVEL): a run started by today's client asks Temporal for no
+patch, and writes its phase into the memo once per workflow task; a run without a level (an
+older client, or someone starting the workflow by hand) still gets every patched behaviour; a
+run above the worker's level waits for a newer worker instead of running on old code."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
+
+from plans import step
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.run import RUN_LEVEL, WORKFLOW_NAME, RunInput, RunOptions, RunResult
+
+CHAIN = {"goal": "three steps", "steps": [step("a", "add", a=1, b=2), step("b", "add", ["a"], a=3, b=4), step("c", "add", ["b"], a=5, b=6)]}
+# A header holding a literal credential: refused by a patched rule (stratagem.validation).
+LEAKY = {
+    "goal": "call an API",
+    "steps": [{
+        "id": "call", "title": "call", "tool": "http_request",
+        "args": {"method": "GET", "url": "https://api.example.com", "headers": {"Authorization": "Bearer sk-live-0123456789abcdef"}},
+    }],
+}
+
+
+def kinds(history) -> list[int]:
+    return [e.event_type for e in history.events]
+
+
+async def start_by_hand(harness, plan: dict, level: int):
+    """What an older client, or the plain Temporal API, sends: RunInput as it is, no stamping."""
+    run = RunInput(
+        plan=PlanDraft.model_validate(plan), author=Author(kind=AuthorKind.human, name="mallory"),
+        options=RunOptions(auto_approve=True), level=level,
+    )
+    return await harness.client.start_workflow(
+        WORKFLOW_NAME, run, id=f"test-{uuid.uuid4().hex[:10]}", task_queue=harness.task_queue, result_type=RunResult
+    )
+
+
+async def test_a_run_of_todays_client_writes_no_patch_markers_and_one_memo_per_task(harness):
+    run = await harness.start(CHAIN, auto_approve=True)
+    result = await run.result()
+    assert result.status.value == "succeeded"
+    history = await run.handle.fetch_history()
+    events = kinds(history)
+    assert EventType.EVENT_TYPE_MARKER_RECORDED not in events
+    assert EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES not in events
+    # Planned, approved by policy and running in one task: one memo write there, one at the end.
+    assert events.count(EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED) == 2
+    assert await (await run.handle.describe()).memo_value("phase") == "succeeded"  # what `list` reads
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert b'"level":%d' % RUN_LEVEL in started.input.payloads[0].data
+
+
+async def test_a_run_without_a_level_still_gets_every_patched_rule(harness):
+    # Dropping the level must not drop a rule: the credentials rule is a patched behaviour.
+    handle = await start_by_hand(harness, LEAKY, level=0)
+    try:
+        await handle.result()
+        raise AssertionError("a plan with a literal credential ran")
+    except Exception as exc:  # the run fails: the supplied plan is invalid
+        assert "literal credential" in str(getattr(exc, "cause", None) or exc)
+    events = kinds(await handle.fetch_history())
+    assert EventType.EVENT_TYPE_MARKER_RECORDED in events  # asked the patch, as older runs did
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED in events  # describe tools, and nothing else ran
+    history = await handle.fetch_history()
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert scheduled == ["stratagem.describe_tools"]
+
+
+async def test_todays_level_refuses_the_same_plan(harness):
+    handle = await start_by_hand(harness, LEAKY, level=RUN_LEVEL)
+    try:
+        await handle.result()
+        raise AssertionError("a plan with a literal credential ran")
+    except Exception as exc:
+        assert "literal credential" in str(getattr(exc, "cause", None) or exc)
+
+
+async def test_a_run_above_the_workers_level_waits_and_runs_nothing(harness):
+    handle = await start_by_hand(harness, CHAIN, level=RUN_LEVEL + 1)
+    failed = False
+    for _ in range(100):
+        history = await handle.fetch_history()
+        if EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED in kinds(history):
+            failed = True
+            break
+        await asyncio.sleep(0.1)
+    assert failed, "the workflow task should fail on a worker below the run's level"
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in kinds(history)
+    failure = next(e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    assert f"level {RUN_LEVEL + 1}" in failure.workflow_task_failed_event_attributes.failure.message
+    description = await handle.describe()
+    assert description.status == WorkflowExecutionStatus.RUNNING  # waiting for a newer worker, not failed
+    await handle.terminate("test over")
