@@ -233,3 +233,27 @@ def test_a_shared_layout_needs_every_role(tmp_path):
     with pytest.raises(ConfigError, match="a shared queue layout needs a worker that serves every role"):
         build_worker(None, task_queue="q", registry=ToolRegistry(), workspace=tmp_path, roles=[Role.workflow],  # type: ignore[arg-type]
                      layout=QueueLayout.shared)
+
+
+async def test_a_fan_out_starts_every_branch_with_the_workflow_task_that_scheduled_it(dev_env, tmp_path):
+    """On a worker serving every role, the steps one workflow task starts come back with its
+    completion (eager activities; stratagem.worker.EAGER_ACTIVITIES), instead of 3 at once and
+    the rest a poll each: the branches of a fan-out start together."""
+    width = 12
+    plan = {"goal": "fan out", "steps": [step(f"b{i}", "add", a=i, b=1) for i in range(width)]}
+    queue = f"fan-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.from_modules([str(ROOT / "tests" / "fixture_tools.py")])
+    async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
+        run = await start_run(dev_env.client, RunInput(plan=plan, options=RunOptions(auto_approve=True, max_parallel=width)),
+                              task_queue=queue)
+        result = await asyncio.wait_for(run.result(), timeout=60)
+    assert result.status is Phase.succeeded and len(result.outputs) == width
+    events = (await run.handle.fetch_history()).events
+    tools = {e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+             and e.activity_task_scheduled_event_attributes.activity_type.name == io.RUN_TOOL}
+    started = [e.event_time.ToNanoseconds() for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+               and e.activity_task_started_event_attributes.scheduled_event_id in tools]
+    assert len(started) == width
+    # Eager activities are started as the server records the workflow task's completion: one
+    # timestamp for all. Polled ones start one by one, milliseconds apart.
+    assert max(started) - min(started) < 1_000_000, (max(started) - min(started)) / 1e6
