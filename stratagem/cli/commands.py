@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -90,6 +91,10 @@ def note(message: str, *, json_mode: bool = False) -> None:
     (render.errors if json_mode else render.console).print(message)
 
 
+# How long `run` waits for a local server that listens but does not serve yet.
+STARTING_SERVER_WAIT = 30.0
+
+
 async def open_client(config: Settings, *, start_server: bool = False, json_mode: bool = False) -> Client:
     """Connect; for `run`, first start the embedded server if nothing listens at a local address."""
     if start_server and is_listening(config.address) and not address_named(config) and not owns_server(embedded(config)):
@@ -116,10 +121,16 @@ async def open_client(config: Settings, *, start_server: bool = False, json_mode
             f"Web UI: {server.ui_url}; log: {server.log_file}",
             json_mode=json_mode,
         )
-    try:
-        return await connect(config, quiet=True)
-    except RuntimeError as exc:
-        raise CliError(f"cannot connect to Temporal at {config.address}: {exc}") from None
+    # A server that was just started listens a moment before its frontend serves ("Frontend is
+    # not healthy yet"): keep trying for a while when it is ours and busy starting.
+    deadline = time.monotonic() + (STARTING_SERVER_WAIT if start_server and is_local(config.address) else 0)
+    while True:
+        try:
+            return await connect(config, quiet=True)
+        except RuntimeError as exc:
+            if "not healthy yet" not in str(exc) or time.monotonic() >= deadline:
+                raise CliError(f"cannot connect to Temporal at {config.address}: {exc}") from None
+            await asyncio.sleep(0.25)
 
 
 async def find_run(client: Client, run_id: str) -> tuple[Run, str]:
