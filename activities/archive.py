@@ -8,7 +8,9 @@ from temporalio import activity
 
 from stratagem import activity_io as io
 from stratagem.ledger import EventArchive
-from stratagem.store import OutputStore, default_store, store_value
+from pydantic_core import to_json
+
+from stratagem.store import OutputStore, default_store, store_json
 
 from .errors import as_application_error
 
@@ -25,8 +27,7 @@ class ArchiveActivities:
         first, last = events[0].seq, events[-1].seq
         try:
             stored = await asyncio.to_thread(
-                store_value, self._store, f"runs/{request.run_id}/events/{first}-{last}",
-                [e.model_dump(mode="json") for e in events],
+                store_json, self._store, f"runs/{request.run_id}/events/{first}-{last}", to_json(events)
             )
         except Exception as exc:
             raise as_application_error(exc)  # its cause is a redacted copy (activities/errors.py)

@@ -125,9 +125,15 @@ def is_stored(value: Any) -> bool:
 def store_value(store: OutputStore, key_prefix: str, value: Any) -> dict[str, Any]:
     """Store `value` as JSON and return the reference that stands for it."""
     data = json.dumps(value, default=str).encode("utf-8")
+    return store_json(store, key_prefix, data, preview=value if isinstance(value, str) else None)
+
+
+def store_json(store: OutputStore, key_prefix: str, data: bytes, preview: str | None = None) -> dict[str, Any]:
+    """Store a value already encoded as JSON (pydantic's `to_json` writes a list of models in one
+    buffer, where `model_dump` and `json.dumps` built every event twice over first)."""
     digest = hashlib.sha256(data).hexdigest()
     ref = store.put(f"{key_prefix}/{digest[:32]}.json", data)
-    text = value if isinstance(value, str) else data.decode("utf-8")
+    text = preview if preview is not None else data[: PREVIEW_CHARS * 4].decode("utf-8", errors="ignore")
     return {MARKER: ref, "bytes": len(data), "sha256": digest, "preview": text[:PREVIEW_CHARS]}
 
 
