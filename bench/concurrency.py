@@ -3,7 +3,8 @@
 100 runs (quick: 25) of a 10-step chain of no-op tool steps, all started together on one
 in-process worker, against 100 bare workflows (`BareChain`) of 10 no-op activities on the same
 worker. The figure is steps per second: all steps ÷ the wall time from the first start to the
-last result. Each side runs `REPS` times, interleaved; the median counts.
+last result. After one full-size burst of each side (warm-up), each side runs 3 times (quick:
+once), alternating which goes first; the median counts.
 """
 
 from __future__ import annotations
