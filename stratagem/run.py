@@ -113,7 +113,8 @@ class RunOptions(CompactModel):
 # client, or by hand) asks each patch as before, so it can only gain behaviour, never lose it.
 # A worker never runs a run above its own level: the run's tasks fail until a newer worker
 # takes them. Raise it when a change needs a new level, and keep the old paths for lower ones.
-RUN_LEVEL = 1
+# Level 2: the approving workflow task leaves the memo's phase to the next task.
+RUN_LEVEL = 2
 
 
 class RunInput(BaseModel):

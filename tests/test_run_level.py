@@ -6,6 +6,7 @@ run above the worker's level waits for a newer worker instead of running on old 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
 from temporalio.api.enums.v1 import EventType
@@ -13,7 +14,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from plans import step
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import RUN_LEVEL, WORKFLOW_NAME, RunInput, RunOptions, RunResult
+from stratagem.run import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
 
 CHAIN = {"goal": "three steps", "steps": [step("a", "add", a=1, b=2), step("b", "add", ["a"], a=3, b=4), step("c", "add", ["b"], a=5, b=6)]}
 # A header holding a literal credential: refused by a patched rule (stratagem.validation).
@@ -100,3 +101,58 @@ async def test_a_run_above_the_workers_level_waits_and_runs_nothing(dev_harness)
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.RUNNING  # waiting for a newer worker, not failed
     await handle.terminate("test over")
+
+
+async def awaiting_approval(run) -> None:
+    for _ in range(200):
+        if (await run.status()).phase.value == "awaiting_approval":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the run never asked for approval")
+
+
+def memo_writes_in_the_approving_task(history) -> int:
+    """Memo and search attribute writes between the update's acceptance and the next workflow task."""
+    events = history.events
+    accepted = next(i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+    writes = 0
+    for event in events[accepted:]:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            break
+        writes += event.event_type in (
+            EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED, EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        )
+    return writes
+
+
+async def test_an_approval_starts_the_first_step_before_the_memo_says_running_and_list_says_running(cli_env):
+    from test_cli import acli
+
+    env, harness = cli_env
+    run = await harness.start({"goal": "slow", "steps": [step("nap", "slow", label="nap", seconds=4)]})
+    await awaiting_approval(run)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    # The step runs; the memo still says awaiting_approval (written with the next task), and the
+    # listing, seeing the run's activity in flight, says running.
+    assert await (await run.handle.describe()).memo_value("phase") == "awaiting_approval"
+    listed = json.loads((await acli("list", "--json", env=env)).stdout)
+    assert next(r for r in listed if r["run_id"] == run.id)["phase"] == "running"
+    inbox = json.loads((await acli("list", "--status", "awaiting-approval", "--json", env=env)).stdout)
+    assert run.id not in [r["run_id"] for r in inbox]
+    assert (await run.result()).status.value == "succeeded"
+    # This namespace has the status search attribute: it, the waits and the phase all wait.
+    history = await run.handle.fetch_history()
+    assert memo_writes_in_the_approving_task(history) == 0
+    assert EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES in kinds(history)  # it is kept, just later
+    assert await (await run.handle.describe()).memo_value("phase") == "succeeded"
+
+
+async def test_an_approval_that_starts_a_question_writes_the_phase_at_once(harness):
+    plan = {"goal": "ask", "steps": [{"id": "ask", "title": "Ask", "kind": "human", "instructions": "Budget?"}]}
+    run = await harness.start(plan)
+    await awaiting_approval(run)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    # No activity will bring a next task: the run waits on a person, so the memo must say so now.
+    assert await (await run.handle.describe()).memo_value("phase") == "running"
+    assert memo_writes_in_the_approving_task(await run.handle.fetch_history()) == 1
+    await run.handle.terminate("test over")

@@ -138,6 +138,7 @@ class StratagemRun:
         self._rejection: str | None = None
         self._memo_phase: str | None = None
         self._memo_due = False
+        self._memo_hold: int | None = None
         self._details_key: Any = None
         self._details_at: Any = None
         # Bumped whenever usage, a budget or the steps in flight change: what budget waits wake on.
@@ -967,13 +968,13 @@ class StratagemRun:
             if state.phase is Phase.running:
                 self._end(Phase.succeeded, None, EventKind.run_succeeded)
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                self._write_memo()
+                self._write_memo(final=True)
                 return RunResult(
                     run_id=state.run_id, status=Phase.succeeded, revision=state.plan.revision,
                     outputs=outputs, synthesis=synthesis, replans=state.ledger.replans,
                 )
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self._write_memo()
+        self._write_memo(final=True)
         if state.phase is Phase.rejected:
             return RunResult(
                 run_id=state.run_id, status=Phase.rejected, revision=state.plan.revision if state.plan else None,
@@ -1002,7 +1003,7 @@ class StratagemRun:
         self._tasks.clear()
         self._close_open_steps(StepStatus.cancelled, "run cancelled")
         self._end(Phase.cancelled, "cancelled", EventKind.run_cancelled)
-        self._write_memo()
+        self._write_memo(final=True)
 
     # ------------------------------------------------------------------ continue-as-new
 
@@ -1016,7 +1017,7 @@ class StratagemRun:
     async def _continue_as_new(self) -> None:
         if self._patched(ARCHIVE_PATCH):
             await self._archive_events()
-        self._write_memo()
+        self._write_memo(final=True)
         # Handlers may still be mutating the state; carry it only once they are done.
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.state.continued += 1
@@ -1158,6 +1159,10 @@ class StratagemRun:
             self._decide_step(decision, via=via)
         else:
             decisions.approve_plan(self.state, decision, via=via, now=self._now())
+            if self.state.level >= 2:
+                # The phase's memo write waits for the next workflow task (_memo_held): in this
+                # one it delayed the first step's start by the server's visibility update.
+                self._memo_hold = workflow.info().get_current_history_length()
         return decisions.outcome(self.state, "approved")
 
     def _decide_step(self, decision: ApproveInput | RejectInput, *, via: str) -> None:
@@ -1265,7 +1270,8 @@ class StratagemRun:
         if key != self._details_key or self._details_at is None or now - self._details_at >= DETAILS_EVERY:
             self._details_key, self._details_at = key, now
             workflow.set_current_details(progress_markdown(state))
-        self._observe.publish(state)
+        if not self._memo_held():
+            self._observe.publish(state)  # the status search attribute and the waits, likewise held
         if self.state.phase.value == self._memo_phase:
             return
         if self.state.level < 1:
@@ -1278,14 +1284,27 @@ class StratagemRun:
             self._memo_due = True
             asyncio.get_running_loop().call_soon(self._write_memo)
 
-    def _write_memo(self) -> None:
-        """The phase into the memo, if it changed (level 1 runs; also right before the run
+    def _write_memo(self, final: bool = False) -> None:
+        """The phase into the memo, if it changed (level 1 runs; `final` right before the run
         completes or continues as new, after which no command may follow)."""
         self._memo_due = False
         phase = self.state.phase.value
+        if not final and self._memo_held():
+            return  # written by the next workflow task's _show
         if self.state.level >= 1 and phase != self._memo_phase:
             self._memo_phase = phase
             workflow.upsert_memo({"phase": phase})
+
+    def _memo_held(self) -> bool:
+        """Level 2: in the workflow task that approved a plan, "running" is not written yet (the
+        memo's phase and waits, the status search attribute). The steps it starts are activities,
+        whose ends bring the next task and the write; a step that waits on a person instead adds
+        to `pending`, which writes at once. Until then visibility still says the run awaits
+        approval; `stratagem list` and the inbox correct that from the run's pending activities."""
+        return (
+            self._memo_hold == workflow.info().get_current_history_length()
+            and self.state.phase is Phase.running and not self.state.pending
+        )
 
     def _patched(self, patch: str) -> bool:
         """A behaviour introduced behind `patch`: always on for runs at level 1 or more (stratagem.run.RUN_LEVEL)."""

@@ -640,6 +640,14 @@ _WAITING_FOR = {
 }
 
 
+async def _has_pending_activities(client: Client, run_id: str) -> bool:
+    try:
+        description = await client.get_workflow_handle(run_id).describe()
+    except RPCError:
+        return False
+    return bool(description.raw_description.pending_activities)
+
+
 async def cmd_list(args: argparse.Namespace) -> int:
     config = settings()
     client = await open_client(config)
@@ -653,13 +661,18 @@ async def cmd_list(args: argparse.Namespace) -> int:
     async for execution in client.list_workflows(query, limit=args.limit):
         memo = await _memo(execution)
         status = _EXECUTION_STATUS.get(execution.status, "unknown") if execution.status else "unknown"
+        phase = memo.get("phase", status)
+        if status == "running" and phase == Phase.awaiting_approval.value and await _has_pending_activities(client, execution.id):
+            # A run writes "running" into its memo one workflow task after the approval (so the
+            # first step starts sooner); its steps already in flight say it is running.
+            phase = Phase.running.value
         rows.append(
             {
                 "run_id": execution.id,
                 "status": status,
                 # The run's own outcome (succeeded, rejected, ...): a rejected run is a completed
                 # workflow. A terminated or timed-out run never recorded its end, so say that.
-                "phase": status if status in ("terminated", "timed-out") else memo.get("phase", status),
+                "phase": status if status in ("terminated", "timed-out") else phase,
                 "started_at": execution.start_time.isoformat() if execution.start_time else None,
                 "closed_at": execution.close_time.isoformat() if execution.close_time else None,
                 "goal": memo.get("goal", ""),
@@ -705,6 +718,8 @@ async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> 
     async for execution in client.list_workflows(AWAITING_QUERY):
         memo = await _memo(execution)
         waiting = [w for w in memo.get("waiting") or [] if isinstance(w, dict)]
+        if waiting and all(w.get("kind") == "plan_approval" for w in waiting) and await _has_pending_activities(client, execution.id):
+            continue  # approved a moment ago: its steps run, and the run says so with its next task
         since = min((str(w.get("since")) for w in waiting if w.get("since")), default=None)
         rows.append(
             {
