@@ -264,13 +264,16 @@ async def dev_harness(dev_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIter
 async def cli_env(dev_env, tmp_path):
     """Environment for the CLI: the dev server, a private task queue served by an in-process worker."""
     async with harness_for(dev_env, tmp_path) as harness:
-        env = {
-            **os.environ,
-            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-            "TEMPORAL_TASK_QUEUE": harness.task_queue,
-            "STRATAGEM_HOME": str(tmp_path / "home"),
-            "STRATAGEM_WORKSPACE": str(harness.workspace),
-            "STRATAGEM_STORE": str(harness.store.root),
-            "CLI_CWD": str(tmp_path),
-        }
-        yield env, harness
+        yield {**cli_environment(dev_env, harness, tmp_path / "home"), "CLI_CWD": str(tmp_path)}, harness
+
+
+def cli_environment(env: WorkflowEnvironment, harness: Harness, home: Path) -> dict[str, str]:
+    """What a CLI process needs to use `harness`'s server, task queue, workspace and store."""
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_TASK_QUEUE": harness.task_queue,
+        "STRATAGEM_HOME": str(home),
+        "STRATAGEM_WORKSPACE": str(harness.workspace),
+        "STRATAGEM_STORE": str(harness.store.root),
+    }

@@ -286,18 +286,19 @@ def terminal_run_id(text: str) -> str:
     return re.search(r"run (\S+) started", text).group(1)
 
 
+# A human step whose answer the next step uses.
+TERMS = {
+    "goal": "terms",
+    "steps": [
+        {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Which terms?"},
+        step("log", "record", ["terms"], label="${terms.days} days"),
+    ],
+}
+
+
 async def test_terminal_answers_json_and_survives_a_missing_editor(cli_env, tmp_path):
     env, _ = cli_env
-    plan = write_plan(
-        tmp_path / "plan.yaml",
-        {
-            "goal": "terms",
-            "steps": [
-                {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Which terms?"},
-                step("log", "record", ["terms"], label="${terms.days} days"),
-            ],
-        },
-    )
+    plan = write_plan(tmp_path / "plan.yaml", TERMS)
     terminal = Terminal(["run", *TOOLS, "--plan", plan], {**env, "EDITOR": "/nonexistent/editor", "COLUMNS": "200"}, tmp_path)
     try:
         await terminal.expect("approve revision 1?")
@@ -334,16 +335,7 @@ async def test_wait_at_a_terminal_asks_what_run_left_open(cli_env, tmp_path):
     """After `l` (later) or Ctrl-C in `run`'s review, `stratagem wait RUN` at a terminal asks the
     same questions as `run`; without a terminal it only prints the commands (tested above)."""
     env, harness = cli_env
-    plan = write_plan(
-        tmp_path / "plan.yaml",
-        {
-            "goal": "terms",
-            "steps": [
-                {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Which terms?"},
-                step("log", "record", ["terms"], label="${terms.days} days"),
-            ],
-        },
-    )
+    plan = write_plan(tmp_path / "plan.yaml", TERMS)
     terminal = Terminal(["run", *TOOLS, "--plan", plan, "--id", "cli-later"], {**env, "COLUMNS": "200"}, tmp_path)
     try:
         await terminal.expect("approve revision 1?")

@@ -23,7 +23,7 @@ import yaml
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from conftest import Harness, harness_for
+from conftest import Harness, cli_environment, harness_for
 from stratagem.errors import ToolError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.client import get_run
@@ -440,15 +440,7 @@ async def test_order_shipping_is_planned_fails_replans_and_succeeds_as_its_readm
     args = shlex.split(command)[1:]
     registry, _ = shipping_tools()
     async with harness_for(dev_env, tmp_path, registry) as harness:
-        env = {
-            **os.environ,
-            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-            "TEMPORAL_TASK_QUEUE": harness.task_queue,
-            "STRATAGEM_HOME": str(tmp_path / "home"),
-            "STRATAGEM_WORKSPACE": str(harness.workspace),
-            "STRATAGEM_STORE": str(harness.store.root),
-            "COLUMNS": "200",
-        }
+        env = {**cli_environment(dev_env, harness, tmp_path / "home"), "COLUMNS": "200"}
         for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
             env.pop(name, None)  # no key, no endpoint: it must not need one
         terminal = Terminal(args, env, ROOT)  # from the repository's root, as the README says

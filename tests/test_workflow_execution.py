@@ -293,13 +293,16 @@ async def test_local_tools_take_the_fast_path_with_the_same_guarantees(harness):
 # ------------------------------------------------------------------ each run's own workspace
 
 
+def write_plan(path: str, content: str) -> dict:
+    return {"goal": "g", "steps": [step("w", "write_file", path=path, content=content)]}
+
+
 async def test_each_run_writes_into_its_own_workspace(harness, tmp_path, monkeypatch):
     one, two = tmp_path / "folder-one" / "workspace", tmp_path / "folder-two" / "workspace"
     monkeypatch.setenv("STRATAGEM_WORKSPACE_ROOTS", f"{tmp_path / 'folder-one'}:{tmp_path / 'folder-two'}")
-    plan = lambda text: {"goal": "g", "steps": [{"id": "w", "title": "w", "tool": "write_file", "args": {"path": "memo.txt", "content": text}}]}  # noqa: E731
-    first = await harness.start(plan("first"), workspace=str(one))
+    first = await harness.start(write_plan("memo.txt", "first"), workspace=str(one))
     await harness.wait_for(first, awaiting)
-    second = await harness.start(plan("second"), workspace=str(two), auto_approve=True)  # started later, elsewhere
+    second = await harness.start(write_plan("memo.txt", "second"), workspace=str(two), auto_approve=True)  # started later, elsewhere
     await second.result()
     await first.approve(ApproveInput(by="bob", revision=1))
     await first.result()
@@ -310,8 +313,7 @@ async def test_each_run_writes_into_its_own_workspace(harness, tmp_path, monkeyp
 async def test_a_run_cannot_choose_a_workspace_the_worker_does_not_allow(harness, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATAGEM_WORKSPACE_ROOTS", str(tmp_path / "allowed"))
     target = tmp_path / "elsewhere"
-    plan = {"goal": "g", "steps": [{"id": "w", "title": "w", "tool": "write_file", "args": {"path": "x.txt", "content": "x"}}]}
-    run = await harness.start(plan, workspace=str(target), auto_approve=True, max_replans=0)
+    run = await harness.start(write_plan("x.txt", "x"), workspace=str(target), auto_approve=True, max_replans=0)
     with pytest.raises(Exception):
         await run.result()
     error = (await run.ledger()).steps["w"].error or ""
