@@ -237,17 +237,7 @@ class EmbeddedServer:
         The Temporal server's own output goes to `server.log`, as when `run` starts it: its
         warnings ("Slow gRPC call" on a busy machine) landed in the shell of anyone who ran
         `stratagem server &` and went on working there."""
-        self.check()
-        self._refuse_taken_address()
-        try:
-            log = self.log_file.open("ab")
-        except OSError as exc:
-            raise ConfigError(f"cannot write the server log {self.log_file}: {exc.strerror or exc}") from None
-        offset = log.tell()
-        with log:
-            process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.environment()
-            )
+        process, offset = self._spawn(detached=False)
         recorded = False
 
         def terminate(signum: int, frame: Any) -> None:
@@ -301,18 +291,7 @@ class EmbeddedServer:
     def start_detached(self, wait_seconds: float = 60) -> int:
         """Start the server in the background, outliving this process. Returns its pid once it
         listens; only then is the pid recorded, so a start that fails leaves server.pid alone."""
-        self.check()
-        self._refuse_taken_address()
-        try:
-            log = self.log_file.open("ab")
-        except OSError as exc:
-            raise ConfigError(f"cannot write the server log {self.log_file}: {exc.strerror or exc}") from None
-        offset = log.tell()
-        with log:
-            process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env=self.environment(),
-            )
+        process, offset = self._spawn(detached=True)
         deadline = time.monotonic() + wait_seconds
         while time.monotonic() < deadline:
             if process.poll() is not None:
@@ -332,6 +311,24 @@ class EmbeddedServer:
         process.kill()
         process.wait()
         raise ConfigError(f"the embedded Temporal server did not listen on {self.address} within {wait_seconds:g} s; see {self.log_file}")
+
+    def _spawn(self, *, detached: bool) -> tuple[subprocess.Popen[bytes], int]:
+        """Start the Temporal server with its output appended to `server.log`; returns the
+        process and where in the log its output begins. Detached: in a session of its own, so it
+        outlives this process."""
+        self.check()
+        self._refuse_taken_address()
+        try:
+            log = self.log_file.open("ab")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the server log {self.log_file}: {exc.strerror or exc}") from None
+        offset = log.tell()
+        with log:
+            process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=detached, env=self.environment(),
+            )
+        return process, offset
 
     def _log_tail(self, offset: int) -> str:
         """The last line the server wrote since `offset`, to say why it stopped."""

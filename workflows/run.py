@@ -1302,7 +1302,8 @@ class StratagemRun:
         to `pending`, which writes at once. Until then visibility still says the run awaits
         approval; `stratagem list` and the inbox correct that from the run's pending activities."""
         return (
-            self._memo_hold == workflow.info().get_current_history_length()
+            self._memo_hold is not None
+            and self._memo_hold == workflow.info().get_current_history_length()
             and self.state.phase is Phase.running and not self.state.pending
         )
 
