@@ -41,17 +41,20 @@ class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
         return Payload(metadata={"encoding": self.encoding.encode()}, data=to_json(value, context=COMPACT_CONTEXT))
 
 
+# One for the process. The SDK builds a payload converter for every command and activation it
+# converts (each with its serialization context), and the pydantic converter caches a type
+# adapter per type hint: one per converter would build an adapter for nearly every payload.
+_CONVERTERS = tuple(
+    _CompactJSONConverter() if isinstance(c, JSONPlainPayloadConverter) else c
+    for c in DefaultPayloadConverter.default_encoding_payload_converters
+)
+
+
 class StratagemPayloadConverter(CompositePayloadConverter):
     """Temporal's default payload converters with the JSON one replaced by the compact pydantic one."""
 
     def __init__(self) -> None:
-        json_converter = _CompactJSONConverter()
-        super().__init__(
-            *(
-                json_converter if isinstance(c, JSONPlainPayloadConverter) else c
-                for c in DefaultPayloadConverter.default_encoding_payload_converters
-            )
-        )
+        super().__init__(*_CONVERTERS)
 
 
 # Every client, worker and replayer of a deployment uses this (plus codecs: stratagem.codec).
