@@ -3,33 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
-from stratagem.roles import Role
+from stratagem.roles import ALL_ROLES, Role
 from stratagem.store import OutputStore
 from stratagem.tools import ToolRegistry
 
 from .archive import ArchiveActivities
 from .execution import ExecutionActivities
-from .planning import PlanningActivities
-
-
-def build_activities(registry: ToolRegistry, workspace: Path, store: OutputStore | None = None) -> list[Callable[..., Any]]:
-    planning = PlanningActivities(registry, store)
-    execution = ExecutionActivities(registry, workspace, store)
-    archive = ArchiveActivities(store)
-    return [
-        planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm,
-        archive.archive_events,
-    ]
+from .planning import PlanningActivities, describe_tools_here
 
 
 def activities_by_role(
-    registry: ToolRegistry, workspace: Path, store: OutputStore | None = None
+    registry: ToolRegistry, workspace: Path, store: OutputStore | None = None, roles: Collection[Role] = ALL_ROLES
 ) -> dict[Role, list[Callable[..., Any]]]:
     """Each role's activities (stratagem/roles.py). The workflow role has them all: local tools
     run as local activities in its process, and activities scheduled on the workflow's own queue
-    by a run that started before the queues were split still find a worker there."""
+    by a run that started before the queues were split still find a worker there. It reads the
+    tool catalogue locally only when `roles`, what this process serves, include the tools."""
     planning = PlanningActivities(registry, store)
     execution = ExecutionActivities(registry, workspace, store)
     archive = ArchiveActivities(store)
@@ -37,7 +28,7 @@ def activities_by_role(
         # The workflow role keeps the run's own bookkeeping (archiving its events).
         Role.workflow: [
             planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm,
-            archive.archive_events,
+            archive.archive_events, describe_tools_here(registry if Role.tools in roles else None),
         ],
         Role.planner: [planning.plan, planning.synthesize],
         Role.executor: [execution.run_llm],
@@ -45,4 +36,6 @@ def activities_by_role(
     }
 
 
-__all__ = ["ArchiveActivities", "ExecutionActivities", "PlanningActivities", "activities_by_role", "build_activities"]
+__all__ = [
+    "ArchiveActivities", "ExecutionActivities", "PlanningActivities", "activities_by_role", "describe_tools_here",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Awaitable, Callable
 
 from pydantic import ValidationError
 from temporalio import activity
@@ -119,3 +120,16 @@ def _spent_before(checkpoint: Checkpoint) -> list[CallUsage]:
         return [CallUsage.model_validate(c) for c in previous.get("calls", [])]
     except ValidationError:
         return []
+
+
+def describe_tools_here(registry: ToolRegistry | None) -> Callable[[], Awaitable[ToolCatalog | None]]:
+    """The catalogue as a local activity of the workflow role: `registry` when this process
+    serves the tools role too (its tools are the ones the run's steps reach), None otherwise,
+    and the run asks the tools role with an activity. One round trip fewer per run for a worker
+    that serves every role; its result is recorded, so replaying on any worker gives the same."""
+
+    @activity.defn(name=io.DESCRIBE_TOOLS_HERE)
+    async def describe_here() -> ToolCatalog | None:
+        return registry.catalog() if registry is not None else None
+
+    return describe_here

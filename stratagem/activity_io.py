@@ -18,6 +18,8 @@ from .tools.spec import ToolCatalog
 from .usage import Allowance, CallUsage, Price
 
 DESCRIBE_TOOLS = "stratagem.describe_tools"
+# The same catalogue from the worker running the workflow task, when it serves the tools role too.
+DESCRIBE_TOOLS_HERE = "stratagem.describe_tools_here"
 PLAN = "stratagem.plan"
 RUN_TOOL = "stratagem.run_tool"
 RUN_LLM = "stratagem.run_llm"

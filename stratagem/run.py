@@ -114,7 +114,8 @@ class RunOptions(CompactModel):
 # A worker never runs a run above its own level: the run's tasks fail until a newer worker
 # takes them. Raise it when a change needs a new level, and keep the old paths for lower ones.
 # Level 2: the approving workflow task leaves the memo's phase to the next task.
-RUN_LEVEL = 2
+# Level 3: the tool catalogue comes from a local activity when the worker serves the tools role.
+RUN_LEVEL = 3
 
 
 class RunInput(BaseModel):

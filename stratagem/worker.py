@@ -184,14 +184,18 @@ class HostedWorkflowError(RuntimeError):
 
 class _HostOnlyOutbound(WorkflowOutboundInterceptor):
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
-        if not workflow.unsafe.is_replaying():
+        # Asking for the catalogue here is answered "no tools here" (host_activities), and the
+        # run asks the tools role instead, without failing the task.
+        if input.activity != io.DESCRIBE_TOOLS_HERE and not workflow.unsafe.is_replaying():
             raise HostedWorkflowError(f"this process only hosts the workflow; {input.activity} needs a Stratagem worker")
         return super().start_local_activity(input)
 
 
 def host_activities() -> list[Callable[..., Any]]:
     """What a host registers so that replaying a history with local activities in it passes the
-    SDK's registration check; `HostOnly` keeps them from ever running."""
+    SDK's registration check; `HostOnly` keeps them from ever running. The catalogue's local
+    activity does run here: it answers that this process has no tools."""
+    from activities import describe_tools_here
 
     def unavailable(name: str) -> Callable[..., Any]:
         async def run(*_args: Any) -> None:
@@ -199,7 +203,7 @@ def host_activities() -> list[Callable[..., Any]]:
 
         return activity.defn(name=name)(run)
 
-    return [unavailable(name) for name in (io.DESCRIBE_TOOLS, io.RUN_TOOL)]
+    return [unavailable(name) for name in (io.DESCRIBE_TOOLS, io.RUN_TOOL)] + [describe_tools_here(None)]
 
 
 class WorkerGroup:
@@ -275,7 +279,7 @@ def build_worker(
         raise ConfigError("a shared queue layout needs a worker that serves every role; drop --role or the layout")
     protect_address(client.service_client.config.target_host)  # steps may never call it (http_request)
     policy = decision_policy or DecisionPolicy.from_env()
-    by_role = activities_by_role(registry, workspace, store)
+    by_role = activities_by_role(registry, workspace, store, roles)
     limits = rate_limits or {}
     extra_interceptors = list(worker_options.pop("interceptors", []))
     workers: dict[Role, Worker] = {}

@@ -32,7 +32,7 @@ from stratagem.client import execution_histories  # noqa: E402
 
 GOLDEN = HERE / "golden"
 # The generation today's code writes; name a new one when a change adds or alters commands.
-GENERATION = "2026-11-23-level2"
+GENERATION = "2026-11-23-level3"
 
 
 async def capture(names: list[str], force: bool, generation: str = GENERATION) -> None:

@@ -48,7 +48,8 @@ async def test_a_run_of_todays_client_writes_no_patch_markers_and_one_memo_per_t
     assert result.status.value == "succeeded"
     history = await run.handle.fetch_history()
     events = kinds(history)
-    assert EventType.EVENT_TYPE_MARKER_RECORDED not in events
+    markers = [e.marker_recorded_event_attributes.marker_name for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    assert markers == ["core_local_activity"]  # the tool catalogue (test_catalog.py); no patch
     assert EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES not in events
     # Planned, approved by policy and running in one task: one memo write there, one at the end.
     assert events.count(EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED) == 2

@@ -1,0 +1,120 @@
+"""Where a run reads its tool catalogue (RUN_LEVEL 3): the worker running its first workflow task
+answers in a local activity when it serves the tools role too; a workflow-only worker, or a
+command line hosting the workflow for a moment, answers that it has no tools, and the tools role
+answers in an activity. Either way the catalogue is the tools role's, never the workflow's guess."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from temporalio.api.enums.v1 import EventType
+
+from plans import step
+from stratagem import activity_io as io
+from stratagem.client import start_run
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.roles import Role, role_queue
+from stratagem.run import Phase, RunInput, RunOptions
+from stratagem.tools import ToolRegistry
+from stratagem.worker import build_worker
+from conftest import FIXTURE_TOOLS
+
+PLAN = {"goal": "add twice", "steps": [step("a", "add", a=1, b=2), step("b", "add", ["a"], a=3, b=4)]}
+
+
+def run_input(plan: dict = PLAN, level: int = 0) -> RunInput:
+    return RunInput(
+        plan=PlanDraft.model_validate(plan), author=Author(kind=AuthorKind.human, name="ada"),
+        options=RunOptions(auto_approve=True), level=level,
+    )
+
+
+def scheduled(history, activity_type: str) -> list[str]:
+    """The task queues `activity_type` was scheduled on, in order."""
+    return [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_type
+    ]
+
+
+def local_catalogue_markers(history) -> int:
+    return sum(
+        1 for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and io.DESCRIBE_TOOLS_HERE.encode() in e.SerializeToString()
+    )
+
+
+async def test_a_worker_serving_every_role_reads_the_catalogue_in_the_first_workflow_task(dev_env, tmp_path):
+    queue = f"catalog-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.from_modules([str(FIXTURE_TOOLS)])
+    async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
+        run = await start_run(dev_env.client, run_input(), task_queue=queue)
+        result = await asyncio.wait_for(run.result(), timeout=60)
+    assert result.status is Phase.succeeded and result.outputs == {"b": 7}
+    history = await run.handle.fetch_history()
+    assert scheduled(history, io.DESCRIBE_TOOLS) == []
+    assert local_catalogue_markers(history) == 1
+    # One workflow task per step's end and one to start: no task waits for the catalogue.
+    tasks = sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    assert tasks == 3
+
+
+async def test_a_workflow_only_worker_takes_the_catalogue_of_the_tools_role_not_its_own(dev_env, tmp_path):
+    """The workflow worker knows no `add` (only the built-in tools); the tools worker does. The
+    plan passes validation only with the tools role's catalogue."""
+    queue = f"catalog-{uuid.uuid4().hex[:8]}"
+    tools = ToolRegistry.from_modules([str(FIXTURE_TOOLS)])
+    workflow_only = build_worker(
+        dev_env.client, task_queue=queue, registry=ToolRegistry.from_modules([]), workspace=tmp_path / "ws", roles=[Role.workflow]
+    )
+    the_rest = build_worker(
+        dev_env.client, task_queue=queue, registry=tools, workspace=tmp_path / "ws",
+        roles=[Role.planner, Role.executor, Role.tools],
+    )
+    async with workflow_only, the_rest:
+        run = await start_run(dev_env.client, run_input(), task_queue=queue)
+        result = await asyncio.wait_for(run.result(), timeout=60)
+    assert result.status is Phase.succeeded, result.reason
+    history = await run.handle.fetch_history()
+    assert local_catalogue_markers(history) == 1  # asked here first: "no tools here"
+    assert scheduled(history, io.DESCRIBE_TOOLS) == [role_queue(queue, Role.tools)]
+
+
+async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_worker(dev_env, tmp_path):
+    """`stratagem status` and the rest host the workflow while they run. If such a process takes
+    a run's first workflow task, the task completes (no failure, no retry elsewhere) and the
+    catalogue waits for a worker with tools."""
+    from stratagem.cli.commands import workflow_host
+
+    queue = f"catalog-{uuid.uuid4().hex[:8]}"
+    async with workflow_host(dev_env.client, queue):
+        run = await start_run(dev_env.client, run_input(), task_queue=queue)
+        for _ in range(100):
+            history = await run.handle.fetch_history()
+            if scheduled(history, io.DESCRIBE_TOOLS):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the hosted task never asked the tools role for the catalogue")
+    kinds = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+    assert local_catalogue_markers(history) == 1
+    registry = ToolRegistry.from_modules([str(FIXTURE_TOOLS)])
+    async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
+        result = await asyncio.wait_for(run.result(), timeout=60)
+    assert result.status is Phase.succeeded and result.outputs == {"b": 7}
+
+
+async def test_a_run_below_level_3_still_asks_the_tools_role(dev_harness):
+    """Runs started before level 3 replay the activity they scheduled (the golden histories
+    hold such runs); one started by hand at level 2 takes that path too."""
+    handle = await dev_harness.client.start_workflow(
+        "StratagemRun", run_input(level=2), id=f"test-{uuid.uuid4().hex[:10]}", task_queue=dev_harness.task_queue,
+    )
+    await asyncio.wait_for(handle.result(), timeout=60)
+    history = await handle.fetch_history()
+    assert local_catalogue_markers(history) == 0
+    assert len(scheduled(history, io.DESCRIBE_TOOLS)) == 1
