@@ -66,3 +66,16 @@ def test_worker_script_reports_a_bad_tool_module_in_one_line(tmp_path):
     assert done.returncode == 2
     assert "cannot import tool module 'no_such_tools_module'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_worker_process_caps_its_malloc_arenas_unless_the_environment_decides(monkeypatch):
+    """glibc's mallopt takes the cap (the worker's peak memory on a long plan: bench long_horizon);
+    MALLOC_ARENA_MAX, when set, is glibc's to read, and the worker leaves it alone."""
+    from stratagem.worker import limit_malloc_arenas
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert limit_malloc_arenas() is False
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    code = "from stratagem.worker import limit_malloc_arenas as cap; import sys; sys.exit(0 if cap() else 1)"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT).returncode == 0

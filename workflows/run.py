@@ -263,6 +263,10 @@ class StratagemRun:
             if problems:
                 return self._fail("the supplied plan is invalid: " + "; ".join(problems))
             self._adopt(Reconciliation(draft=input.plan), author, input.plan.reason or "supplied plan")
+            # The ledger holds the steps now. The input lives as long as this execution (run()'s
+            # argument): left here, it would keep every step alive past the continue-as-new that
+            # hands the state on (_release), while the next execution reads its copy in.
+            input.plan = None
             self.state.phase = Phase.awaiting_approval
             return
         if self.state.options.mode is Mode.joint:
