@@ -12,10 +12,9 @@ from pydantic import BaseModel, Field
 
 from .compact import CompactModel
 from .ledger import LedgerEvent, StepRecord, ToolCallRecord
-from .models.base import Usage
 from .plan import PlanDraft, Step
 from .tools.spec import ToolCatalog
-from .usage import Allowance, CallUsage, Price
+from .usage import Allowance, CallUsage, Price, Usage
 
 DESCRIBE_TOOLS = "stratagem.describe_tools"
 # The same catalogue from the worker running the workflow task, when it serves the tools role too.

@@ -19,6 +19,20 @@ from typing import Mapping
 from pydantic import BaseModel, Field
 
 
+class Usage(BaseModel):
+    """The tokens of one model response (providers report them; `UsageTotals` adds them up)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens)
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
 class Price(BaseModel):
     """List price of a model in US dollars per million tokens."""
 

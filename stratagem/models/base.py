@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import ModelConfigError, StratagemError
 from ..tools.spec import ToolSpec
+from ..usage import Usage
 
 
 class Purpose(str, Enum):
@@ -51,18 +52,6 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list, description="Assistant turns: the tools it called.")
     tool_call_id: str | None = Field(default=None, description="Tool turns: the call this result answers.")
     is_error: bool = Field(default=False, description="Tool turns: the call was refused or failed.")
-
-
-class Usage(BaseModel):
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens)
-
-    @property
-    def total(self) -> int:
-        return self.input_tokens + self.output_tokens
 
 
 class ModelRequest(BaseModel):
