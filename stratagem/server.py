@@ -20,25 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from .binaries import temporal_cli
-from .config import DEFAULT_NAMESPACE, WORKSPACE_ROOTS_ENV, Settings
+from .config import DEFAULT_NAMESPACE, WORKSPACE_ROOTS_ENV, Settings, stratagem_home
 from .errors import ConfigError
 from .run import STATUS_SEARCH_ATTRIBUTE
 from .telemetry import TELEMETRY_ENV
 
 MAX_PORT = 65535
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
-
-
-def stratagem_home() -> Path:
-    """`STRATAGEM_HOME`, or the user's data directory (XDG on Linux, Application Support on macOS)."""
-    configured = os.environ.get("STRATAGEM_HOME")
-    if configured:
-        return Path(configured).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "stratagem"
-    if sys.platform == "win32":
-        return Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local")) / "stratagem"
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "stratagem"
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -25,12 +25,13 @@ from typing import Any, Protocol
 
 from pydantic_core import to_json
 
+from .config import stratagem_home
 from .errors import ConfigError, StratagemError
+from .stored import MARKER, describe, is_stored
 
 STORE_ENV = "STRATAGEM_STORE"
 INLINE_LIMIT_ENV = "STRATAGEM_INLINE_LIMIT"
 DEFAULT_INLINE_LIMIT = 16 * 1024
-MARKER = "$stored"
 PREVIEW_CHARS = 300
 
 
@@ -100,8 +101,6 @@ def default_store() -> OutputStore:
         return factory()
     if configured:
         return FileStore(Path(configured))
-    from .server import stratagem_home
-
     return FileStore(stratagem_home() / "store")
 
 
@@ -116,10 +115,6 @@ def inline_limit() -> int:
 
 
 # ---------------------------------------------------------------------------- stored values
-
-
-def is_stored(value: Any) -> bool:
-    return isinstance(value, dict) and isinstance(value.get(MARKER), str)
 
 
 def store_value(store: OutputStore, key_prefix: str, value: Any) -> dict[str, Any]:
@@ -163,5 +158,7 @@ def hydrate(store: OutputStore, value: Any) -> Any:
     return value
 
 
-def describe(stored: dict[str, Any]) -> str:
-    return f"[stored output, {stored.get('bytes', 0):,} bytes: {stored[MARKER]}]"
+__all__ = [
+    "MARKER", "FileStore", "OutputStore", "StoreError", "default_store", "describe", "externalize", "hydrate",
+    "inline_limit", "is_stored", "load_value", "store_json", "store_value",
+]

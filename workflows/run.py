@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.references import references_in, resolve
     from stratagem.roles import Role, role_queue
-    from stratagem.store import describe, is_stored
+    from stratagem.stored import describe, is_stored
     from stratagem.run import (
         JOINT_STEP_ID,
         RUN_LEVEL,

@@ -28,7 +28,7 @@ from temporalio.worker import Worker
 
 from ..client import AWAITING_QUERY, REGISTER_STATUS_HINT, Run, connect, get_run, has_status_attribute, start_run
 from ..codec import codec_from
-from ..config import DEFAULT_ADDRESS, Settings
+from ..config import DEFAULT_ADDRESS, Settings, stratagem_home
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
 from ..ledger import EventKind
 from ..model_config import load_config, run_prices, with_defaults
@@ -50,7 +50,7 @@ from ..run import (
     RunOptions,
     RunResult,
 )
-from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server, stratagem_home
+from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server
 from ..store import default_store, is_stored, load_value
 from ..tools import ToolRegistry
 from ..usage import Budget
@@ -59,11 +59,8 @@ from ..telemetry import worker_plugins
 from ..signing import SIGNING_KEY_ENV, DecisionPolicy, Signer
 from ..worker import HostOnly, VerifyDecisions, build_worker, check_worker_args, host_activities, child_argv, describe_worker, run_processes, run_worker, workflow_runner
 
-from . import render
-
-
-class CliError(StratagemError):
-    """An error the user can fix; printed as one line, exit status 2."""
+from . import render, show
+from .errors import CliError
 
 
 # Exit statuses: 0 the run succeeded (or the command did its job), 1 the run failed, was
@@ -425,7 +422,6 @@ async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> in
                     plan = ledger.revision(event.revision)
                     render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
                     if plan.revision > 1:  # what a reviewer of a revision needs first: what changed
-                        from . import show
 
                         previous = ledger.revision(plan.revision - 1)
                         for line in show.diff_lines(show.diff_revisions(previous, plan)):
@@ -601,7 +597,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-_LIST_STATUSES = {
+LIST_STATUSES = {
     "running": "Running",
     "completed": "Completed",
     "failed": "Failed",
@@ -656,7 +652,7 @@ async def cmd_list(args: argparse.Namespace) -> int:
     # A run that continued as new leaves closed executions behind; list each run once.
     query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus != 'ContinuedAsNew'"
     if args.status:
-        query += f" AND ExecutionStatus = '{_LIST_STATUSES[args.status]}'"
+        query += f" AND ExecutionStatus = '{LIST_STATUSES[args.status]}'"
     rows = []
     async for execution in client.list_workflows(query, limit=args.limit):
         memo = await _memo(execution)
@@ -958,7 +954,6 @@ async def cmd_audit(args: argparse.Namespace) -> int:
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
-    from . import show
 
     async with hosted_run(args.run_id) as run:
         ledger = await run.ledger()

@@ -17,7 +17,7 @@ from ..graph import topological_order
 from ..ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
 from ..plan import PlanDraft, StepKind
 from ..run import PendingDecision, RunResult, RunStatus
-from ..store import describe, is_stored
+from ..stored import describe, is_stored
 from ..usage import Budget, UsageTotals
 
 # Characters that move the cursor, change colours or reorder text on a terminal: C0/C1 controls
