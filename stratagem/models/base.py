@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Protocol
 from pydantic import BaseModel, Field
 
 from ..errors import ModelConfigError, StratagemError
+from ..telemetry import model_call_span, record_response
 from ..tools.spec import ToolSpec
 from ..usage import Usage
 
@@ -149,8 +150,6 @@ class TracedModel:
         return getattr(self.model, attribute)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        from ..telemetry import model_call_span, record_response
-
         with model_call_span(
             self.provider, self.request_model, purpose=request.purpose.value, step_id=request.step_id, attempt=request.attempt
         ) as span:

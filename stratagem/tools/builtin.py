@@ -26,6 +26,7 @@ import httpcore
 import httpx
 import httpcore._backends.sync  # noqa: F401 - SyncStream, wrapped with a deadline
 
+from ..config import Settings
 from ..errors import ToolError
 from ..models.base import without_secrets
 from .registry import ToolContext, tool
@@ -261,9 +262,8 @@ def _protected_addresses() -> set[tuple[IpAddress, int]]:
     Never reachable from a step, whatever the allowlist says: a step that reaches the frontend or
     the UI's HTTP API could signal or update runs, its own included.
     """
-    from ..config import Settings  # the worker's own connection, from its environment
-
     entries = []
+    # The worker's own connection, from its environment.
     for frontend in {Settings.from_env().address, *_worker_addresses}:
         host, port = _host_and_port(frontend.lower())
         entries.append(frontend.lower())

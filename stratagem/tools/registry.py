@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
+from ..telemetry import tool_call_span
 from .spec import ToolCatalog, ToolSpec
 
 _MARK = "__stratagem_tool__"
@@ -212,8 +213,6 @@ class ToolRegistry:
     async def invoke(self, name: str, args: dict[str, Any], context: ToolContext) -> Any:
         """Check the arguments, call the tool, and return its output as a JSON-ready value.
         The call is an `execute_tool <name>` span."""
-        from ..telemetry import tool_call_span
-
         with tool_call_span(
             name, step_id=context.step_id, attempt=context.attempt, key=context.idempotency_key, call=context.call
         ):
