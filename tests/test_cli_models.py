@@ -10,7 +10,8 @@ import yaml
 import pytest
 
 from plans import step
-from stratagem.cli.commands import CliError, parse_limits
+from stratagem.cli.commands import parse_limits
+from stratagem.cli.errors import CliError
 from test_cli import TOOLS, acli, one_line_error, write_plan
 
 KEYLESS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "STRATAGEM_CONFIG")

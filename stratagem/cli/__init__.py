@@ -69,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
 
     listing = command("list", commands.cmd_list, "list runs, newest first; or the approval inbox")
     listing.add_argument(
-        "--status", choices=sorted([*commands._LIST_STATUSES, commands.AWAITING]),
+        "--status", choices=sorted([*commands.LIST_STATUSES, commands.AWAITING]),
         help=f"only runs in this state; {commands.AWAITING}: every run waiting for a person, oldest first",
     )
     listing.add_argument(

@@ -22,6 +22,7 @@ from rich.tree import Tree
 from ..graph import topological_order
 from ..ledger import Ledger, StepRecord, StepStatus
 from ..plan import Plan, Step, StepKind
+from .errors import CliError
 from .render import STATUS_STYLE
 
 # Mermaid classes: succeeded green, failed red, running blue, pending grey, skipped/cancelled yellow.
@@ -43,8 +44,6 @@ DIFF_FIELDS = [name for name in Step.model_fields if name != "id"]
 
 def pick_revision(ledger: Ledger, number: int | None) -> Plan:
     """Revision `number` of the run (default: the newest), or a one-line error naming those there are."""
-    from .commands import CliError
-
     if not ledger.revisions:
         raise CliError(f"run {ledger.run_id} has no plan yet (it is still planning)")
     if number is None:
