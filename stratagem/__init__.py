@@ -8,8 +8,12 @@ from .errors import DecisionRefusedError, PlanFileError, PlanValidationError, St
 from .ledger import Ledger, StepStatus
 from .plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step, StepKind
 from .plan_files import load_plan_file
-from .run import AnswerInput, ApproveInput, RejectInput, ReviseInput, RunInput, RunOptions, RunResult, RunStatus
-from .tools import ToolContext, tool
+from .run import (
+    AnswerInput, ApproveInput, BudgetInput, DecisionOutcome, Mode, Phase, RejectInput, ReviseInput, RunInput, RunOptions,
+    RunResult, RunStatus,
+)
+from .tools import ToolContext, ToolRegistry, tool
+from .worker import build_worker, run_worker
 from .validation import validate_plan
 
 __all__ = [
@@ -17,8 +21,12 @@ __all__ = [
     "ApproveInput",
     "Author",
     "AuthorKind",
+    "BudgetInput",
+    "DecisionOutcome",
     "DecisionRefusedError",
     "Ledger",
+    "Mode",
+    "Phase",
     "Plan",
     "PlanDraft",
     "PlanFileError",
@@ -37,9 +45,12 @@ __all__ = [
     "StratagemError",
     "ToolContext",
     "ToolError",
+    "ToolRegistry",
+    "build_worker",
     "connect",
     "get_run",
     "load_plan_file",
+    "run_worker",
     "start_run",
     "tool",
     "validate_plan",
