@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
+from . import handlers
 from .codec import data_converter
 from .config import Settings
 from .payloads import with_claim_checks
@@ -122,20 +123,20 @@ class Run:
         return self.handle.id
 
     async def approve(self, decision: ApproveInput) -> DecisionOutcome:
-        return await self._decide("approve", decision)
+        return await self._decide(handlers.APPROVE, decision)
 
     async def reject(self, decision: RejectInput) -> DecisionOutcome:
-        return await self._decide("reject", decision)
+        return await self._decide(handlers.REJECT, decision)
 
     async def revise(self, decision: ReviseInput) -> DecisionOutcome:
-        return await self._decide("revise", decision)
+        return await self._decide(handlers.REVISE, decision)
 
     async def answer(self, answer: AnswerInput) -> DecisionOutcome:
-        return await self._decide("answer", answer)
+        return await self._decide(handlers.ANSWER, answer)
 
     async def budget(self, decision: BudgetInput) -> DecisionOutcome:
         """Raise the run's budget, or stop a run waiting on it."""
-        return await self._decide("budget", decision)
+        return await self._decide(handlers.BUDGET, decision)
 
     async def _decide(self, update: str, decision: Any) -> DecisionOutcome:
         """Send a decision as an update, signed when there is a key. A refusal raises
@@ -180,25 +181,25 @@ class Run:
             raise
 
     async def status(self) -> RunStatus:
-        return await self._query("status", RunStatus)
+        return await self._query(handlers.STATUS, RunStatus)
 
     async def plan(self) -> Plan | None:
-        return await self._query("plan", Plan | None)
+        return await self._query(handlers.PLAN, Plan | None)
 
     async def ledger(self) -> Ledger:
         """The whole ledger, archived events read back from the store."""
-        ledger: Ledger = await self._query("ledger", Ledger)
+        ledger: Ledger = await self._query(handlers.LEDGER, Ledger)
         if not ledger.archives:
             return ledger
         archived = [event for archive in ledger.archives for event in await self._archived(archive)]
         return ledger.with_events(archived)
 
     async def pending(self) -> list[PendingDecision]:
-        return await self._query("pending", list[PendingDecision])
+        return await self._query(handlers.PENDING, list[PendingDecision])
 
     async def events(self, after: int = 0, limit: int = 500) -> EventPage:
         """The progress stream: events with seq above `after`, oldest first."""
-        page: EventPage = await self._query("events", EventPage, EventsQuery(after=after, limit=limit))
+        page: EventPage = await self._query(handlers.EVENTS, EventPage, EventsQuery(after=after, limit=limit))
         if not page.archives:
             return page
         # Archives hold the routine events of a seq range; the run still holds the rest. Merged

@@ -45,8 +45,6 @@ APPROVER_KEYS_ENV = "STRATAGEM_APPROVER_KEYS"
 ALLOW_UNSIGNED_ENV = "STRATAGEM_ALLOW_UNSIGNED"
 SIGNING_KEY_ENV = "STRATAGEM_SIGNING_KEY"
 # Decision updates and the signals that carry the same decisions.
-DECISION_UPDATES = frozenset({"approve", "reject", "revise", "answer", "budget"})
-DECISION_SIGNALS = {f"{kind}_signal": kind for kind in DECISION_UPDATES}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 _SIGNATURE_FIELDS = frozenset({"signer", "signature"})
 

@@ -35,7 +35,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from . import activity_io as io
 from .client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
 from .run import STATUS_SEARCH_ATTRIBUTE, DecisionInput, RunInput
-from .signing import DECISION_SIGNALS, DECISION_UPDATES, DecisionPolicy, Verdict
+from .handlers import DECISION_SIGNALS, DECISION_UPDATES
+from .signing import DecisionPolicy, Verdict
 from .config import Settings
 from .errors import ConfigError
 from .roles import ALL_ROLES, QueueLayout, Role, default_layout, is_role_queue, role_queue

@@ -20,3 +20,23 @@ def test_the_names_a_user_needs_to_start_decide_and_serve_are_public():
     assert needed <= set(stratagem.__all__)
     assert stratagem.Phase.succeeded.value == "succeeded"
     assert stratagem.ToolRegistry.from_modules([]).catalog().names  # the built-in tools
+
+
+def test_the_workflows_handler_names_are_the_wire_contract():
+    """Runs in flight and other clients (the `temporal` CLI, scripts) call these names: the
+    constants keep them, and the workflow registers every one."""
+    from temporalio.workflow import _Definition
+
+    from stratagem import handlers
+    from workflows import StratagemRun
+
+    updates = {"approve", "reject", "revise", "answer", "budget"}
+    assert handlers.DECISION_UPDATES == updates
+    assert handlers.DECISION_SIGNALS == {f"{u}_signal": u for u in updates}
+    definition = _Definition.from_class(StratagemRun)
+    assert definition is not None
+    assert updates <= set(definition.updates)
+    assert set(handlers.DECISION_SIGNALS) <= set(definition.signals)
+    assert {handlers.STATUS, handlers.PLAN, handlers.LEDGER, handlers.PENDING, handlers.EVENTS} == {
+        "status", "plan", "ledger", "pending", "events"
+    } <= set(definition.queries)

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     # Pure, deterministic modules shared with the worker. Passing them through avoids
     # re-importing pydantic models inside the sandbox for every workflow task.
     from stratagem import activity_io as io
-    from stratagem import decisions
+    from stratagem import decisions, handlers
     from stratagem.errors import DecisionRefusedError, ReferenceResolutionError
     from stratagem.ledger import EventArchive, EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
@@ -1092,7 +1092,7 @@ class StratagemRun:
     # ------------------------------------------------------------------ decisions
     # Temporal requires the handlers on the workflow class; the rules live in stratagem.decisions.
 
-    @workflow.update
+    @workflow.update(name=handlers.APPROVE)
     async def approve(self, decision: ApproveInput) -> DecisionOutcome:
         outcome = self._apply_approve(decision, via="update")
         self._show()
@@ -1102,11 +1102,11 @@ class StratagemRun:
     def _validate_approve(self, decision: ApproveInput) -> None:
         self._validate(decisions.check_approve, decision)
 
-    @workflow.signal(name="approve_signal")
+    @workflow.signal(name=handlers.signal_name(handlers.APPROVE))
     def approve_signal(self, decision: ApproveInput) -> None:
         self._signal(decisions.check_approve, decision, lambda: self._apply_approve(decision, via="signal"))
 
-    @workflow.update
+    @workflow.update(name=handlers.REJECT)
     async def reject(self, decision: RejectInput) -> DecisionOutcome:
         outcome = self._apply_reject(decision, via="update")
         self._show()
@@ -1116,11 +1116,11 @@ class StratagemRun:
     def _validate_reject(self, decision: RejectInput) -> None:
         self._validate(decisions.check_reject, decision)
 
-    @workflow.signal(name="reject_signal")
+    @workflow.signal(name=handlers.signal_name(handlers.REJECT))
     def reject_signal(self, decision: RejectInput) -> None:
         self._signal(decisions.check_reject, decision, lambda: self._apply_reject(decision, via="signal"))
 
-    @workflow.update
+    @workflow.update(name=handlers.REVISE)
     async def revise(self, decision: ReviseInput) -> DecisionOutcome:
         outcome = self._apply_revise(decision, via="update")
         self._show()
@@ -1130,11 +1130,11 @@ class StratagemRun:
     def _validate_revise(self, decision: ReviseInput) -> None:
         self._validate(decisions.check_revise, decision)
 
-    @workflow.signal(name="revise_signal")
+    @workflow.signal(name=handlers.signal_name(handlers.REVISE))
     def revise_signal(self, decision: ReviseInput) -> None:
         self._signal(decisions.check_revise, decision, lambda: self._apply_revise(decision, via="signal"))
 
-    @workflow.update
+    @workflow.update(name=handlers.ANSWER)
     async def answer(self, answer: AnswerInput) -> DecisionOutcome:
         outcome = self._apply_answer(answer)
         self._show()
@@ -1144,7 +1144,7 @@ class StratagemRun:
     def _validate_answer(self, answer: AnswerInput) -> None:
         self._validate(decisions.check_answer, answer)
 
-    @workflow.signal(name="answer_signal")
+    @workflow.signal(name=handlers.signal_name(handlers.ANSWER))
     def answer_signal(self, answer: AnswerInput) -> None:
         self._signal(decisions.check_answer, answer, lambda: self._apply_answer(answer))
 
@@ -1214,7 +1214,7 @@ class StratagemRun:
         decisions.record_answer(self.state, answer, self._now())
         return decisions.outcome(self.state, f"answer recorded for step '{answer.step_id}'")
 
-    @workflow.update
+    @workflow.update(name=handlers.BUDGET)
     async def budget(self, decision: BudgetInput) -> DecisionOutcome:
         outcome = self._apply_budget(decision, via="update")
         self._show()
@@ -1224,7 +1224,7 @@ class StratagemRun:
     def _validate_budget(self, decision: BudgetInput) -> None:
         self._validate(self._check_budget, decision)
 
-    @workflow.signal(name="budget_signal")
+    @workflow.signal(name=handlers.signal_name(handlers.BUDGET))
     def budget_signal(self, decision: BudgetInput) -> None:
         self._signal(self._check_budget, decision, lambda: self._apply_budget(decision, via="signal"))
 
@@ -1243,7 +1243,7 @@ class StratagemRun:
 
     # ------------------------------------------------------------------ queries
 
-    @workflow.query
+    @workflow.query(name=handlers.STATUS)
     def status(self) -> RunStatus:
         state = self.state
         counts = StepCounts()
@@ -1260,19 +1260,19 @@ class StratagemRun:
             workspace=state.options.workspace,
         )
 
-    @workflow.query
+    @workflow.query(name=handlers.PLAN)
     def plan(self) -> Plan | None:
         return self.state.plan
 
-    @workflow.query
+    @workflow.query(name=handlers.LEDGER)
     def ledger(self) -> Ledger:
         return self.state.ledger
 
-    @workflow.query
+    @workflow.query(name=handlers.PENDING)
     def pending(self) -> list[PendingDecision]:
         return self.state.pending
 
-    @workflow.query
+    @workflow.query(name=handlers.EVENTS)
     def events(self, query: EventsQuery) -> EventPage:
         """The progress stream from an offset: small pages, so a watcher never fetches the whole ledger."""
         ledger = self.state.ledger
