@@ -9,16 +9,14 @@ records are rules in `stratagem.decisions`; the handlers here call them.
 from __future__ import annotations
 
 import asyncio
-import functools
 from datetime import timedelta
 from typing import Any, Callable, Mapping
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError as TemporalCancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError, TimeoutType
 from temporalio.exceptions import is_cancelled_exception
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     # Pure, deterministic modules shared with the worker. Passing them through avoids
@@ -61,27 +59,15 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.validation import plan_problems
     from opentelemetry import trace
 
+from .activity_options import (
+    ARCHIVE_RETRY, ARCHIVE_TIMEOUT, CATALOG_RETRY, CATALOG_TIMEOUT, LOCAL_CATALOG_RETRY, LOCAL_CATALOG_TIMEOUT, PLANNING_RETRY,
+    PLANNING_TIMEOUT, max_attempts, step_activity_options,
+)
 from .observe import Observer, mark
 
-# Planning and synthesis are a few model calls; these bound one attempt, not the whole run.
-PLANNING_TIMEOUT = timedelta(minutes=10)
-PLANNING_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    maximum_interval=timedelta(minutes=1),
-    maximum_attempts=5,
-    non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
-)
-CATALOG_TIMEOUT = timedelta(seconds=30)
-CATALOG_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
-# Reading the registry in memory: quick, and a failure there is the worker's, not the network's.
-LOCAL_CATALOG_TIMEOUT = timedelta(seconds=10)
-LOCAL_CATALOG_RETRY = RetryPolicy(maximum_attempts=3)
-HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 # Routine events move to the output store at a continue-as-new, in batches of at least this many.
 ARCHIVE_PATCH = "archive-events"
 ARCHIVE_MIN_EVENTS = 200
-ARCHIVE_TIMEOUT = timedelta(minutes=1)
-ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
 # How stale the step table in the Temporal UI may be while steps finish.
 DETAILS_EVERY = timedelta(seconds=1)
 # Runs started before the phase was kept in the memo replay without it.
@@ -672,7 +658,7 @@ class StratagemRun:
                         message=_cause_message(exc),
                     )
                     return True
-                self._step_failed(step, record, _cause_message(exc), attempts=_cause_attempts(exc, self._max_attempts(step)))
+                self._step_failed(step, record, _cause_message(exc), attempts=_cause_attempts(exc, max_attempts(step, state.options)))
                 return
             self._record_step_work(step, result.calls, result.tool_calls)
             record.attempts += result.attempt
@@ -741,17 +727,6 @@ class StratagemRun:
         references: dict[str, Any] | None,
     ) -> io.StepOutput:
         options = self.state.options
-        timeout = timedelta(seconds=step.timeout_seconds or options.step_timeout_seconds)
-        common: dict[str, Any] = dict(
-            result_type=io.StepOutput,
-            start_to_close_timeout=timeout,
-            heartbeat_timeout=min(HEARTBEAT_TIMEOUT, timeout),
-            retry_policy=_step_retry(self._max_attempts(step)),
-            # On cancel, wait for the activity to stop, so the ledger never says "cancelled" about
-            # a tool that is still running (the activity learns of it through its heartbeats).
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"{step.id}: {step.title}"[:200],
-        )
         if step.kind is StepKind.tool:
             assert step.tool is not None
             request: Any = io.ToolStepInput(
@@ -761,9 +736,11 @@ class StratagemRun:
             spec = self.state.catalog.get(step.tool)
             if spec is not None and spec.local:
                 # The fast path: no task-queue round trip, and no heartbeats (the tool is quick).
-                del common["heartbeat_timeout"]
-                return await workflow.execute_local_activity(io.RUN_TOOL, request, **common)
-            return await workflow.execute_activity(io.RUN_TOOL, request, task_queue=self._queue(Role.tools), **common)
+                local = step_activity_options(step, options, local=True)
+                return await workflow.execute_local_activity(io.RUN_TOOL, request, **local)
+            return await workflow.execute_activity(
+                io.RUN_TOOL, request, task_queue=self._queue(Role.tools), **step_activity_options(step, options)
+            )
         model = options.model_for(step)
         assert model, "validation refuses llm steps that no configured model can run"
         request = io.LlmStepInput(
@@ -773,7 +750,9 @@ class StratagemRun:
             allowance=self._allowance(step),
             workspace=options.workspace,
         )
-        return await workflow.execute_activity(io.RUN_LLM, request, task_queue=self._queue(Role.executor), **common)
+        return await workflow.execute_activity(
+            io.RUN_LLM, request, task_queue=self._queue(Role.executor), **step_activity_options(step, options)
+        )
 
     def _budget_left(self) -> Allowance | None:
         """What is left of the model budgets, with the largest call so far as the next call's estimate."""
@@ -823,9 +802,6 @@ class StratagemRun:
         if found is None:
             found = self._references[step.id] = frozenset(ref.step_id for ref in references_in(step.instructions, step.args))
         return found
-
-    def _max_attempts(self, step: Step) -> int:
-        return step.max_attempts or self.state.options.step_max_attempts
 
     async def _step_gate(self, step: Step) -> bool:
         """Wait for a person to approve a gated step. False if it was rejected or the run is stopping."""
@@ -1340,17 +1316,6 @@ class StratagemRun:
     def _queue(self, role: Role) -> str:
         """Where a role's activities go: a queue per role, beside the workflow's own (stratagem/roles.py)."""
         return role_queue(workflow.info().task_queue, role)
-
-
-@functools.lru_cache(maxsize=32)
-def _step_retry(max_attempts: int) -> RetryPolicy:
-    """A step attempt's retry policy (one per attempt count: it is read-only)."""
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        maximum_interval=timedelta(seconds=30),
-        maximum_attempts=max_attempts,
-        non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
-    )
 
 
 def _stored_references(referenced: frozenset[str], outputs: Mapping[str, Any]) -> dict[str, Any] | None:

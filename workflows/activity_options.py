@@ -1,0 +1,74 @@
+"""How long each activity of a run may take and how it is retried: every timeout, retry policy
+and heartbeat bound the run workflow uses, in one place. Workflow code (deterministic, no I/O).
+
+Changing a value here changes the commands new runs issue (not the replay of old ones: Temporal
+does not compare timeouts or retry policies on replay), so it needs no patch; a new activity or
+a change to which activities run does (RELIABILITY.md)."""
+
+from __future__ import annotations
+
+import functools
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from stratagem import activity_io as io
+    from stratagem.plan import Step
+    from stratagem.run import RunOptions
+
+# Planning and synthesis are a few model calls; these bound one attempt, not the whole run.
+PLANNING_TIMEOUT = timedelta(minutes=10)
+PLANNING_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=5,
+    non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
+)
+# Asking the tools role for its catalogue.
+CATALOG_TIMEOUT = timedelta(seconds=30)
+CATALOG_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
+# Reading the registry in memory: quick, and a failure there is the worker's, not the network's.
+LOCAL_CATALOG_TIMEOUT = timedelta(seconds=10)
+LOCAL_CATALOG_RETRY = RetryPolicy(maximum_attempts=3)
+# A step's activity reports at least this often (or its own timeout, if shorter).
+HEARTBEAT_TIMEOUT = timedelta(seconds=30)
+# Moving routine events to the output store at a continue-as-new.
+ARCHIVE_TIMEOUT = timedelta(minutes=1)
+ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
+
+
+def max_attempts(step: Step, options: RunOptions) -> int:
+    """How many attempts a step gets: its own limit, else the run's."""
+    return step.max_attempts or options.step_max_attempts
+
+
+@functools.lru_cache(maxsize=32)
+def step_retry(attempts: int) -> RetryPolicy:
+    """A step attempt's retry policy (one per attempt count: it is read-only)."""
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=attempts,
+        non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
+    )
+
+
+def step_activity_options(step: Step, options: RunOptions, *, local: bool = False) -> dict[str, Any]:
+    """The options of the activity that runs `step`: a local one (`local`) sends no heartbeats."""
+    timeout = timedelta(seconds=step.timeout_seconds or options.step_timeout_seconds)
+    common: dict[str, Any] = dict(
+        result_type=io.StepOutput,
+        start_to_close_timeout=timeout,
+        retry_policy=step_retry(max_attempts(step, options)),
+        # On cancel, wait for the activity to stop, so the ledger never says "cancelled" about
+        # a tool that is still running (the activity learns of it through its heartbeats).
+        cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        summary=f"{step.id}: {step.title}"[:200],
+    )
+    if not local:
+        common["heartbeat_timeout"] = min(HEARTBEAT_TIMEOUT, timeout)
+    return common
