@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .binaries import temporal_cli
-from .config import DEFAULT_NAMESPACE, WORKSPACE_ROOTS_ENV, Settings, stratagem_home
+from .config import DEFAULT_NAMESPACE, WORKSPACE_ROOTS_ENV, Settings
 from .errors import ConfigError
 from .run import STATUS_SEARCH_ATTRIBUTE
 from .telemetry import TELEMETRY_ENV

@@ -687,7 +687,6 @@ class StratagemRun:
         Every waiter's condition is checked in one pass before any of them resumes, so several
         may wake for one free slot; re-checking here, with no await before taking it, is exact.
         """
-        state = self.state
 
         def held_back() -> bool:
             return self._stopping or self._winding_down

@@ -29,7 +29,7 @@ from temporalio.worker import Worker
 from ..client import AWAITING_QUERY, REGISTER_STATUS_HINT, Run, connect, get_run, has_status_attribute, start_run
 from ..codec import codec_from
 from ..config import DEFAULT_ADDRESS, Settings, stratagem_home
-from ..errors import DecisionRefusedError, PlanFileError, StratagemError
+from ..errors import DecisionRefusedError, PlanFileError
 from ..ledger import EventKind
 from ..model_config import load_config, run_prices, with_defaults
 from ..models import load_model, split_model_string
