@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import logging
@@ -105,6 +106,50 @@ class SlowScriptedModel(ScriptedModel):
 
 
 register_provider("slow", SlowScriptedModel)
+
+
+# ---------------------------------------------------------------------------- test groups
+# Every test gets one marker, from what it needs: `system` starts processes or uses the dev
+# server (real time), `workflow` runs workflows on the time-skipping server, `unit` needs
+# neither. `python -m pytest -m unit` is the fast subset; the README's command runs them all.
+SYSTEM_FIXTURES = frozenset({"dev_env", "dev_harness", "cli_env"})
+WORKFLOW_FIXTURES = frozenset({"time_env", "harness"})
+_PROCESS_CALLS = ("subprocess.", "acli(", "cli(", "run_cli(", "Popen(")
+
+
+def group_of(item: pytest.Item) -> str:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if fixtures & SYSTEM_FIXTURES:
+        return "system"
+    if any(call in _source_with_helpers(getattr(item, "function", None)) for call in _PROCESS_CALLS):
+        return "system"
+    if fixtures & WORKFLOW_FIXTURES:
+        return "workflow"
+    return "unit"
+
+
+def _source_with_helpers(function: Any) -> str:
+    """The test's source and that of the functions of its own module it calls (one level)."""
+    if function is None:
+        return ""
+    module = inspect.getmodule(function)
+    parts = [function]
+    for name in getattr(function, "__code__", None) and function.__code__.co_names or ():
+        helper = getattr(module, name, None)
+        if inspect.isfunction(helper) and helper.__module__ == function.__module__:
+            parts.append(helper)
+    sources = []
+    for part in parts:
+        try:
+            sources.append(inspect.getsource(part))
+        except (OSError, TypeError):
+            pass
+    return "\n".join(sources)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(getattr(pytest.mark, group_of(item)))
 
 
 @pytest.fixture(scope="session")
