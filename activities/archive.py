@@ -6,7 +6,7 @@ import asyncio
 
 from temporalio import activity
 
-from stratagem import activity_io as io
+from stratagem import activity_io
 from stratagem.ledger import EventArchive
 from pydantic_core import to_json
 
@@ -19,8 +19,8 @@ class ArchiveActivities:
     def __init__(self, store: OutputStore | None = None):
         self._store = store or default_store()
 
-    @activity.defn(name=io.ARCHIVE_EVENTS)
-    async def archive_events(self, request: io.ArchiveEventsInput) -> EventArchive:
+    @activity.defn(name=activity_io.ARCHIVE_EVENTS)
+    async def archive_events(self, request: activity_io.ArchiveEventsInput) -> EventArchive:
         """Write the events as one stored value, `runs/<run>/events/<first>-<last>`. Writes are
         content-addressed, so a retried attempt stores them once."""
         events = request.events

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import activity
 
-from stratagem import activity_io as io
+from stratagem import activity_io
 from stratagem.executor import Executor, ExecutorProgress
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
@@ -53,12 +53,12 @@ class ExecutionActivities:
             )
         return wanted.resolve()
 
-    @activity.defn(name=io.RUN_TOOL)
-    async def run_tool(self, request: io.ToolStepInput) -> io.StepOutput:
+    @activity.defn(name=activity_io.RUN_TOOL)
+    async def run_tool(self, request: activity_io.ToolStepInput) -> activity_io.StepOutput:
         with attempt_span(*_attempt(request.run_id, request.step_id, request.revision, "tool")):
             return await self._run_tool(request)
 
-    async def _run_tool(self, request: io.ToolStepInput) -> io.StepOutput:
+    async def _run_tool(self, request: activity_io.ToolStepInput) -> activity_io.StepOutput:
         info = activity.info()
         try:
             context = ToolContext(
@@ -78,16 +78,16 @@ class ExecutionActivities:
             raise
         except Exception as exc:
             raise as_application_error(exc)  # its cause is a redacted copy (activities/errors.py)
-        return io.StepOutput(output=output, attempt=info.attempt)
+        return activity_io.StepOutput(output=output, attempt=info.attempt)
 
-    @activity.defn(name=io.RUN_LLM)
-    async def run_llm(self, request: io.LlmStepInput) -> io.StepOutput:
+    @activity.defn(name=activity_io.RUN_LLM)
+    async def run_llm(self, request: activity_io.LlmStepInput) -> activity_io.StepOutput:
         """Run the step's executor loop. Each round is checkpointed, so a retry resumes the
         conversation and the usage of every attempt is reported, whether the step ends well or not."""
         with attempt_span(*_attempt(request.run_id, request.step.id, request.revision, "llm", request.model)):
             return await self._run_llm(request)
 
-    async def _run_llm(self, request: io.LlmStepInput) -> io.StepOutput:
+    async def _run_llm(self, request: activity_io.LlmStepInput) -> activity_io.StepOutput:
         info = activity.info()
         checkpoint = Checkpoint(self._heartbeat_every)
         progress = _resume(checkpoint.previous())
@@ -118,7 +118,7 @@ class ExecutionActivities:
                 calls=[c.model_dump(mode="json") for c in progress.calls],
                 tool_calls=[t.model_dump(mode="json") for t in progress.tool_calls],
             )
-        return io.StepOutput(
+        return activity_io.StepOutput(
             output=output, attempt=info.attempt, model=request.model, calls=progress.calls,
             tool_calls=progress.tool_calls, transcript=transcript,
         )
@@ -140,7 +140,7 @@ def _key(run_id: str, step_id: str) -> str:
     return f"runs/{run_id}/{step_id}"
 
 
-def _materialized(request: io.LlmStepInput, store: OutputStore) -> io.LlmStepInput:
+def _materialized(request: activity_io.LlmStepInput, store: OutputStore) -> activity_io.LlmStepInput:
     """The request with stored inputs loaded and deferred references resolved."""
     inputs = hydrate(store, request.inputs)
     instructions = request.instructions

@@ -8,7 +8,7 @@ from typing import Awaitable, Callable
 from pydantic import ValidationError
 from temporalio import activity
 
-from stratagem import activity_io as io
+from stratagem import activity_io
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.planner import Progress, plan_with_repairs
@@ -26,16 +26,16 @@ class PlanningActivities:
         self._registry = registry
         self._store = store or default_store()
 
-    @activity.defn(name=io.DESCRIBE_TOOLS)
+    @activity.defn(name=activity_io.DESCRIBE_TOOLS)
     async def describe_tools(self) -> ToolCatalog:
         return self._registry.catalog()
 
-    @activity.defn(name=io.PLAN)
-    async def plan(self, request: io.PlanningInput) -> io.PlanningOutput:
+    @activity.defn(name=activity_io.PLAN)
+    async def plan(self, request: activity_io.PlanningInput) -> activity_io.PlanningOutput:
         with attempt_span(f"planner attempt {activity.info().attempt}", _attributes(request.model)):
             return await self._plan(request)
 
-    async def _plan(self, request: io.PlanningInput) -> io.PlanningOutput:
+    async def _plan(self, request: activity_io.PlanningInput) -> activity_io.PlanningOutput:
         checkpoint = Checkpoint()
         spent = _spent_before(checkpoint)
 
@@ -69,7 +69,7 @@ class PlanningActivities:
             )
         except Exception as exc:
             raise as_application_error(exc, calls=[c.model_dump(mode="json") for c in spent])
-        return io.PlanningOutput(
+        return activity_io.PlanningOutput(
             draft=outcome.draft,
             model=outcome.model,
             calls=outcome.calls,
@@ -78,12 +78,12 @@ class PlanningActivities:
             call_usage=spent,
         )
 
-    @activity.defn(name=io.SYNTHESIZE)
-    async def synthesize(self, request: io.SynthesisInput) -> io.SynthesisOutput:
+    @activity.defn(name=activity_io.SYNTHESIZE)
+    async def synthesize(self, request: activity_io.SynthesisInput) -> activity_io.SynthesisOutput:
         with attempt_span(f"synthesis attempt {activity.info().attempt}", _attributes(request.model)):
             return await self._synthesize(request)
 
-    async def _synthesize(self, request: io.SynthesisInput) -> io.SynthesisOutput:
+    async def _synthesize(self, request: activity_io.SynthesisInput) -> activity_io.SynthesisOutput:
         try:
             model = load_model(request.model, price=request.price)
             outputs = json.dumps(hydrate(self._store, request.outputs), indent=1, default=str)
@@ -104,7 +104,7 @@ class PlanningActivities:
         call = CallUsage(
             model=request.model, input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens, attempt=attempt
         )
-        return io.SynthesisOutput(text=response.text, usage=response.usage, model=response.model, calls=[call])
+        return activity_io.SynthesisOutput(text=response.text, usage=response.usage, model=response.model, calls=[call])
 
 
 def _attributes(model: str) -> dict[str, object]:
@@ -128,7 +128,7 @@ def describe_tools_here(registry: ToolRegistry | None) -> Callable[[], Awaitable
     and the run asks the tools role with an activity. One round trip fewer per run for a worker
     that serves every role; its result is recorded, so replaying on any worker gives the same."""
 
-    @activity.defn(name=io.DESCRIBE_TOOLS_HERE)
+    @activity.defn(name=activity_io.DESCRIBE_TOOLS_HERE)
     async def describe_here() -> ToolCatalog | None:
         return registry.catalog() if registry is not None else None
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from stratagem import activity_io as io
+from stratagem import activity_io
 from stratagem.executor import executor_messages
 from stratagem.models.base import Message, ToolCall
 from stratagem.plan import PlanDraft, Step, StepKind
@@ -289,7 +289,7 @@ def _tool_text(output: Any) -> str:
 
 
 async def conversation(
-    registry: ToolRegistry, workspace: Path, request: io.LlmStepInput, turns: list[dict[str, Any]]
+    registry: ToolRegistry, workspace: Path, request: activity_io.LlmStepInput, turns: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[Message]]:
     """The scripted entries (with usage) of an executor's loop, and the conversation it builds."""
     allowed = list(request.step.tools)
@@ -326,7 +326,7 @@ async def plan_mode_script(registry: ToolRegistry, workspace: Path, task: Task) 
         if step.kind is StepKind.tool:
             outputs[step.id] = await _invoke(registry, workspace, step.tool or "", resolve(step.args, outputs), step.id)
             continue
-        request = io.LlmStepInput(
+        request = activity_io.LlmStepInput(
             run_id="model", revision=1, step=step, instructions=str(resolve(step.instructions, outputs)),
             inputs={d: outputs.get(d) for d in step.depends_on}, model="model",
         )
@@ -341,7 +341,9 @@ async def plan_mode_script(registry: ToolRegistry, workspace: Path, task: Task) 
 async def joint_script(registry: ToolRegistry, workspace: Path, task: Task) -> tuple[dict[str, Any], list[Message]]:
     catalog = registry.catalog()
     step = Step(id=JOINT_STEP_ID, title="Reach the goal in one loop", kind=StepKind.llm, instructions=task.goal, tools=catalog.names)
-    request = io.LlmStepInput(run_id="model", revision=1, step=step, instructions=task.goal, inputs={}, model="model")
+    request = activity_io.LlmStepInput(
+        run_id="model", revision=1, step=step, instructions=task.goal, inputs={}, model="model"
+    )
     entries, messages = await conversation(registry, workspace, request, task.joint_turns)
     return {"executor": {JOINT_STEP_ID: entries}}, messages
 

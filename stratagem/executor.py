@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
-from . import activity_io as io
+from . import activity_io
 from .errors import BudgetReachedError, ModelOutputError, StratagemError, ToolError
 from .ledger import ToolCallRecord, ToolCallStatus
 from .models.base import Message, Model, ModelRequest, Purpose, ToolCall, redact
@@ -51,7 +51,7 @@ class ExecutorProgress(BaseModel):
         return len(self.calls)
 
 
-def executor_messages(request: io.LlmStepInput, tool_names: list[str]) -> list[Message]:
+def executor_messages(request: activity_io.LlmStepInput, tool_names: list[str]) -> list[Message]:
     step = request.step
     parts = [f"Step: {step.title} ({step.id})", f"Instructions:\n{request.instructions}"]
     if request.inputs:
@@ -74,7 +74,7 @@ class Executor:
     def __init__(
         self,
         model: Model,
-        request: io.LlmStepInput,
+        request: activity_io.LlmStepInput,
         registry: ToolRegistry,
         *,
         workspace: Path,

@@ -32,7 +32,7 @@ from temporalio.worker import (
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from . import activity_io as io
+from . import activity_io
 from .client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
 from .run import STATUS_SEARCH_ATTRIBUTE, DecisionInput, RunInput
 from .handlers import DECISION_SIGNALS, DECISION_UPDATES
@@ -188,7 +188,7 @@ class _HostOnlyOutbound(WorkflowOutboundInterceptor):
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
         # Asking for the catalogue here is answered "no tools here" (host_activities), and the
         # run asks the tools role instead, without failing the task.
-        if input.activity != io.DESCRIBE_TOOLS_HERE and not workflow.unsafe.is_replaying():
+        if input.activity != activity_io.DESCRIBE_TOOLS_HERE and not workflow.unsafe.is_replaying():
             raise HostedWorkflowError(f"this process only hosts the workflow; {input.activity} needs a Stratagem worker")
         return super().start_local_activity(input)
 
@@ -205,7 +205,8 @@ def host_activities() -> list[Callable[..., Any]]:
 
         return activity.defn(name=name)(run)
 
-    return [unavailable(name) for name in (io.DESCRIBE_TOOLS, io.RUN_TOOL)] + [describe_tools_here(None)]
+    unavailable_here = [unavailable(name) for name in (activity_io.DESCRIBE_TOOLS, activity_io.RUN_TOOL)]
+    return [*unavailable_here, describe_tools_here(None)]
 
 
 class WorkerGroup:

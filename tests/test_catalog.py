@@ -11,7 +11,7 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 
 from plans import step
-from stratagem import activity_io as io
+from stratagem import activity_io
 from stratagem.client import start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.roles import Role, role_queue
@@ -43,7 +43,8 @@ def scheduled(history, activity_type: str) -> list[str]:
 def local_catalogue_markers(history) -> int:
     return sum(
         1 for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and io.DESCRIBE_TOOLS_HERE.encode() in e.SerializeToString()
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and activity_io.DESCRIBE_TOOLS_HERE.encode() in e.SerializeToString()
     )
 
 
@@ -55,7 +56,7 @@ async def test_a_worker_serving_every_role_reads_the_catalogue_in_the_first_work
         result = await asyncio.wait_for(run.result(), timeout=60)
     assert result.status is Phase.succeeded and result.outputs == {"b": 7}
     history = await run.handle.fetch_history()
-    assert scheduled(history, io.DESCRIBE_TOOLS) == []
+    assert scheduled(history, activity_io.DESCRIBE_TOOLS) == []
     assert local_catalogue_markers(history) == 1
     # One workflow task per step's end and one to start: no task waits for the catalogue.
     tasks = sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
@@ -80,7 +81,7 @@ async def test_a_workflow_only_worker_takes_the_catalogue_of_the_tools_role_not_
     assert result.status is Phase.succeeded, result.reason
     history = await run.handle.fetch_history()
     assert local_catalogue_markers(history) == 1  # asked here first: "no tools here"
-    assert scheduled(history, io.DESCRIBE_TOOLS) == [role_queue(queue, Role.tools)]
+    assert scheduled(history, activity_io.DESCRIBE_TOOLS) == [role_queue(queue, Role.tools)]
 
 
 async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_worker(dev_env, tmp_path):
@@ -94,7 +95,7 @@ async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_w
         run = await start_run(dev_env.client, run_input(), task_queue=queue)
         for _ in range(100):
             history = await run.handle.fetch_history()
-            if scheduled(history, io.DESCRIBE_TOOLS):
+            if scheduled(history, activity_io.DESCRIBE_TOOLS):
                 break
             await asyncio.sleep(0.05)
         else:
@@ -117,4 +118,4 @@ async def test_a_run_below_level_3_still_asks_the_tools_role(dev_harness):
     await asyncio.wait_for(handle.result(), timeout=60)
     history = await handle.fetch_history()
     assert local_catalogue_markers(history) == 0
-    assert len(scheduled(history, io.DESCRIBE_TOOLS)) == 1
+    assert len(scheduled(history, activity_io.DESCRIBE_TOOLS)) == 1

@@ -11,7 +11,7 @@ import yaml
 from temporalio.testing import ActivityEnvironment
 
 from activities.checkpoint import Checkpoint
-from stratagem import activity_io as io
+from stratagem import activity_io
 from stratagem.executor import Executor, ExecutorProgress
 from stratagem.ledger import ToolCallRecord, ToolCallStatus
 from stratagem.models import Message, ScriptedModel, ToolCall
@@ -21,9 +21,11 @@ from stratagem.tools import ToolRegistry
 FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 
 
-def request(tools: list[str]) -> io.LlmStepInput:
+def request(tools: list[str]) -> activity_io.LlmStepInput:
     step = Step(id="work", title="work", kind=StepKind.llm, instructions="do it", tools=tools)
-    return io.LlmStepInput(run_id="r", execution_id="e", revision=1, step=step, instructions="do it", model="scripted:x")
+    return activity_io.LlmStepInput(
+        run_id="r", execution_id="e", revision=1, step=step, instructions="do it", model="scripted:x"
+    )
 
 
 def executor(tmp_path: Path, script: dict, progress: ExecutorProgress, saved: list, attempt: int = 1) -> Executor:

@@ -22,7 +22,7 @@ from stratagem.client import start_run
 from stratagem.errors import ConfigError
 from stratagem.roles import ALL_ROLES, QueueLayout, Role, role_queue
 from stratagem.run import Phase, RunInput, RunOptions
-from stratagem import activity_io as io
+from stratagem import activity_io
 from stratagem.tools import ToolRegistry
 from stratagem.worker import add_worker_arguments, build_worker, check_worker_args, child_argv
 
@@ -114,9 +114,9 @@ async def test_roles_in_separate_processes_and_a_killed_role_pauses_only_its_wor
         # Each kind of work ran in its role's process, and nowhere else.
         ran = identities(await run.handle.fetch_history())
         assert pid_of(ran["workflow"]) == {pids[Role.workflow]}
-        assert pid_of(ran[io.PLAN]) == pid_of(ran[io.SYNTHESIZE]) == {pids[Role.planner]}
-        assert pid_of(ran[io.RUN_LLM]) == {pids[Role.executor]}
-        assert pid_of(ran[io.RUN_TOOL]) == pid_of(ran[io.DESCRIBE_TOOLS]) == {pids[Role.tools]}
+        assert pid_of(ran[activity_io.PLAN]) == pid_of(ran[activity_io.SYNTHESIZE]) == {pids[Role.planner]}
+        assert pid_of(ran[activity_io.RUN_LLM]) == {pids[Role.executor]}
+        assert pid_of(ran[activity_io.RUN_TOOL]) == pid_of(ran[activity_io.DESCRIBE_TOOLS]) == {pids[Role.tools]}
 
         # The tools worker dies. The run still plans and drafts; its tool steps wait, and nothing fails.
         workers.kill(Role.tools)
@@ -223,7 +223,10 @@ async def test_one_worker_for_every_role_keeps_activities_on_the_workflow_queue(
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             attributes = event.activity_task_scheduled_event_attributes
             queues.setdefault(attributes.activity_type.name, set()).add(attributes.task_queue.name)
-    expected = {io.PLAN: Role.planner, io.SYNTHESIZE: Role.planner, io.RUN_LLM: Role.executor, io.RUN_TOOL: Role.tools}
+    expected = {
+        activity_io.PLAN: Role.planner, activity_io.SYNTHESIZE: Role.planner, activity_io.RUN_LLM: Role.executor,
+        activity_io.RUN_TOOL: Role.tools,
+    }
     for activity_type, role in expected.items():
         want = queue if layout is QueueLayout.shared else role_queue(queue, role)
         assert queues[activity_type] == {want}, activity_type
@@ -250,7 +253,7 @@ async def test_a_fan_out_starts_every_branch_with_the_workflow_task_that_schedul
     assert result.status is Phase.succeeded and len(result.outputs) == width
     events = (await run.handle.fetch_history()).events
     tools = {e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-             and e.activity_task_scheduled_event_attributes.activity_type.name == io.RUN_TOOL}
+             and e.activity_task_scheduled_event_attributes.activity_type.name == activity_io.RUN_TOOL}
     started = [e.event_time.ToNanoseconds() for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
                and e.activity_task_started_event_attributes.scheduled_event_id in tools]
     assert len(started) == width

@@ -16,7 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io as io
+    from stratagem import activity_io
     from stratagem.plan import Step
     from stratagem.run import RunOptions
 
@@ -26,7 +26,7 @@ PLANNING_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     maximum_interval=timedelta(minutes=1),
     maximum_attempts=5,
-    non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
+    non_retryable_error_types=activity_io.NON_RETRYABLE_ERRORS,
 )
 # Asking the tools role for its catalogue.
 CATALOG_TIMEOUT = timedelta(seconds=30)
@@ -53,7 +53,7 @@ def step_retry(attempts: int) -> RetryPolicy:
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=attempts,
-        non_retryable_error_types=io.NON_RETRYABLE_ERRORS,
+        non_retryable_error_types=activity_io.NON_RETRYABLE_ERRORS,
     )
 
 
@@ -61,7 +61,7 @@ def step_activity_options(step: Step, options: RunOptions, *, local: bool = Fals
     """The options of the activity that runs `step`: a local one (`local`) sends no heartbeats."""
     timeout = timedelta(seconds=step.timeout_seconds or options.step_timeout_seconds)
     common: dict[str, Any] = dict(
-        result_type=io.StepOutput,
+        result_type=activity_io.StepOutput,
         start_to_close_timeout=timeout,
         retry_policy=step_retry(max_attempts(step, options)),
         # On cancel, wait for the activity to stop, so the ledger never says "cancelled" about

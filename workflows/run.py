@@ -21,7 +21,7 @@ from temporalio.exceptions import is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     # Pure, deterministic modules shared with the worker. Passing them through avoids
     # re-importing pydantic models inside the sandbox for every workflow task.
-    from stratagem import activity_io as io
+    from stratagem import activity_io
     from stratagem import decisions, handlers
     from stratagem.errors import DecisionRefusedError, ReferenceResolutionError
     from stratagem.ledger import EventArchive, EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
@@ -213,7 +213,7 @@ class StratagemRun:
         None, and the tools role answers in an activity, as at lower levels."""
         if self.state.level >= 3:
             here = await workflow.execute_local_activity(
-                io.DESCRIBE_TOOLS_HERE,
+                activity_io.DESCRIBE_TOOLS_HERE,
                 result_type=ToolCatalog | None,
                 start_to_close_timeout=LOCAL_CATALOG_TIMEOUT,
                 retry_policy=LOCAL_CATALOG_RETRY,
@@ -222,7 +222,7 @@ class StratagemRun:
             if here is not None:
                 return here
         return await workflow.execute_activity(
-            io.DESCRIBE_TOOLS,
+            activity_io.DESCRIBE_TOOLS,
             task_queue=self._queue(Role.tools),
             result_type=ToolCatalog,
             start_to_close_timeout=CATALOG_TIMEOUT,
@@ -279,7 +279,7 @@ class StratagemRun:
     async def _ask_planner(self, current: Plan | None) -> Plan | None:
         options = self.state.options
         assert options.planner is not None
-        request = io.PlanningInput(
+        request = activity_io.PlanningInput(
             goal=self.state.goal,
             model=options.planner,
             catalog=self.state.catalog,
@@ -295,10 +295,10 @@ class StratagemRun:
         )
         try:
             out = await workflow.execute_activity(
-                io.PLAN,
+                activity_io.PLAN,
                 request,
                 task_queue=self._queue(Role.planner),
-                result_type=io.PlanningOutput,
+                result_type=activity_io.PlanningOutput,
                 start_to_close_timeout=PLANNING_TIMEOUT,
                 retry_policy=PLANNING_RETRY,
                 summary="revise plan" if current else "plan",
@@ -724,11 +724,11 @@ class StratagemRun:
     async def _dispatch(
         self, step: Step, revision: int, args: Any, instructions: str, outputs: dict[str, Any],
         references: dict[str, Any] | None,
-    ) -> io.StepOutput:
+    ) -> activity_io.StepOutput:
         options = self.state.options
         if step.kind is StepKind.tool:
             assert step.tool is not None
-            request: Any = io.ToolStepInput(
+            request: Any = activity_io.ToolStepInput(
                 run_id=self.state.run_id, execution_id=self.state.execution_id, step_id=step.id, revision=revision,
                 tool=step.tool, args=args, references=references, workspace=self.state.options.workspace,
             )
@@ -736,13 +736,12 @@ class StratagemRun:
             if spec is not None and spec.local:
                 # The fast path: no task-queue round trip, and no heartbeats (the tool is quick).
                 local = step_activity_options(step, options, local=True)
-                return await workflow.execute_local_activity(io.RUN_TOOL, request, **local)
-            return await workflow.execute_activity(
-                io.RUN_TOOL, request, task_queue=self._queue(Role.tools), **step_activity_options(step, options)
-            )
+                return await workflow.execute_local_activity(activity_io.RUN_TOOL, request, **local)
+            queue, remote = self._queue(Role.tools), step_activity_options(step, options)
+            return await workflow.execute_activity(activity_io.RUN_TOOL, request, task_queue=queue, **remote)
         model = options.model_for(step)
         assert model, "validation refuses llm steps that no configured model can run"
-        request = io.LlmStepInput(
+        request = activity_io.LlmStepInput(
             run_id=self.state.run_id, execution_id=self.state.execution_id, revision=revision, step=step,
             instructions=instructions, inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=model,
             max_rounds=options.max_tool_rounds, references=references, price=price_for(model, options.prices),
@@ -750,7 +749,7 @@ class StratagemRun:
             workspace=options.workspace,
         )
         return await workflow.execute_activity(
-            io.RUN_LLM, request, task_queue=self._queue(Role.executor), **step_activity_options(step, options)
+            activity_io.RUN_LLM, request, task_queue=self._queue(Role.executor), **step_activity_options(step, options)
         )
 
     def _budget_left(self) -> Allowance | None:
@@ -947,12 +946,12 @@ class StratagemRun:
                 try:
                     with self._observe.span("synthesis", {"stratagem.model": model}):
                         out = await workflow.execute_activity(
-                            io.SYNTHESIZE,
-                            io.SynthesisInput(
+                            activity_io.SYNTHESIZE,
+                            activity_io.SynthesisInput(
                                 goal=state.goal, model=model, outputs=outputs, price=price_for(model, state.options.prices)
                             ),
                             task_queue=self._queue(Role.planner),
-                            result_type=io.SynthesisOutput,
+                            result_type=activity_io.SynthesisOutput,
                             start_to_close_timeout=PLANNING_TIMEOUT,
                             retry_policy=PLANNING_RETRY,
                             summary="synthesis",
@@ -1041,8 +1040,8 @@ class StratagemRun:
             return
         try:
             archive = await workflow.execute_activity(
-                io.ARCHIVE_EVENTS,
-                io.ArchiveEventsInput(run_id=self.state.run_id, events=routine),
+                activity_io.ARCHIVE_EVENTS,
+                activity_io.ArchiveEventsInput(run_id=self.state.run_id, events=routine),
                 task_queue=self._queue(Role.workflow),
                 result_type=EventArchive,
                 start_to_close_timeout=ARCHIVE_TIMEOUT,
