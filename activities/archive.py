@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from pydantic_core import to_json
 from temporalio import activity
 
 from stratagem import activity_io
 from stratagem.ledger import EventArchive
-from pydantic_core import to_json
-
 from stratagem.store import OutputStore, default_store, store_json
 
 from .errors import as_application_error

@@ -165,10 +165,15 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
         return await super().execute_workflow(input)
 
 
+# What a host has no tools to run. The catalogue's local activity is not among them: a host
+# answers it "no tools here", and the run asks the tools role instead, without failing the task.
+HOST_UNAVAILABLE = (activity_io.DESCRIBE_TOOLS, activity_io.RUN_TOOL)
+
+
 class HostOnly(Interceptor):
     """For a process that hosts the run workflow without its activities (the command line, for
-    the length of a command): a workflow task that would run a local activity here fails, and
-    Temporal gives it to another worker, one with the tools. Replaying history (to answer a
+    the length of a command): a workflow task that would run a tool here (HOST_UNAVAILABLE) fails,
+    and Temporal gives it to another worker, one with the tools. Replaying history (to answer a
     query, say) reads local activities' results from it and runs nothing, so it goes on."""
 
     def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
@@ -186,9 +191,7 @@ class HostedWorkflowError(RuntimeError):
 
 class _HostOnlyOutbound(WorkflowOutboundInterceptor):
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
-        # Asking for the catalogue here is answered "no tools here" (host_activities), and the
-        # run asks the tools role instead, without failing the task.
-        if input.activity != activity_io.DESCRIBE_TOOLS_HERE and not workflow.unsafe.is_replaying():
+        if input.activity in HOST_UNAVAILABLE and not workflow.unsafe.is_replaying():
             raise HostedWorkflowError(f"this process only hosts the workflow; {input.activity} needs a Stratagem worker")
         return super().start_local_activity(input)
 
@@ -205,8 +208,7 @@ def host_activities() -> list[Callable[..., Any]]:
 
         return activity.defn(name=name)(run)
 
-    unavailable_here = [unavailable(name) for name in (activity_io.DESCRIBE_TOOLS, activity_io.RUN_TOOL)]
-    return [*unavailable_here, describe_tools_here(None)]
+    return [*(unavailable(name) for name in HOST_UNAVAILABLE), describe_tools_here(None)]
 
 
 class WorkerGroup:

@@ -50,7 +50,7 @@ def local_catalogue_markers(history) -> int:
 
 async def test_a_worker_serving_every_role_reads_the_catalogue_in_the_first_workflow_task(dev_env, tmp_path):
     queue = f"catalog-{uuid.uuid4().hex[:8]}"
-    registry = ToolRegistry.from_modules([str(FIXTURE_TOOLS)])
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
     async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
         run = await start_run(dev_env.client, run_input(), task_queue=queue)
         result = await asyncio.wait_for(run.result(), timeout=60)
@@ -67,7 +67,7 @@ async def test_a_workflow_only_worker_takes_the_catalogue_of_the_tools_role_not_
     """The workflow worker knows no `add` (only the built-in tools); the tools worker does. The
     plan passes validation only with the tools role's catalogue."""
     queue = f"catalog-{uuid.uuid4().hex[:8]}"
-    tools = ToolRegistry.from_modules([str(FIXTURE_TOOLS)])
+    tools = ToolRegistry.from_modules([FIXTURE_TOOLS])
     workflow_only = build_worker(
         dev_env.client, task_queue=queue, registry=ToolRegistry.from_modules([]), workspace=tmp_path / "ws", roles=[Role.workflow]
     )
@@ -103,7 +103,7 @@ async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_w
     kinds = [e.event_type for e in history.events]
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
     assert local_catalogue_markers(history) == 1
-    registry = ToolRegistry.from_modules([str(FIXTURE_TOOLS)])
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
     async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
         result = await asyncio.wait_for(run.result(), timeout=60)
     assert result.status is Phase.succeeded and result.outputs == {"b": 7}

@@ -208,7 +208,7 @@ class StratagemRun:
     async def _catalog(self) -> ToolCatalog:
         """The tools the run may use, from the worker's configuration. From level 3, the worker
         running this task answers in a local activity when it serves the tools role too (no
-        round trip: the concurrency bench's runs go from 0.79x to 0.94x of bare workflows). A
+        round trip: the concurrency bench's runs went from 0.79x to 0.88x of bare workflows). A
         workflow-only worker, or a command line hosting the workflow for a moment, answers
         None, and the tools role answers in an activity, as at lower levels."""
         if self.state.level >= 3:

@@ -422,7 +422,6 @@ async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> in
                     plan = ledger.revision(event.revision)
                     render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
                     if plan.revision > 1:  # what a reviewer of a revision needs first: what changed
-
                         previous = ledger.revision(plan.revision - 1)
                         for line in show.diff_lines(show.diff_revisions(previous, plan)):
                             render.console.print(line)
