@@ -114,7 +114,7 @@ register_provider("slow", SlowScriptedModel)
 # neither. `python -m pytest -m unit` is the fast subset; the README's command runs them all.
 SYSTEM_FIXTURES = frozenset({"dev_env", "dev_harness", "cli_env"})
 WORKFLOW_FIXTURES = frozenset({"time_env", "harness"})
-_PROCESS_CALLS = ("subprocess.", "acli(", "cli(", "run_cli(", "Popen(")
+_PROCESS_CALLS = ("subprocess.", "cli(", "Popen(")  # "cli(" also catches acli( and run_cli(
 
 
 def group_of(item: pytest.Item) -> str:
@@ -133,8 +133,9 @@ def _source_with_helpers(function: Any) -> str:
     if function is None:
         return ""
     module = inspect.getmodule(function)
+    code = getattr(function, "__code__", None)
     parts = [function]
-    for name in getattr(function, "__code__", None) and function.__code__.co_names or ():
+    for name in code.co_names if code else ():
         helper = getattr(module, name, None)
         if inspect.isfunction(helper) and helper.__module__ == function.__module__:
             parts.append(helper)
