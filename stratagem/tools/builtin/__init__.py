@@ -26,10 +26,10 @@ import httpcore
 import httpx
 import httpcore._backends.sync  # noqa: F401 - SyncStream, wrapped with a deadline
 
-from ..config import Settings
-from ..errors import ToolError
-from ..models.base import without_secrets
-from .registry import ToolContext, tool
+from ...config import Settings
+from ...errors import ToolError
+from ...models.base import without_secrets
+from ..registry import ToolContext, tool
 
 try:
     import fcntl
