@@ -1,0 +1,56 @@
+"""What a failed activity says: the message, type, attempts and records it reported.
+
+Activities report failures as `ApplicationError`s built in one place (activities/errors.py),
+with what the attempt did in their details; a timed-out attempt leaves its last checkpoint
+(heartbeat details) instead. These read either back. Workflow code: pure, deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as TemporalTimeoutError, TimeoutType
+
+_TIMEOUTS = {
+    TimeoutType.START_TO_CLOSE: "timed out: an attempt took longer than its time limit",
+    TimeoutType.HEARTBEAT: "timed out: the worker running it stopped reporting (it crashed or is stuck)",
+    TimeoutType.SCHEDULE_TO_CLOSE: "timed out: no attempt finished in the time allowed",
+}
+
+
+def cause_message(exc: ActivityError) -> str:
+    """One line a person can act on: the activity's own message, or which time limit ran out."""
+    cause = exc.cause
+    while cause is not None and not isinstance(cause, ApplicationError) and cause.cause is not None:
+        cause = cause.cause
+    if cause is None:
+        return str(exc)
+    if isinstance(exc.cause, TemporalTimeoutError):
+        return _TIMEOUTS.get(exc.cause.type, "timed out") if exc.cause.type else "timed out"
+    return cause.message if isinstance(cause, ApplicationError) else str(cause)
+
+
+def cause_type(exc: ActivityError) -> str | None:
+    return exc.cause.type if isinstance(exc.cause, ApplicationError) else None
+
+
+def cause_detail(exc: ActivityError, key: str, model: Any) -> list[Any]:
+    """Records an activity reported with its failure (`key` of its details), as `model`s."""
+    return [model.model_validate(item) for item in _failure_details(exc).get(key) or []]
+
+
+def cause_attempts(exc: ActivityError, max_attempts: int) -> int:
+    """How many attempts the failed activity made, as it reported; `max_attempts` if it could not say."""
+    attempt = _failure_details(exc).get("attempt")
+    return attempt if isinstance(attempt, int) else max_attempts
+
+
+def _failure_details(exc: ActivityError) -> dict[str, Any]:
+    """What the failed activity reported (activities/errors.py), or, if it timed out, its last checkpoint."""
+    cause = exc.cause
+    details: Any = None
+    if isinstance(cause, ApplicationError) and cause.details:
+        details = cause.details[0]
+    elif isinstance(cause, TemporalTimeoutError) and cause.last_heartbeat_details:
+        details = cause.last_heartbeat_details[0]
+    return details if isinstance(details, dict) else {}

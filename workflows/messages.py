@@ -1,0 +1,224 @@
+"""Every message a run answers: the decisions people send (approve, reject, revise, answer,
+budget), each as an update with a validator and as a signal, and the queries that show its
+status, plan, ledger, pending decisions and events.
+
+Temporal requires the handlers on the workflow class (this is one of its parts); the rules, what
+a decision may do and what it records, live in `stratagem.decisions`. Wire names are the
+constants in `stratagem.handlers`, shared with the client. Workflow code: deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from stratagem import decisions, handlers
+    from stratagem.errors import DecisionRefusedError
+    from stratagem.ledger import EventKind, Ledger, StepStatus
+    from stratagem.plan import Author, AuthorKind, Plan
+    from stratagem.run import (
+        AnswerInput, ApproveInput, BudgetInput, DecisionOutcome, EventPage, EventsQuery, PendingDecision, Phase, RejectInput,
+        ReviseInput, RunState, RunStatus, StepCounts,
+    )
+    from stratagem.scheduling import reconcile
+
+from .planning import Planning
+
+
+class DecisionRefused(ApplicationError):
+    def __init__(self, message: str):
+        super().__init__(message, type="DecisionRefused", non_retryable=True)
+
+
+class Messages(Planning):
+    @workflow.update(name=handlers.APPROVE)
+    async def approve(self, decision: ApproveInput) -> DecisionOutcome:
+        outcome = self._apply_approve(decision, via="update")
+        self._show()
+        return outcome
+
+    @approve.validator
+    def _validate_approve(self, decision: ApproveInput) -> None:
+        self._validate(decisions.check_approve, decision)
+
+    @workflow.signal(name=handlers.signal_name(handlers.APPROVE))
+    def approve_signal(self, decision: ApproveInput) -> None:
+        self._signal(decisions.check_approve, decision, lambda: self._apply_approve(decision, via="signal"))
+
+    @workflow.update(name=handlers.REJECT)
+    async def reject(self, decision: RejectInput) -> DecisionOutcome:
+        outcome = self._apply_reject(decision, via="update")
+        self._show()
+        return outcome
+
+    @reject.validator
+    def _validate_reject(self, decision: RejectInput) -> None:
+        self._validate(decisions.check_reject, decision)
+
+    @workflow.signal(name=handlers.signal_name(handlers.REJECT))
+    def reject_signal(self, decision: RejectInput) -> None:
+        self._signal(decisions.check_reject, decision, lambda: self._apply_reject(decision, via="signal"))
+
+    @workflow.update(name=handlers.REVISE)
+    async def revise(self, decision: ReviseInput) -> DecisionOutcome:
+        outcome = self._apply_revise(decision, via="update")
+        self._show()
+        return outcome
+
+    @revise.validator
+    def _validate_revise(self, decision: ReviseInput) -> None:
+        self._validate(decisions.check_revise, decision)
+
+    @workflow.signal(name=handlers.signal_name(handlers.REVISE))
+    def revise_signal(self, decision: ReviseInput) -> None:
+        self._signal(decisions.check_revise, decision, lambda: self._apply_revise(decision, via="signal"))
+
+    @workflow.update(name=handlers.ANSWER)
+    async def answer(self, answer: AnswerInput) -> DecisionOutcome:
+        outcome = self._apply_answer(answer)
+        self._show()
+        return outcome
+
+    @answer.validator
+    def _validate_answer(self, answer: AnswerInput) -> None:
+        self._validate(decisions.check_answer, answer)
+
+    @workflow.signal(name=handlers.signal_name(handlers.ANSWER))
+    def answer_signal(self, answer: AnswerInput) -> None:
+        self._signal(decisions.check_answer, answer, lambda: self._apply_answer(answer))
+
+    def _refusal(self, check: Callable[[RunState, Any], None], decision: Any) -> DecisionRefused | None:
+        # As an ApplicationError the refusal reaches update callers with its type.
+        try:
+            check(self.state, decision)
+        except DecisionRefusedError as exc:
+            return DecisionRefused(str(exc))
+        return None
+
+    def _validate(self, check: Callable[[RunState, Any], None], decision: Any) -> None:
+        """A validator that raises refuses the update before it reaches history; the caller gets the error."""
+        refused = self._refusal(check, decision)
+        if refused is not None:
+            raise refused
+
+    def _signal(self, check: Callable[[RunState, Any], None], decision: Any, apply: Callable[[], Any]) -> None:
+        """Signals cannot be refused, so a refused one is recorded instead of applied. One the
+        worker could not verify (stratagem.signing) is refused before its content is looked at."""
+        verdict = decision.verdict
+        if verdict is not None and verdict.refused:
+            message = f"not verified: {verdict.refused}"
+            self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=decision.by, message=message)
+            return
+        refused = self._refusal(check, decision)
+        if refused is not None:
+            self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=decision.by, message=refused.message)
+            return
+        apply()
+        self._show()
+
+    def _apply_approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
+        if decision.step_id is not None:
+            self._decide_step(decision, via=via)
+        else:
+            decisions.approve_plan(self.state, decision, via=via, now=self._now())
+            if self.state.level >= 2:
+                # The phase's memo write waits for the next workflow task (_memo_held): in this
+                # one it delayed the first step's start by the server's visibility update.
+                self._memo_hold = workflow.info().get_current_history_length()
+        return decisions.outcome(self.state, "approved")
+
+    def _decide_step(self, decision: ApproveInput | RejectInput, *, via: str) -> None:
+        rejection = decisions.decide_step(self.state, decision, via=via, now=self._now())
+        if rejection is not None:
+            self._rejection = rejection
+            self._stopping = True
+
+    def _apply_reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
+        if decision.step_id is not None:
+            self._decide_step(decision, via=via)
+            return decisions.outcome(self.state, "step rejected; the run ends once running steps finish")
+        reason = decisions.record_plan_rejection(self.state, decision, via=via, now=self._now())
+        self._close_open_steps(StepStatus.skipped, "plan rejected")
+        self._end(Phase.rejected, reason, EventKind.run_rejected)
+        return decisions.outcome(self.state, "rejected")
+
+    def _apply_revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:
+        merged = reconcile(self.state.plan, decision.plan, self.state.ledger.steps)
+        author = Author(kind=AuthorKind.human, name=decision.by)
+        plan = self._adopt(merged, author, decision.reason or decision.plan.reason or "edited by a reviewer")
+        decisions.record_revision(self.state, decision, plan, via=via, now=self._now())
+        return decisions.outcome(self.state, f"revision {plan.revision} awaits approval")
+
+    def _apply_answer(self, answer: AnswerInput) -> DecisionOutcome:
+        decisions.record_answer(self.state, answer, self._now())
+        return decisions.outcome(self.state, f"answer recorded for step '{answer.step_id}'")
+
+    @workflow.update(name=handlers.BUDGET)
+    async def budget(self, decision: BudgetInput) -> DecisionOutcome:
+        outcome = self._apply_budget(decision, via="update")
+        self._show()
+        return outcome
+
+    @budget.validator
+    def _validate_budget(self, decision: BudgetInput) -> None:
+        self._validate(self._check_budget, decision)
+
+    @workflow.signal(name=handlers.signal_name(handlers.BUDGET))
+    def budget_signal(self, decision: BudgetInput) -> None:
+        self._signal(self._check_budget, decision, lambda: self._apply_budget(decision, via="signal"))
+
+    def _check_budget(self, state: RunState, decision: BudgetInput) -> None:
+        started = state.started_at or self._now()
+        decisions.check_budget(state, decision, elapsed_seconds=(self._now() - started).total_seconds())
+
+    def _apply_budget(self, decision: BudgetInput, *, via: str) -> DecisionOutcome:
+        stop = decisions.apply_budget(self.state, decision, via=via, now=self._now(), still_used_up=self._budget_used_up)
+        self._budget_epoch += 1
+        if stop is not None:
+            self._rejection = stop
+            self._stopping = True
+            return decisions.outcome(self.state, "the run stops once running steps finish")
+        return decisions.outcome(self.state, "budget changed")
+
+    # ------------------------------------------------------------------ queries
+
+    @workflow.query(name=handlers.STATUS)
+    def status(self) -> RunStatus:
+        state = self.state
+        counts = StepCounts()
+        if state.plan is not None:
+            for step in state.plan.steps:
+                status = state.ledger.steps[step.id].status.value
+                setattr(counts, status, getattr(counts, status) + 1)
+        return RunStatus(
+            run_id=state.run_id, goal=state.goal, phase=state.phase,
+            revision=state.plan.revision if state.plan else None, approved_revision=state.approved_revision,
+            steps=counts, pending=state.pending, replans=state.ledger.replans,
+            max_replans=state.options.max_replans, reason=state.reason, continued=state.continued,
+            usage=state.ledger.usage, budget=state.options.budget, mode=state.options.mode,
+            workspace=state.options.workspace,
+        )
+
+    @workflow.query(name=handlers.PLAN)
+    def plan(self) -> Plan | None:
+        return self.state.plan
+
+    @workflow.query(name=handlers.LEDGER)
+    def ledger(self) -> Ledger:
+        return self.state.ledger
+
+    @workflow.query(name=handlers.PENDING)
+    def pending(self) -> list[PendingDecision]:
+        return self.state.pending
+
+    @workflow.query(name=handlers.EVENTS)
+    def events(self, query: EventsQuery) -> EventPage:
+        """The progress stream from an offset: small pages, so a watcher never fetches the whole ledger."""
+        ledger = self.state.ledger
+        return EventPage(
+            events=ledger.events_after(query.after, query.limit), last_seq=ledger.last_seq, phase=self.state.phase,
+            archives=[a for a in ledger.archives if a.last_seq > query.after],
+        )

@@ -1,0 +1,191 @@
+"""Planning: the tools a run may use, asking the planner for a revision, and adopting a
+revision (the supplied plan, the planner's, a reviewer's edit, or joint mode's single step) with
+the ledger brought in line. Whether a plan is valid is decided by `stratagem.validation` and how
+a revision carries the work already done by `stratagem.scheduling.reconcile`. Workflow code:
+deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from stratagem import activity_io
+    from stratagem.ledger import EventKind, StepStatus
+    from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
+    from stratagem.roles import Role
+    from stratagem.run import JOINT_STEP_ID, Phase
+    from stratagem.scheduling import Reconciliation, reconcile
+    from stratagem.tools.spec import ToolCatalog
+    from stratagem.usage import CallUsage, price_for
+    from stratagem.validation import plan_problems
+
+from .activity_options import (
+    CATALOG_RETRY, CATALOG_TIMEOUT, LOCAL_CATALOG_RETRY, LOCAL_CATALOG_TIMEOUT, PLANNING_RETRY, PLANNING_TIMEOUT,
+)
+from .budgets import Budgets
+from .failures import cause_detail, cause_message
+from .observe import mark
+
+# Plans may not carry literal credentials in HTTP headers (stratagem.validation).
+CREDENTIALS_PATCH = "no-literal-credentials"
+
+
+class Planning(Budgets):
+    async def _catalog(self) -> ToolCatalog:
+        """The tools the run may use, from the worker's configuration. From level 3, the worker
+        running this task answers in a local activity when it serves the tools role too (no
+        round trip: the concurrency bench's runs went from 0.79x to 0.88x of bare workflows). A
+        workflow-only worker, or a command line hosting the workflow for a moment, answers
+        None, and the tools role answers in an activity, as at lower levels."""
+        if self.state.level >= 3:
+            here = await workflow.execute_local_activity(
+                activity_io.DESCRIBE_TOOLS_HERE,
+                result_type=ToolCatalog | None,
+                start_to_close_timeout=LOCAL_CATALOG_TIMEOUT,
+                retry_policy=LOCAL_CATALOG_RETRY,
+                summary="describe tools",
+            )
+            if here is not None:
+                return here
+        return await workflow.execute_activity(
+            activity_io.DESCRIBE_TOOLS,
+            task_queue=self._queue(Role.tools),
+            result_type=ToolCatalog,
+            start_to_close_timeout=CATALOG_TIMEOUT,
+            retry_policy=CATALOG_RETRY,
+            summary="describe tools",
+        )
+
+    async def _call_planner(self, current: Plan | None) -> Plan | None:
+        """Ask the planner for the next revision, within a `plan revision N` span (its model calls
+        are the span's grandchildren, under the activity attempt)."""
+        if not await self._budget_gate():
+            return None
+        revision = self.state.plan.revision + 1 if self.state.plan else 1
+        planner = self.state.options.planner or ""
+        with self._observe.span(f"plan revision {revision}", {"stratagem.revision": revision, "stratagem.model": planner}) as span:
+            self._plan_span = span
+            plan = await self._ask_planner(current)
+            self._plan_span = None
+            if plan is None:
+                mark(span, self.state.reason or "planning failed")
+            return plan
+
+    async def _ask_planner(self, current: Plan | None) -> Plan | None:
+        options = self.state.options
+        assert options.planner is not None
+        request = activity_io.PlanningInput(
+            goal=self.state.goal,
+            model=options.planner,
+            catalog=self.state.catalog,
+            first_call_index=self.state.planner_calls,
+            max_repairs=options.max_plan_repairs,
+            current=current.draft() if current else None,
+            records={sid: self.state.ledger.steps[sid] for sid in current.step_ids} if current else {},
+            failure=self.state.failure,
+            history=self._history() if current else [],
+            has_executor=bool(options.executor),
+            tiers=sorted(options.tiers),
+            price=price_for(options.planner, options.prices),
+        )
+        try:
+            out = await workflow.execute_activity(
+                activity_io.PLAN,
+                request,
+                task_queue=self._queue(Role.planner),
+                result_type=activity_io.PlanningOutput,
+                start_to_close_timeout=PLANNING_TIMEOUT,
+                retry_policy=PLANNING_RETRY,
+                summary="revise plan" if current else "plan",
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            self._record_calls(cause_detail(exc, "calls", CallUsage), "plan")
+            self._fail(f"planning failed: {cause_message(exc)}")
+            return None
+        self._record_calls(out.call_usage, "plan")
+        self.state.planner_calls += out.calls
+        for number, problems in enumerate(out.rejected_attempts, start=1):
+            self.state.ledger.record(
+                EventKind.planning_attempt_invalid, self._now(), actor=out.model,
+                message=f"planner attempt {number} was invalid and sent back for repair", problems=problems,
+            )
+        # The activity validated the draft against the same catalogue; checking again here
+        # keeps "no invalid plan reaches execution" true even for a misbehaving worker.
+        merged = reconcile(current, out.draft, self.state.ledger.steps)
+        problems = merged.problems or self._problems(merged.draft)
+        if problems:
+            self._fail("the planner's plan is invalid: " + "; ".join(problems))
+            return None
+        reason = out.draft.reason or ("revised after: " + (self.state.failure or "") if current else "initial plan")
+        return self._adopt(merged, Author(kind=AuthorKind.model, name=out.model), reason)
+
+    def _history(self) -> list[str]:
+        """What the replanner should know beyond the current plan: earlier revisions, decisions
+        and failures, oldest first, so it does not repeat what people already turned down."""
+        ledger = self.state.ledger
+        lines = [f"revision {p.revision} by {p.author}: {p.reason}" for p in ledger.revisions]
+        for decision in ledger.decisions:
+            comment = f": {decision.comment}" if decision.comment else ""
+            target = f" step {decision.step_id} of" if decision.step_id else ""
+            lines.append(f"{decision.by} {decision.action.value}d{target} revision {decision.revision}{comment}")
+        lines.extend(
+            f"step {e.step_id} failed under revision {e.revision}: {e.message}"
+            for e in ledger.events if e.kind is EventKind.step_failed
+        )
+        return lines
+
+    def _problems(self, draft: PlanDraft) -> list[str]:
+        # Runs from before the credential rule replay as they were decided.
+        credentials = self._patched(CREDENTIALS_PATCH)
+        return plan_problems(draft, self.state.catalog, **self.state.options.plan_rules(), credentials=credentials)
+
+    def _adopt(self, merged: Reconciliation, author: Author, reason: str) -> Plan:
+        """Make a reconciled draft the next revision and bring the ledger in line with it."""
+        state, ledger, now = self.state, self.state.ledger, self._now()
+        revision = (state.plan.revision + 1) if state.plan else 1
+        plan = Plan.from_draft(merged.draft, revision=revision, author=author, reason=reason)
+        for sid in merged.dropped:
+            # A failed step keeps its status and error: that is what the revision learned from.
+            if ledger.steps[sid].status is StepStatus.pending:
+                self._close_step(ledger.steps[sid], StepStatus.skipped, f"dropped by revision {revision}")
+        for sid in merged.retried:
+            record = ledger.steps[sid]
+            record.status, record.error, record.output = StepStatus.pending, None, None
+        ledger.add_revision(plan)
+        state.step_approvals = {}
+        state.failure = None
+        ledger.record(
+            EventKind.plan_proposed, now, revision=revision, actor=str(author), message=reason,
+            steps=len(plan.steps), carried=merged.carried, dropped=merged.dropped, retried=merged.retried,
+        )
+        attributes = {
+            "stratagem.revision": revision, "stratagem.author": str(author), "stratagem.reason": reason[:200],
+            "stratagem.steps": len(plan.steps), "stratagem.steps.carried": len(merged.carried),
+            "stratagem.steps.dropped": len(merged.dropped), "stratagem.steps.retried": len(merged.retried),
+        }
+        if self._plan_span is not None:
+            self._plan_span.set_attributes(attributes)
+        else:  # a person's plan (supplied or revised), or joint mode's: no planner call to span
+            self._observe.start(f"plan revision {revision}", attributes).end()
+        return plan
+
+    def _adopt_joint_plan(self) -> None:
+        """Joint mode: one llm step in which one model thinks and acts. It still waits for
+        approval, so a person sees the goal, the model and the tools it may call before it runs."""
+        state, options = self.state, self.state.options
+        tools = options.joint_tools if options.joint_tools is not None else state.catalog.names
+        step = Step(
+            id=JOINT_STEP_ID, title="Reach the goal in one loop", kind=StepKind.llm,
+            instructions=state.goal.replace("${", "$${"), tools=tools,
+        )
+        draft = PlanDraft(goal=state.goal, steps=[step], reason="joint mode: one model thinks and acts in a single loop")
+        problems = self._problems(draft)
+        if problems:
+            return self._fail("the joint run cannot start: " + "; ".join(problems))
+        assert options.executor is not None
+        self._adopt(Reconciliation(draft=draft), Author(kind=AuthorKind.model, name=options.executor), draft.reason)
+        state.phase = Phase.awaiting_approval
