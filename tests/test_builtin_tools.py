@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from stratagem.errors import ToolArgumentsError, ToolError
-from stratagem.tools import builtin
+from stratagem.tools.builtin import csv_rows, guard
+from stratagem.tools.builtin.allowlist import check_allowed, http_allowlist
 from stratagem.tools.registry import ToolContext, ToolRegistry
 
 ALLOWLIST = "STRATAGEM_HTTP_ALLOWLIST"
@@ -218,7 +219,7 @@ async def test_unset_or_empty_allowlist_refuses_every_host(registry, ctx, server
 )
 def test_allowlist_matching(monkeypatch, allowlist, url, allowed):
     monkeypatch.setenv(ALLOWLIST, allowlist)
-    check = lambda: builtin._check_allowed(httpx.URL(url), builtin._http_allowlist())  # noqa: E731
+    check = lambda: check_allowed(httpx.URL(url), http_allowlist())  # noqa: E731
     if allowed:
         check()
     else:
@@ -273,12 +274,12 @@ async def test_the_operator_can_deny_more_addresses(registry, ctx, server, monke
 
 
 def test_non_public_addresses_need_the_address_listed(monkeypatch):
-    backend = builtin._GuardedBackend([("10.0.0.5", 8080), ("api.internal", 8080)], set(), time.monotonic() + 5)
-    backend.check("api.internal", builtin._ip("10.0.0.5"), 8080)  # the address itself is listed
+    backend = guard._GuardedBackend([("10.0.0.5", 8080), ("api.internal", 8080)], set(), time.monotonic() + 5)
+    backend.check("api.internal", guard._ip("10.0.0.5"), 8080)  # the address itself is listed
     for ip in ["10.0.0.6", "169.254.169.254", "::1", "::ffff:127.0.0.1", "0.0.0.0", "fe80::1"]:
         with pytest.raises(ToolError, match="loopback, private or link-local"):
-            backend.check("api.internal", builtin._ip(ip), 8080)
-    backend.check("api.example.com", builtin._ip("93.184.215.14"), 8080)  # public: the name check decided
+            backend.check("api.internal", guard._ip(ip), 8080)
+    backend.check("api.example.com", guard._ip("93.184.215.14"), 8080)  # public: the name check decided
 
 
 async def test_a_response_dripping_a_byte_a_second_stops_at_the_total_timeout(registry, ctx, server, monkeypatch):
@@ -471,17 +472,17 @@ async def test_parallel_appends_do_not_interleave(registry, ctx):
 
 
 async def test_crash_after_append_before_record_does_not_append_again(registry, ctx, monkeypatch):
-    real_write_record = builtin._write_record
+    real_write_record = csv_rows._write_record
 
     def crash_on_done(path: Path, record: dict[str, Any]) -> None:
         if record["state"] == "done":
             raise OSError("worker died")
         real_write_record(path, record)
 
-    monkeypatch.setattr(builtin, "_write_record", crash_on_done)
+    monkeypatch.setattr(csv_rows, "_write_record", crash_on_done)
     with pytest.raises(OSError):
         await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": 1}}, ctx)
-    monkeypatch.setattr(builtin, "_write_record", real_write_record)
+    monkeypatch.setattr(csv_rows, "_write_record", real_write_record)
 
     result = await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": 1}}, ctx)
     assert result == {"path": "out.csv", "rows": 1, "repeated": True}
@@ -489,16 +490,16 @@ async def test_crash_after_append_before_record_does_not_append_again(registry, 
 
 
 async def test_crash_before_append_appends_on_retry(registry, ctx, monkeypatch):
-    real_write_record = builtin._write_record
+    real_write_record = csv_rows._write_record
 
     def crash_after_pending(path: Path, record: dict[str, Any]) -> None:
         real_write_record(path, record)
         raise OSError("worker died")
 
-    monkeypatch.setattr(builtin, "_write_record", crash_after_pending)
+    monkeypatch.setattr(csv_rows, "_write_record", crash_after_pending)
     with pytest.raises(OSError):
         await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": 1}}, ctx)
-    monkeypatch.setattr(builtin, "_write_record", real_write_record)
+    monkeypatch.setattr(csv_rows, "_write_record", real_write_record)
     assert _csv_text(ctx) == ""
 
     result = await registry.invoke("append_csv_row", {"path": "out.csv", "row": {"n": 1}}, ctx)
@@ -617,13 +618,13 @@ def test_the_deadline_survives_the_switch_to_tls(tmp_path):
             tls.close()
 
     threading.Thread(target=accept, daemon=True).start()
-    backend = builtin._GuardedBackend([("127.0.0.1", listener.getsockname()[1])], set(), time.monotonic() + 1.0)
+    backend = guard._GuardedBackend([("127.0.0.1", listener.getsockname()[1])], set(), time.monotonic() + 1.0)
     stream = backend.connect_tcp("127.0.0.1", listener.getsockname()[1], timeout=10)
     client_context = ssl.create_default_context()
     client_context.check_hostname = False
     client_context.verify_mode = ssl.CERT_NONE
     tls = stream.start_tls(client_context, "localhost", timeout=10)
-    assert isinstance(tls, builtin._DeadlineStream)
+    assert isinstance(tls, guard._DeadlineStream)
     started = time.monotonic()
     import httpcore
 

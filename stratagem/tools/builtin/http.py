@@ -1,0 +1,175 @@
+"""The `http_request` tool: one HTTP call to an allowed host, with the worker's credentials
+filled into its headers and its response read within bounds.
+
+Which hosts are allowed lives in allowlist.py, where a connection may go in guard.py.
+"""
+
+import json
+import os
+import re
+import time
+from typing import Any, Literal
+
+import httpx
+
+from ...errors import ToolError
+from ...models.base import without_secrets
+from ..registry import ToolContext, tool
+from .allowlist import check_allowed, http_allowlist
+from .guard import guarded_transport
+
+MAX_RESPONSE_TEXT_CHARS = 100_000
+# Reading stops here so a huge response cannot exhaust the worker's memory.
+MAX_RESPONSE_BYTES = 10 * 1024 * 1024
+
+_ERROR_EXCERPT_CHARS = 300
+_KEPT_RESPONSE_HEADERS = ("content-type",)
+
+
+@tool
+def http_request(
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"],
+    url: str,
+    headers: dict[str, str] = {},  # noqa: B006 - read only, never mutated
+    json_body: Any = None,
+    body: str | None = None,
+    timeout_seconds: float = 30,
+    *,
+    ctx: ToolContext,
+) -> dict[str, Any]:
+    """Send an HTTP request to an allowed host and return the response.
+
+    Only http and https URLs on hosts the operator allowed may be called. Pass `json_body` to send
+    JSON, or `body` to send raw text (not both). Requests other than GET carry an
+    `Idempotency-Key` header unique to this step, so a retried request can be recognised by the
+    server. Redirects are followed only to allowed hosts. A header value may name a credential the
+    worker holds as `${secret:NAME}` (for example "Authorization": "Bearer ${secret:CRM_TOKEN}");
+    plans never contain the credential itself.
+
+    Returns {"status": HTTP status code, "headers": {"content-type": ...}, "json": the parsed body
+    when the response is JSON (else null), "text": the body as text (at most 100000 characters)}.
+    Fails on 4xx and 5xx responses.
+    """
+    if json_body is not None and body is not None:
+        raise ToolError("http_request: pass either 'json_body' or 'body', not both", retryable=False)
+    if timeout_seconds <= 0:
+        raise ToolError("http_request: 'timeout_seconds' must be greater than 0", retryable=False)
+    try:
+        target = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ToolError(f"http_request: invalid URL '{url}': {exc}", retryable=False) from None
+    allowlist = http_allowlist()
+    check_allowed(target, allowlist)
+
+    request_headers, secrets = _with_secrets(headers)
+    if method != "GET" and not any(name.lower() == "idempotency-key" for name in request_headers):
+        request_headers["Idempotency-Key"] = ctx.idempotency_key
+
+    def check_each_request(request: httpx.Request) -> None:
+        # Runs for the first request and for every redirect, so a redirect cannot leave the allowlist.
+        check_allowed(request.url, allowlist)
+
+    deadline = time.monotonic() + timeout_seconds
+    transport = guarded_transport(allowlist, deadline)
+    try:
+        # trust_env=False: a proxy from the environment would connect on our behalf, past the
+        # address checks the transport makes at connect time.
+        with httpx.Client(
+            timeout=timeout_seconds,
+            follow_redirects=True,
+            event_hooks={"request": [check_each_request]},
+            transport=transport,
+            trust_env=False,
+        ) as client:
+            with client.stream(
+                method,
+                target,
+                headers=request_headers,
+                json=json_body,
+                content=body.encode() if body is not None else None,
+            ) as response:
+                raw = _read_capped(response)
+    except httpx.TimeoutException:
+        raise ToolError(f"http_request: {method} {url} timed out after {timeout_seconds:g}s", retryable=True) from None
+    except httpx.TooManyRedirects:
+        raise ToolError(f"http_request: {method} {url} redirected too many times", retryable=False) from None
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        raise ToolError(f"http_request: {method} {url}: {exc}", retryable=False) from None
+    except httpx.TransportError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ToolError(f"http_request: {method} {url} failed: {reason}", retryable=True) from None
+    except httpx.DecodingError as exc:
+        raise ToolError(f"http_request: {method} {url}: cannot decode the response: {exc}", retryable=False) from None
+
+    text = raw.decode(response.encoding or "utf-8", errors="replace")
+    if secrets:  # a server that echoes the request must not put a secret into the step's output
+        text = without_secrets(text, secrets)
+        raw = text.encode()
+    status = response.status_code
+    if status == 429 or status >= 500:
+        raise ToolError(f"http_request: {method} {url} returned {status}: {_excerpt(text)}", retryable=True)
+    if status >= 400:
+        raise ToolError(f"http_request: {method} {url} returned {status}: {_excerpt(text)}", retryable=False)
+
+    content_type = response.headers.get("content-type", "")
+    return {
+        "status": status,
+        "headers": {name: response.headers[name] for name in _KEPT_RESPONSE_HEADERS if name in response.headers},
+        "json": _parse_json(raw) if _is_json(content_type) else None,
+        "text": text[:MAX_RESPONSE_TEXT_CHARS],
+    }
+
+
+_SECRET_REFERENCE = re.compile(r"\$\{secret:([A-Za-z_][A-Za-z0-9_]*)\}")
+SECRET_ENV_PREFIX = "STRATAGEM_SECRET_"
+
+
+def _with_secrets(headers: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Headers with `${secret:NAME}` replaced by the worker's STRATAGEM_SECRET_NAME, and the values used.
+
+    A plan names a credential; the worker supplies it when the request is sent. The value never
+    enters the plan, the history or the step's output.
+    """
+    used: list[str] = []
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1).upper()
+        secret = os.environ.get(SECRET_ENV_PREFIX + name)
+        if not secret:
+            raise ToolError(
+                f"http_request: secret '{match.group(1)}' is not set on the worker ({SECRET_ENV_PREFIX}{name})",
+                retryable=False,
+            )
+        used.append(secret)
+        return secret
+
+    return {name: _SECRET_REFERENCE.sub(value, str(text)) for name, text in headers.items()}, used
+
+
+def _read_capped(response: httpx.Response) -> bytes:
+    chunks, size = [], 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= MAX_RESPONSE_BYTES:
+            break
+    return b"".join(chunks)[:MAX_RESPONSE_BYTES]
+
+
+def _is_json(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:  # a body cut at MAX_RESPONSE_BYTES, or a server that mislabels its content
+        return None
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    if not flat:
+        return "(empty body)"
+    return flat if len(flat) <= _ERROR_EXCERPT_CHARS else flat[:_ERROR_EXCERPT_CHARS] + "..."
