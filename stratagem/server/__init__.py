@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .binaries import temporal_cli
-from .config import DEFAULT_NAMESPACE, WORKSPACE_ROOTS_ENV, Settings
-from .errors import ConfigError
-from .run import STATUS_SEARCH_ATTRIBUTE
-from .telemetry import TELEMETRY_ENV
+from ..binaries import temporal_cli
+from ..config import DEFAULT_NAMESPACE, WORKSPACE_ROOTS_ENV, Settings
+from ..errors import ConfigError
+from ..run import STATUS_SEARCH_ATTRIBUTE
+from ..telemetry import TELEMETRY_ENV
 
 MAX_PORT = 65535
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}
@@ -353,8 +353,10 @@ def code_fingerprint() -> str:
     import activities
     import workflows
 
+    import stratagem
+
     digest = hashlib.sha256()
-    for package in (Path(__file__).parent, Path(workflows.__file__).parent, Path(activities.__file__).parent):
+    for package in (Path(stratagem.__file__).parent, Path(workflows.__file__).parent, Path(activities.__file__).parent):
         for path in sorted(package.rglob("*.py")):
             stat = path.stat()
             digest.update(f"{path.relative_to(package.parent)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
