@@ -1,0 +1,235 @@
+"""The embedded setup's background worker: one `stratagem worker` process per STRATAGEM_HOME,
+started, restarted with the union of the tools runs asked for, and stopped; worker.json records
+what it serves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import WORKSPACE_ROOTS_ENV, Settings
+from ..errors import ConfigError
+from ..telemetry import TELEMETRY_ENV
+from .home import prepare_home, write_atomically
+from .processes import alive
+
+_WORKER_MARKER = "stratagem.cli worker"
+
+
+# The worker reads these (model keys and endpoints, the encryption keys, the output store);
+# a change must reach the background worker.
+WORKER_ENV = (
+    "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "STRATAGEM_REQUEST_TIMEOUT",
+    "STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT",
+    *TELEMETRY_ENV,
+)
+
+
+def code_fingerprint() -> str:
+    """A digest of the installed Stratagem code (stratagem, workflows, activities: names, sizes,
+    modification times). worker.json keeps it, so a background worker left running by an older
+    version, which would not serve what new runs ask of it (a new task queue, say), is replaced."""
+    import activities
+    import workflows
+
+    import stratagem
+
+    digest = hashlib.sha256()
+    for package in (Path(stratagem.__file__).parent, Path(workflows.__file__).parent, Path(activities.__file__).parent):
+        for path in sorted(package.rglob("*.py")):
+            stat = path.stat()
+            digest.update(f"{path.relative_to(package.parent)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def worker_settings_given() -> bool:
+    return any(os.environ.get(name) for name in WORKER_ENV)
+
+
+def worker_settings_fingerprint() -> str:
+    """A short digest of those settings. worker.json keeps this, never the keys, so a new or
+    rotated key restarts the background worker with it."""
+    text = "\n".join(f"{name}={os.environ.get(name, '')}" for name in WORKER_ENV)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _workspaces(state: dict[str, Any]) -> list[str]:
+    listed = state.get("workspaces")
+    if isinstance(listed, list):
+        return [str(w) for w in listed]
+    return [str(state["workspace"])] if state.get("workspace") else []
+
+
+@dataclass(frozen=True)
+class BackgroundWorker:
+    """The embedded setup's worker: one process per STRATAGEM_HOME, serving every tool module
+    any run asked for. All workers on a task queue must offer the same tools, or a step could
+    land on one that lacks its tool; so a new tool module restarts the worker with the union.
+    A changed workspace, task queue, namespace, address or model setting (an API key, a base URL)
+    restarts it too, keeping its tools.
+
+    `namespace` and `address` default to TEMPORAL_NAMESPACE and TEMPORAL_ADDRESS."""
+
+    home: Path
+    task_queue: str
+    workspace: Path
+    namespace: str | None = None
+    address: str | None = None
+
+    @property
+    def state_file(self) -> Path:
+        return self.home / "worker.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "worker.log"
+
+    def _setup(self) -> dict[str, str]:
+        """What the worker serves besides its tools, as recorded in worker.json."""
+        env = Settings.from_env()
+        return {
+            "task_queue": self.task_queue,
+            "workspace": str(Path(self.workspace).resolve()),
+            "namespace": self.namespace or env.namespace,
+            "address": self.address or env.address,
+            "worker_settings": worker_settings_fingerprint(),
+            "code": code_fingerprint(),
+        }
+
+    def _recorded(self) -> dict[str, Any] | None:
+        """worker.json, whether or not the worker it names still runs."""
+        try:
+            state = json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(state, dict):
+            return None
+        tools = state.get("tools")
+        # A tool file that has since been deleted cannot be loaded: leave it out rather than
+        # start a worker that dies at once.
+        state["tools"] = [
+            str(t) for t in tools if not str(t).endswith(".py") or Path(str(t)).is_file()
+        ] if isinstance(tools, list) else []
+        return state
+
+    def _state(self) -> dict[str, Any] | None:
+        """worker.json if the worker it names is alive, else None."""
+        state = self._recorded()
+        if state is None:
+            return None
+        pid = state.get("pid")
+        if not isinstance(pid, int) or not alive(pid, _WORKER_MARKER):
+            return None
+        return state
+
+    def recorded_tools(self) -> list[str]:
+        """The tool modules of this home's background worker, as recorded in worker.json: the
+        live worker's, or, if it has stopped (the machine restarted), the ones it had, which
+        runs on its task queue still need. Empty if no worker was ever started here."""
+        state = self._recorded()
+        return list(state["tools"]) if state else []
+
+    def running_pid(self) -> int | None:
+        """The pid of the live background worker, or None."""
+        state = self._state()
+        return int(state["pid"]) if state else None
+
+    def ensure(self, tools: list[str], *, models: bool = True) -> str | None:
+        """Make sure a worker runs with this setup and at least `tools` plus every tool module
+        recorded before (a restarted worker keeps what runs asked for). Returns what was done,
+        or None if nothing.
+
+        New worker settings (keys, base URLs, the store) restart the worker only when `models` is true and
+        this environment sets some: a shell without keys must not replace a worker that has them."""
+        wanted = sorted({str(Path(t).resolve()) if t.endswith(".py") else t for t in tools})
+        setup = self._setup()
+        state = self._state()
+        current = sorted(state["tools"]) if state else []
+        # Each run carries its own workspace (RunOptions.workspace); the worker may write only in
+        # the workspaces runs from this home asked for, which grow like its tools.
+        known = _workspaces(state) if state else []
+        changed = [
+            key.replace("_", " ") for key, value in setup.items()
+            if state is not None and key != "workspace" and state.get(key) != value
+            and (key != "worker_settings" or (models and worker_settings_given()))
+        ]
+        if state is not None and setup["workspace"] not in known:
+            changed.append("workspace")
+        if state is not None and not changed and set(wanted) <= set(current):
+            return None
+        workspaces = sorted(set(_workspaces(self._recorded()) if self._recorded() else []) | {setup["workspace"]})
+        prepare_home(self.home)
+        union = sorted(set(self.recorded_tools()) | set(wanted))
+        if state is not None:
+            self._stop(int(state["pid"]))
+        command = [sys.executable, "-m", "stratagem.cli", "worker"]
+        for module in union:
+            command += ["--tools", module]
+        try:
+            log = self.log_file.open("ab")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the worker log {self.log_file}: {exc.strerror or exc}") from None
+        with log:
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={
+                    **os.environ,
+                    "TEMPORAL_ADDRESS": setup["address"],
+                    "TEMPORAL_NAMESPACE": setup["namespace"],
+                    "TEMPORAL_TASK_QUEUE": setup["task_queue"],
+                    "STRATAGEM_WORKSPACE": setup["workspace"],
+                    WORKSPACE_ROOTS_ENV: os.pathsep.join(workspaces),
+                },
+            )
+        write_atomically(self.state_file, json.dumps({"pid": process.pid, "tools": union, **setup, "workspaces": workspaces}))
+        tools_text = ", ".join(union) or "built-ins only"
+        if state is None:
+            verb = "started"
+        elif changed:
+            verb = f"restarted (new {', '.join(changed)})"
+        else:
+            verb = "restarted (new tools)"
+        done = (
+            f"{verb} a background worker (pid {process.pid}); tools: {tools_text}; "
+            f"workspace: {setup['workspace']}; log: {self.log_file}"
+        )
+        if state is not None and not worker_settings_given() and state.get("worker_settings") != setup["worker_settings"]:
+            done += (
+                "\nwarning: the worker had settings (API keys, encryption keys, the store) that this shell lacks, and now runs "
+                "without them; export them and run again so runs calling OpenAI or Anthropic models can"
+            )
+        return done
+
+    def stop(self) -> int | None:
+        """Stop this home's background worker if it runs. Returns the pid it stopped."""
+        pid = self.running_pid()
+        if pid is not None:
+            self._stop(pid)
+        return pid
+
+    def _stop(self, pid: int, wait_seconds: float = 15) -> None:
+        # SIGTERM lets the worker finish its current activities' bookkeeping and leave cleanly.
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline and alive(pid, _WORKER_MARKER):
+            time.sleep(0.1)
+        if alive(pid, _WORKER_MARKER):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
