@@ -12,6 +12,9 @@ from parts that each do one job, every part built on this one:
     Messages      every update, signal and query the run answers (messages.py)
     StratagemRun  the phase loop: plan -> review -> execute -> replan -> finish (run.py)
 
+Each part builds on the ones above it (`Execution` on `Planning` and `Continuation`, and so on),
+so a method calls only what is defined at or below its own part.
+
 Workflow code: deterministic, no I/O.
 """
 

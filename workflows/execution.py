@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, StepStatus, ToolCallRecord
     from stratagem.references import references_in, resolve
     from stratagem.roles import Role
-    from stratagem.run import ApproveInput, DecisionKind, Phase
+    from stratagem.run import ApproveInput, DecisionKind, Phase, RejectInput
     from stratagem.plan import Step, StepKind
     from stratagem.scheduling import Frontier, all_succeeded
     from stratagem.stored import describe, is_stored
@@ -131,7 +131,7 @@ class Execution(Planning, Continuation):
         assert plan is not None
         record = state.ledger.steps[step.id]
         if step.needs_step_approval and not await self._step_gate(step):
-            return
+            return False
         if step.kind is StepKind.human:
             # A used-up budget pauses questions to people too (runs from before asked anyway).
             while (used_up := self._budget_used_up()) and not self._stopping and self._patched(HUMAN_BUDGET_PATCH):
@@ -139,14 +139,14 @@ class Execution(Planning, Continuation):
                 epoch = self._budget_epoch
                 await self._park(step.id, lambda: self._budget_epoch != epoch or self._stopping or self._winding_down)
                 if self._winding_down:
-                    return
+                    return False
             if self._stopping:
-                return
+                return False
             await self._ask_human(step)
-            return
+            return False
         uses_model = step.kind is StepKind.llm
         if not await self._wait_for_dispatch(step, uses_model):
-            return  # stays pending; it runs after the replan, the continue-as-new or a raised budget
+            return False  # stays pending; it runs after the replan, the continue-as-new or a raised budget
         self._busy_slots += 1
         self._model_steps_in_flight += uses_model
         try:
@@ -159,7 +159,7 @@ class Execution(Planning, Continuation):
                 except ReferenceResolutionError as exc:
                     self._step_started(record, plan.revision)
                     self._step_failed(record, str(exc), attempts=0)
-                    return
+                    return False
             else:
                 # Some referenced outputs are in the store, where only an activity may read:
                 # the activity resolves the references.
@@ -185,7 +185,7 @@ class Execution(Planning, Continuation):
                     )
                     return True
                 self._step_failed(record, cause_message(exc), attempts=cause_attempts(exc, max_attempts(step, state.options)))
-                return
+                return False
             self._record_step_work(step, result.calls, result.tool_calls)
             record.attempts += result.attempt
             record.output = result.output
@@ -248,7 +248,7 @@ class Execution(Planning, Continuation):
         return False
 
     async def _dispatch(
-        self, step: Step, revision: int, args: Any, instructions: str, outputs: dict[str, Any],
+        self, step: Step, revision: int, args: Any, instructions: str, outputs: Mapping[str, Any],
         references: dict[str, Any] | None,
     ) -> activity_io.StepOutput:
         options = self.state.options
@@ -297,6 +297,13 @@ class Execution(Planning, Continuation):
                 await self._park(step.id, lambda: step.id in state.step_approvals or self._stopping)
                 decisions.remove_pending(state, step.id)
         return state.step_approvals.get(step.id, False) and not self._stopping
+
+    def _decide_step(self, decision: ApproveInput | RejectInput, *, via: str) -> None:
+        """A person's (or auto_approve's) decision on a gated step; a rejection stops the run."""
+        rejection = decisions.decide_step(self.state, decision, via=via, now=self._now())
+        if rejection is not None:
+            self._rejection = rejection
+            self._stopping = True
 
     async def _ask_human(self, step: Step) -> None:
         state = self.state

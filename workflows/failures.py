@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as TemporalTimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutError as TemporalTimeoutError, TimeoutType
 
 _TIMEOUTS = {
     TimeoutType.START_TO_CLOSE: "timed out: an attempt took longer than its time limit",
@@ -20,8 +20,8 @@ _TIMEOUTS = {
 
 def cause_message(exc: ActivityError) -> str:
     """One line a person can act on: the activity's own message, or which time limit ran out."""
-    cause = exc.cause
-    while cause is not None and not isinstance(cause, ApplicationError) and cause.cause is not None:
+    cause: BaseException | None = exc.cause
+    while isinstance(cause, FailureError) and not isinstance(cause, ApplicationError) and cause.cause is not None:
         cause = cause.cause
     if cause is None:
         return str(exc)

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from stratagem.scheduling import reconcile
 
-from .planning import Planning
+from .execution import Execution
 
 
 class DecisionRefused(ApplicationError):
@@ -33,7 +33,7 @@ class DecisionRefused(ApplicationError):
         super().__init__(message, type="DecisionRefused", non_retryable=True)
 
 
-class Messages(Planning):
+class Messages(Execution):
     @workflow.update(name=handlers.APPROVE)
     async def approve(self, decision: ApproveInput) -> DecisionOutcome:
         outcome = self._apply_approve(decision, via="update")
@@ -129,12 +129,6 @@ class Messages(Planning):
                 # one it delayed the first step's start by the server's visibility update.
                 self._memo_hold = workflow.info().get_current_history_length()
         return decisions.outcome(self.state, "approved")
-
-    def _decide_step(self, decision: ApproveInput | RejectInput, *, via: str) -> None:
-        rejection = decisions.decide_step(self.state, decision, via=via, now=self._now())
-        if rejection is not None:
-            self._rejection = rejection
-            self._stopping = True
 
     def _apply_reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
         if decision.step_id is not None:

@@ -7,6 +7,8 @@ deterministic, no I/O.
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
@@ -42,7 +44,7 @@ class Planning(Budgets):
         if self.state.level >= 3:
             here = await workflow.execute_local_activity(
                 activity_io.DESCRIBE_TOOLS_HERE,
-                result_type=ToolCatalog | None,
+                result_type=ToolCatalog | None,  # type: ignore[arg-type]  # the converter takes a union; the hint says type
                 start_to_close_timeout=LOCAL_CATALOG_TIMEOUT,
                 retry_policy=LOCAL_CATALOG_RETRY,
                 summary="describe tools",
@@ -162,7 +164,7 @@ class Planning(Budgets):
             EventKind.plan_proposed, now, revision=revision, actor=str(author), message=reason,
             steps=len(plan.steps), carried=merged.carried, dropped=merged.dropped, retried=merged.retried,
         )
-        attributes = {
+        attributes: dict[str, Any] = {
             "stratagem.revision": revision, "stratagem.author": str(author), "stratagem.reason": reason[:200],
             "stratagem.steps": len(plan.steps), "stratagem.steps.carried": len(merged.carried),
             "stratagem.steps.dropped": len(merged.dropped), "stratagem.steps.retried": len(merged.retried),

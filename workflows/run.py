@@ -29,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.usage import price_for
 
 from .activity_options import PLANNING_RETRY, PLANNING_TIMEOUT
-from .execution import Execution
 from .failures import cause_message
 from .messages import Messages
 
@@ -39,21 +38,19 @@ LOOSENED_PATCH = "replan-loosened-needs-a-person"
 
 
 @workflow.defn(name=WORKFLOW_NAME)
-class StratagemRun(Messages, Execution):
+class StratagemRun(Messages):
     @workflow.init
     def __init__(self, input: RunInput) -> None:
         # Built in __init__ so queries and updates that arrive before run() starts see a state.
         # A state is trusted only from this run's own continue-as-new. Anyone who can start a
         # workflow could otherwise hand it a state with the plan approved and every gate passed.
-        self._forged = input.state is not None and workflow.info().continued_run_id is None
-        self._continued = input.state is not None and not self._forged
-        if self._continued:
-            state = input.state
-            input.state = None  # the workflow holds the only reference, so it can let go of it (_release)
-        else:
-            input.state = None
+        # The workflow holds the only reference to a carried state, so it can let go of it (_release).
+        carried, input.state = input.state, None
+        self._forged = carried is not None and workflow.info().continued_run_id is None
+        self._continued = carried is not None and not self._forged
+        if carried is None or self._forged:
             run_id = input.run_id or workflow.info().workflow_id
-            state = RunState(
+            carried = RunState(
                 run_id=run_id,
                 execution_id=workflow.info().first_execution_run_id,
                 goal=input.goal or (input.plan.goal if input.plan else ""),
@@ -61,7 +58,7 @@ class StratagemRun(Messages, Execution):
                 ledger=Ledger(run_id=run_id),
                 level=input.level,
             )
-        super().__init__(state)
+        super().__init__(carried)
 
     # ------------------------------------------------------------------ the loop
 
@@ -185,7 +182,7 @@ class StratagemRun(Messages, Execution):
             try:
                 # A revise starts a new review (and a new timeout): the reviewer sees a new plan.
                 await workflow.wait_condition(
-                    lambda: state.phase is not Phase.awaiting_approval or state.plan.revision != revision,
+                    lambda: state.phase is not Phase.awaiting_approval or (state.plan is not None and state.plan.revision != revision),
                     timeout=timedelta(seconds=timeout) if timeout else None,
                     timeout_summary="review timeout",
                 )
