@@ -303,7 +303,9 @@ async def test_each_run_writes_into_its_own_workspace(harness, tmp_path, monkeyp
     first = await harness.start(write_plan("memo.txt", "first"), workspace=str(one))
     await harness.wait_for(first, awaiting)
     second = await harness.start(write_plan("memo.txt", "second"), workspace=str(two), auto_approve=True)  # started later, elsewhere
-    await second.result()
+    # Polled, not awaited: awaiting a result lets the time-skipping server skip time while the
+    # first run idles at its review, and under load the first run was then found timed out.
+    await harness.wait_for(second, lambda s: s.phase is Phase.succeeded)
     await first.approve(ApproveInput(by="bob", revision=1))
     await first.result()
     assert (one / "memo.txt").read_text() == "first" and (two / "memo.txt").read_text() == "second"
