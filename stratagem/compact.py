@@ -20,7 +20,7 @@ from pydantic_core import PydanticUndefined
 COMPACT = "stratagem_compact"
 COMPACT_CONTEXT = {COMPACT: True}
 
-_EMPTY_FACTORIES = {list: [], dict: {}}
+_EMPTY_FACTORIES: dict[type, Any] = {list: [], dict: {}}
 
 
 def _defaults(cls: type[BaseModel]) -> list[tuple[str, Any]]:

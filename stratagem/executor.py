@@ -182,7 +182,7 @@ class Executor:
         calls = self.progress.calls
         tokens = sum(c.input_tokens + c.output_tokens for c in calls)
         price = self.request.price
-        used = {"model_calls": len(calls), "tokens": tokens}
+        used: dict[str, float] = {"model_calls": len(calls), "tokens": tokens}
         if price is not None:
             used["cost_usd"] = sum(price.cost(c.input_tokens, c.output_tokens) for c in calls)
         # The next call is at least as large as the last (the conversation only grows), and

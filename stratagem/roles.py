@@ -22,6 +22,7 @@ back into the workflow's queue on shared workers.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
 
@@ -38,11 +39,11 @@ ALL_ROLES: tuple[Role, ...] = tuple(Role)
 class QueueLayout(str, Enum):
     shared = "shared"
     """Every activity on the workflow's queue: one worker does everything, with no extra hop."""
-    split = "split"
+    split = "split"  # type: ignore[assignment]  # shadows str.split, which nothing calls on a layout
     """Each role's activities on its own queue: roles scale and are rate-limited apart."""
 
 
-def default_layout(roles: tuple[Role, ...] | list[Role]) -> QueueLayout:
+def default_layout(roles: Iterable[Role]) -> QueueLayout:
     """Shared when one worker serves every role, split otherwise."""
     return QueueLayout.shared if set(roles) >= set(ALL_ROLES) else QueueLayout.split
 

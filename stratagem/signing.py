@@ -173,7 +173,7 @@ class DecisionPolicy:
                 return Verdict()
             return Verdict(refused="this deployment accepts only signed decisions (set STRATAGEM_SIGNING_KEY)")
         key = self.keys.get(signer or "")
-        if key is None or not signature:
+        if key is None or not signature or not signer:
             return Verdict(refused=f"the decision is signed by '{str(signer)[:64]}', a key this worker does not trust")
         if getattr(decision, "by", signer) != signer:
             return Verdict(refused=f"the decision says it is by '{str(decision.by)[:64]}' but is signed by '{signer}'")

@@ -200,7 +200,7 @@ def share_of(left: Allowance, reserved: Iterable[Allowance], fraction: float) ->
         # Never less than one call of the size seen so far, where that much is free.
         estimate = {"tokens": left.call_tokens, "cost_usd": left.call_cost_usd, "model_calls": 1}[name]
         share[name] = max(part, min(free, estimate))
-    return Allowance(**share, call_tokens=left.call_tokens, call_cost_usd=left.call_cost_usd)
+    return Allowance.model_validate({**share, "call_tokens": left.call_tokens, "call_cost_usd": left.call_cost_usd})
 
 
 def _dimensions(usage: UsageTotals) -> dict[str, float]:

@@ -10,6 +10,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Callable, Mapping, Sequence
 
 from temporalio.client import Client
@@ -233,8 +234,10 @@ class WorkerGroup:
             raise
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await asyncio.gather(*(w.__aexit__(*exc_info) for w in self.workers.values()))
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await asyncio.gather(*(w.__aexit__(exc_type, exc, traceback) for w in self.workers.values()))
 
     async def run(self) -> None:
         """Run until `shutdown()`; if one worker fails, stop the others and raise its error."""

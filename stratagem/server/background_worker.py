@@ -165,7 +165,8 @@ class BackgroundWorker:
             changed.append("workspace")
         if state is not None and not changed and set(wanted) <= set(current):
             return None
-        workspaces = sorted(set(_workspaces(self._recorded()) if self._recorded() else []) | {setup["workspace"]})
+        recorded = self._recorded()
+        workspaces = sorted(set(_workspaces(recorded) if recorded else []) | {setup["workspace"]})
         prepare_home(self.home)
         union = sorted(set(self.recorded_tools()) | set(wanted))
         if state is not None:
