@@ -49,7 +49,7 @@ from stratagem.references import resolve
 from stratagem.run import JOINT_STEP_ID
 from stratagem.store import is_stored, load_value
 from stratagem.tools import ToolContext, ToolRegistry
-from stratagem.tools.spec import ToolSpec
+from stratagem.catalog import ToolSpec
 from stratagem.usage import Price
 
 from . import tools as bench_tools

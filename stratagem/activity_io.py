@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from .compact import CompactModel
 from .ledger import LedgerEvent, StepRecord, ToolCallRecord
 from .plan import PlanDraft, Step
-from .tools.spec import ToolCatalog
+from .catalog import ToolCatalog
 from .usage import Allowance, CallUsage, Price, Usage
 
 DESCRIBE_TOOLS = "stratagem.describe_tools"

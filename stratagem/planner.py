@@ -20,7 +20,7 @@ from .models.base import Message, Model, ModelRequest, Purpose, Usage
 from .plan import PlanDraft, plan_draft_json_schema
 from .plan_files import describe_draft_errors
 from .scheduling import reconcile
-from .tools.spec import ToolCatalog
+from .catalog import ToolCatalog
 from .usage import CallUsage
 from .validation import plan_problems
 

@@ -16,7 +16,7 @@ from .compact import CompactModel
 from .ledger import EventArchive, Ledger, LedgerEvent
 from .signing import Verdict
 from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
-from .tools.spec import ToolCatalog
+from .catalog import ToolCatalog
 from .usage import Budget, Price, UsageTotals
 
 WORKFLOW_NAME = "StratagemRun"

@@ -16,7 +16,7 @@ from .errors import PlanValidationError
 from .graph import ancestry, find_cycles
 from .plan import PlanDraft, Step, StepKind
 from .references import find_references, references_in
-from .tools.spec import ToolCatalog
+from .catalog import ToolCatalog
 
 
 def plan_problems(

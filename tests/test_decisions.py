@@ -12,7 +12,7 @@ from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import DecisionAction, EventKind, Ledger, StepStatus
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step
 from stratagem.run import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, ReviseInput, RunOptions, RunState
-from stratagem.tools.spec import ToolCatalog, ToolSpec
+from stratagem.catalog import ToolCatalog, ToolSpec
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 

@@ -33,7 +33,7 @@ from stratagem.models import (
     load_model,
 )
 from stratagem.models._http import PLACEHOLDER_KEY, split_base_url
-from stratagem.tools.spec import ToolSpec
+from stratagem.catalog import ToolSpec
 
 KEY = "sk-test-0123456789abcdef"
 PLAN_SCHEMA = {

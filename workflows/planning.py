@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.roles import Role
     from stratagem.run import JOINT_STEP_ID, Phase
     from stratagem.scheduling import Reconciliation, reconcile
-    from stratagem.tools.spec import ToolCatalog
+    from stratagem.catalog import ToolCatalog
     from stratagem.usage import CallUsage, price_for
     from stratagem.validation import plan_problems
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import ModelConfigError, StratagemError
 from ..telemetry import model_call_span, record_response
-from ..tools.spec import ToolSpec
+from ..catalog import ToolSpec
 from ..usage import Usage
 
 

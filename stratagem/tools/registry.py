@@ -23,7 +23,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
 from ..telemetry import tool_call_span
-from .spec import ToolCatalog, ToolSpec
+from ..catalog import ToolCatalog, ToolSpec
 
 _MARK = "__stratagem_tool__"
 
