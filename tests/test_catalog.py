@@ -88,7 +88,7 @@ async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_w
     """`stratagem status` and the rest host the workflow while they run. If such a process takes
     a run's first workflow task, the task completes (no failure, no retry elsewhere) and the
     catalogue waits for a worker with tools."""
-    from stratagem.cli.commands import workflow_host
+    from stratagem.cli.session import workflow_host
 
     queue = f"catalog-{uuid.uuid4().hex[:8]}"
     async with workflow_host(dev_env.client, queue):

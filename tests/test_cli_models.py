@@ -10,7 +10,7 @@ import yaml
 import pytest
 
 from plans import step
-from stratagem.cli.commands import parse_limits
+from stratagem.cli.decisions import parse_limits
 from stratagem.cli.errors import CliError
 from test_cli import TOOLS, acli, one_line_error, write_plan
 

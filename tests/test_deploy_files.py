@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from stratagem import config
-from stratagem.cli import commands, parser
+from stratagem.cli import parser, processes
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -271,7 +271,7 @@ def test_worker_command_is_a_real_cli_command(services: dict[str, dict[str, Any]
     argv = command_argv(services["worker"], {"STRATAGEM_WORKER_ARGS": extra} if extra else {})
     assert argv[:2] == ["stratagem", "worker"]
     args = parser().parse_args(argv[1:])  # exits (SystemExit) on arguments the CLI does not take
-    assert args.handler is commands.cmd_worker
+    assert args.handler is processes.cmd_worker
     assert args.tools == shlex.split(extra)[1::2]
 
 
@@ -522,7 +522,7 @@ def test_image_command_is_stratagem_worker() -> None:
     cmd = [exec_form(rest) for keyword, rest in instructions if keyword == "CMD"]
     argv = (entrypoint[-1] if entrypoint else []) + (cmd[-1] if cmd else [])
     assert argv[:2] == ["stratagem", "worker"]
-    assert parser().parse_args(argv[1:]).handler is commands.cmd_worker
+    assert parser().parse_args(argv[1:]).handler is processes.cmd_worker
     # docker-compose.yml replaces CMD: with an ENTRYPOINT, its command would be appended to it.
     assert not entrypoint
 

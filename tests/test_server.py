@@ -441,8 +441,8 @@ async def test_connect_can_use_a_quiet_runtime(dev_env):
 
 
 def test_a_lost_connection_is_one_line(monkeypatch, capsys):
-    from stratagem.cli import commands, main
-    from stratagem.cli.commands import connection_lost
+    from stratagem.cli import following, main
+    from stratagem.cli.session import connection_lost
 
     monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:7999")
 
@@ -452,14 +452,14 @@ def test_a_lost_connection_is_one_line(monkeypatch, capsys):
     async def refused(args):
         raise RPCError("namespace ops is not found", RPCStatusCode.NOT_FOUND, b"")
 
-    monkeypatch.setattr(commands, "cmd_wait", lost)
+    monkeypatch.setattr(following, "cmd_wait", lost)
     assert main(["wait", "report-oct"]) == 2
     err = capsys.readouterr().err
     assert err == (
         "error: lost the connection to Temporal at 127.0.0.1:7999; runs are safe in the server's database: "
         "start it again (stratagem server) and follow with stratagem wait report-oct\n"
     )
-    monkeypatch.setattr(commands, "cmd_wait", refused)
+    monkeypatch.setattr(following, "cmd_wait", refused)
     assert main(["wait", "report-oct"]) == 2
     assert capsys.readouterr().err == "error: Temporal refused the request: namespace ops is not found\n"
 

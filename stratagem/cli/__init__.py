@@ -8,6 +8,7 @@ import math
 import os
 import signal
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable
 
 from pydantic import ValidationError
@@ -17,12 +18,12 @@ from ..config import Settings
 from ..errors import StratagemError
 from ..telemetry import configure_tracing, flush_telemetry
 from ..worker import add_worker_arguments
-from . import commands, render
+from . import decisions, following, inspection, listing, processes, render, start
+from .errors import USAGE
+from .session import connection_lost
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("stratagem")
     except PackageNotFoundError:
@@ -41,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--json", action="store_true", help="machine-readable output (see the README)")
         return p
 
-    run = command("run", commands.cmd_run, "start a run from a goal or a plan file, and follow it")
+    run = command("run", start.cmd_run, "start a run from a goal or a plan file, and follow it")
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("goal", nargs="?", help="what to achieve (needs --planner)")
     source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person")
@@ -64,48 +65,48 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
     run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
 
-    status = command("status", commands.cmd_status, "show a run's phase, plan, steps and pending decisions")
+    status = command("status", inspection.cmd_status, "show a run's phase, plan, steps and pending decisions")
     status.add_argument("run_id")
 
-    listing = command("list", commands.cmd_list, "list runs, newest first; or the approval inbox")
-    listing.add_argument(
-        "--status", choices=sorted([*commands.LIST_STATUSES, commands.AWAITING]),
-        help=f"only runs in this state; {commands.AWAITING}: every run waiting for a person, oldest first",
+    list_runs = command("list", listing.cmd_list, "list runs, newest first; or the approval inbox")
+    list_runs.add_argument(
+        "--status", choices=sorted([*listing.LIST_STATUSES, listing.AWAITING]),
+        help=f"only runs in this state; {listing.AWAITING}: every run waiting for a person, oldest first",
     )
-    listing.add_argument(
+    list_runs.add_argument(
         "--limit", type=_positive(int), default=50, metavar="N",
         help="show at most N runs (default: 50): the newest, or in the inbox the longest waiting",
     )
 
-    approve = command("approve", commands.cmd_approve, "approve the plan awaiting review, or a gated step")
+    approve = command("approve", decisions.cmd_approve, "approve the plan awaiting review, or a gated step")
     approve.add_argument("run_id")
     approve.add_argument("--revision", type=int, help="refuse if the plan under review is not this revision")
     approve.add_argument("--step", metavar="STEP_ID", help="approve this gated step instead of the plan")
     approve.add_argument("--by", metavar="NAME")
     approve.add_argument("--comment", default="")
 
-    reject = command("reject", commands.cmd_reject, "reject the plan (ending the run) or a gated step")
+    reject = command("reject", decisions.cmd_reject, "reject the plan (ending the run) or a gated step")
     reject.add_argument("run_id")
     reject.add_argument("--reason", required=True)
     reject.add_argument("--revision", type=int)
     reject.add_argument("--step", metavar="STEP_ID")
     reject.add_argument("--by", metavar="NAME")
 
-    revise = command("revise", commands.cmd_revise, "replace the plan under review with an edited plan file")
+    revise = command("revise", decisions.cmd_revise, "replace the plan under review with an edited plan file")
     revise.add_argument("run_id")
     revise.add_argument("plan_file")
     revise.add_argument("--revision", type=int, help="the revision your edit is based on")
     revise.add_argument("--reason", default="")
     revise.add_argument("--by", metavar="NAME")
 
-    answer = command("answer", commands.cmd_answer, "answer a human step")
+    answer = command("answer", decisions.cmd_answer, "answer a human step")
     answer.add_argument("run_id")
     answer.add_argument("step_id")
     answer.add_argument("text")
     answer.add_argument("--json-value", action="store_true", help="parse TEXT as JSON")
     answer.add_argument("--by", metavar="NAME")
 
-    budget = command("budget", commands.cmd_budget, "raise a run's budget, or stop a run that used it up")
+    budget = command("budget", decisions.cmd_budget, "raise a run's budget, or stop a run that used it up")
     budget.add_argument("run_id")
     budget.add_argument("--tokens", type=_positive(int), metavar="N", help="new token limit (input + output)")
     budget.add_argument("--cost", type=_positive(float), metavar="USD", help="new cost limit in US dollars")
@@ -115,30 +116,30 @@ def parser() -> argparse.ArgumentParser:
     budget.add_argument("--reason", default="")
     budget.add_argument("--by", metavar="NAME")
 
-    cancel = command("cancel", commands.cmd_cancel, "cancel a run", json=False)
+    cancel = command("cancel", decisions.cmd_cancel, "cancel a run", json=False)
     cancel.add_argument("run_id")
 
     wait = command(
-        "wait", commands.cmd_wait,
+        "wait", following.cmd_wait,
         "follow a run until it ends, exiting like `run`; at a terminal, ask for its decisions as `run` does",
     )
     wait.add_argument("run_id")
     wait.add_argument("--by", metavar="NAME", help="your name, recorded with the decisions you take here")
 
-    watch = command("watch", commands.cmd_watch, "stream a run's progress events from an offset until it ends; reconnects after a disconnect")
+    watch = command("watch", following.cmd_watch, "stream a run's progress events from an offset until it ends; reconnects after a disconnect")
     watch.add_argument("run_id")
     watch.add_argument("--from", dest="after", type=int, default=0, metavar="SEQ", help="start after this event number (default: from the start)")
 
-    command("down", commands.cmd_down, "stop this home's embedded Temporal server and background worker (runs are kept)")
+    command("down", processes.cmd_down, "stop this home's embedded Temporal server and background worker (runs are kept)")
 
-    keygen = command("keygen", commands.cmd_keygen, "make a key pair to sign your decisions with (see SECURITY.md)")
+    keygen = command("keygen", decisions.cmd_keygen, "make a key pair to sign your decisions with (see SECURITY.md)")
     keygen.add_argument("name", help="the name your decisions carry, e.g. alice")
     keygen.add_argument("--out", metavar="FILE", help="where to write the private key (default: $STRATAGEM_HOME/keys/NAME.key)")
 
-    audit = command("audit", commands.cmd_audit, "print every plan revision, decision and event as JSON Lines", json=False)
+    audit = command("audit", inspection.cmd_audit, "print every plan revision, decision and event as JSON Lines", json=False)
     audit.add_argument("run_id")
 
-    show = command("show", commands.cmd_show, "show a plan revision as a graph, as Mermaid, or what changed between revisions")
+    show = command("show", inspection.cmd_show, "show a plan revision as a graph, as Mermaid, or what changed between revisions")
     show.add_argument("run_id")
     show.add_argument("--revision", type=int, metavar="N", help="this revision instead of the newest")
     shape = show.add_mutually_exclusive_group()
@@ -146,17 +147,17 @@ def parser() -> argparse.ArgumentParser:
     shape.add_argument("--diff", nargs=2, type=int, metavar=("A", "B"), help="what changed from revision A to B")
 
     output = command(
-        "output", commands.cmd_output,
+        "output", inspection.cmd_output,
         "print a step's output (loaded from the output store if it is there): text as it is, other values as indented JSON",
     )
     output.add_argument("run_id")
     output.add_argument("step_id")
     output.add_argument("--transcript", action="store_true", help="print an llm step's conversation instead, one message per block")
 
-    worker = command("worker", commands.cmd_worker, "run a worker: every role, or those named by --role", json=False)
+    worker = command("worker", processes.cmd_worker, "run a worker: every role, or those named by --role", json=False)
     add_worker_arguments(worker)
 
-    command("server", commands.cmd_server, "run the embedded Temporal server (SQLite under STRATAGEM_HOME)", json=False)
+    command("server", processes.cmd_server, "run the embedded Temporal server (SQLite under STRATAGEM_HOME)", json=False)
     return top
 
 
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.command == "run" and not (args.goal or args.plan):
         render.errors.print("error: give a goal or --plan FILE")
-        return commands.USAGE
+        return USAGE
     try:
         if args.command != "worker":  # the worker configures its own, as stratagem-worker
             configure_tracing("stratagem-cli")
@@ -203,22 +204,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except StratagemError as exc:  # includes invalid plans, whose message lists each problem
         render.errors.print(f"error: {exc}", markup=False)
-        return commands.USAGE
+        return USAGE
     except ValidationError as exc:  # a value the option parser let through but a model refuses
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"])
         render.errors.print(f"error: {where}: {error['msg']}", markup=False)
-        return commands.USAGE
+        return USAGE
     except Exception as exc:
         # The SDK may wrap a lost connection (a worker's poll failing, for one). Anything that
         # is neither that nor a refusal from Temporal is a bug and keeps its traceback.
-        if commands.connection_lost(exc):
+        if connection_lost(exc):
             render.errors.print(lost_connection_message(args), markup=False)
         elif isinstance(exc, RPCError):
             render.errors.print(f"error: Temporal refused the request: {exc.message}", markup=False)
         else:
             raise
-        return commands.USAGE
+        return USAGE
 
 
 def lost_connection_message(args: argparse.Namespace) -> str:

@@ -271,3 +271,8 @@ def transcript_text(messages: list[Any]) -> str:
 def emit_json(data: Any) -> None:
     """Machine output: one JSON document on stdout, nothing else."""
     print(json.dumps(data, default=str, sort_keys=True))
+
+
+def note(message: str, *, json_mode: bool = False) -> None:
+    """Human-facing remarks; in --json mode they go to stderr so stdout stays one JSON document."""
+    (errors if json_mode else console).print(message)

@@ -1,0 +1,148 @@
+"""The commands that decide on a run: approve, reject, revise, answer, budget and cancel; who
+decides (`reviewer`) and the key they sign with (keygen); and reading the limits and answers a
+person types, shared with the questions asked at a terminal."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import math
+import os
+from pathlib import Path
+
+from temporalio.client import WorkflowExecutionStatus
+
+from ..config import stratagem_home
+from ..plan_files import load_plan_file
+from ..run import AnswerInput, ApproveInput, BudgetInput, RejectInput, ReviseInput
+from ..signing import SIGNING_KEY_ENV, Signer
+from . import render
+from .errors import CliError
+from .listing import EXECUTION_STATUS
+from .session import find_run, hosted_run, open_client, settings
+
+
+def reviewer(args: argparse.Namespace) -> str:
+    """Who decides: the signing key's name when one is set (STRATAGEM_SIGNING_KEY), else --by or the login."""
+    signer = Signer.from_env()
+    if signer is None:
+        return args.by or getpass.getuser()
+    if args.by and args.by != signer.name:
+        raise CliError(f"--by {args.by} does not match the signing key's name '{signer.name}' ({SIGNING_KEY_ENV}); drop --by")
+    return signer.name
+
+
+async def _decide(args: argparse.Namespace, decision: str, payload: object) -> int:
+    async with hosted_run(args.run_id) as run:
+        outcome = await getattr(run, decision)(payload)
+    if args.json:
+        render.emit_json(outcome.model_dump(mode="json"))
+    else:
+        render.console.print(f"{run.id}: {outcome.message} (revision {outcome.revision}, {outcome.phase.value})")
+    return 0
+
+
+async def cmd_approve(args: argparse.Namespace) -> int:
+    decision = ApproveInput(by=reviewer(args), revision=args.revision, step_id=args.step, comment=args.comment)
+    return await _decide(args, "approve", decision)
+
+
+async def cmd_reject(args: argparse.Namespace) -> int:
+    decision = RejectInput(by=reviewer(args), reason=args.reason, revision=args.revision, step_id=args.step)
+    return await _decide(args, "reject", decision)
+
+
+async def cmd_revise(args: argparse.Namespace) -> int:
+    draft = load_plan_file(args.plan_file)
+    decision = ReviseInput(by=reviewer(args), plan=draft, revision=args.revision, reason=args.reason)
+    return await _decide(args, "revise", decision)
+
+
+async def cmd_answer(args: argparse.Namespace) -> int:
+    answer: object = args.text
+    if args.json_value:
+        try:
+            answer = json.loads(args.text)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"--json-value: the answer is not JSON: {json_problem(exc)}") from None
+    return await _decide(args, "answer", AnswerInput(step_id=args.step_id, answer=answer, by=reviewer(args)))
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """The parser's whole message: `exc.msg` alone ends mid-sentence ("Unterminated string starting at")."""
+    return f"{exc.msg}: line {exc.lineno}, column {exc.colno}"
+
+
+_LIMIT_NAMES = {"tokens": "tokens", "cost": "cost_usd", "calls": "model_calls", "seconds": "wall_clock_seconds"}
+
+
+def parse_limits(text: str) -> dict[str, float]:
+    """`tokens=200000 cost=5` as BudgetInput fields; a clear error for anything else."""
+    limits: dict[str, float] = {}
+    for part in text.replace(",", " ").split():
+        name, sep, value = part.partition("=")
+        if not sep or name not in _LIMIT_NAMES:
+            raise CliError(f"'{part}' is not a limit; write name=value with name one of {', '.join(_LIMIT_NAMES)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise CliError(f"'{value}' is not a number (in '{part}')") from None
+        if not math.isfinite(number) or number <= 0:
+            raise CliError(f"{name} must be a finite number above zero (in '{part}')")
+        if name in ("tokens", "calls"):
+            if not number.is_integer():
+                raise CliError(f"{name} must be a whole number (in '{part}')")
+            number = int(number)
+        limits[_LIMIT_NAMES[name]] = number
+    if not limits:
+        raise CliError("give at least one limit, for example tokens=200000")
+    return limits
+
+
+async def cmd_budget(args: argparse.Namespace) -> int:
+    by = reviewer(args)
+    if args.stop:
+        if any(v is not None for v in (args.tokens, args.cost, args.calls, args.seconds)):
+            raise CliError("--stop ends the run; give it no limits")
+        decision = BudgetInput(by=by, stop=True, reason=args.reason or "stopped at the budget")
+    else:
+        given = {"tokens": args.tokens, "cost": args.cost, "calls": args.calls, "seconds": args.seconds}
+        limits = {_LIMIT_NAMES[k]: v for k, v in given.items() if v is not None}
+        if not limits:
+            raise CliError("give a limit to raise (--tokens, --cost, --calls, --seconds) or --stop")
+        decision = BudgetInput(by=by, reason=args.reason or "", **limits)
+    return await _decide(args, "budget", decision)
+
+
+async def cmd_cancel(args: argparse.Namespace) -> int:
+    client = await open_client(settings())
+    run, _ = await find_run(client, args.run_id)
+    description = await run.handle.describe()
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        state = EXECUTION_STATUS.get(description.status, "finished")
+        raise CliError(f"run {run.id} has already finished ({state}); there is nothing to cancel")
+    await run.cancel()
+    render.console.print(f"{run.id}: cancellation requested")
+    return 0
+
+
+async def cmd_keygen(args: argparse.Namespace) -> int:
+    """Write a private key (readable by you only) and print the public entry for the workers."""
+    signer = Signer.generate(args.name)
+    path = Path(args.out) if args.out else stratagem_home() / "keys" / f"{signer.name}.key"
+    if path.exists():
+        raise CliError(f"{path} already exists; choose another --out or remove it first")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "w") as file:
+        file.write(signer.private_line() + "\n")
+    if args.json:
+        render.emit_json({"name": signer.name, "private_key_file": str(path), "approver_key": signer.public_line()})
+    else:
+        render.console.print(f"private key written to {path} (keep it to yourself); sign with:\n  export {SIGNING_KEY_ENV}={path}")
+        render.console.print(f"give the workers the public key, in STRATAGEM_APPROVER_KEYS:\n  {signer.public_line()}")
+    return 0

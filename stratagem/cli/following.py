@@ -1,0 +1,173 @@
+"""Following a run until it ends: its progress as it happens, the decisions it waits on (asked
+at a terminal, else printed as commands), and its result as the exit status. `run` follows the
+run it starts; `wait` and `watch` follow one that exists."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from rich.text import Text
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
+
+from ..client import Run
+from ..ledger import EventKind
+from ..run import PendingDecision, Phase, RunResult
+from ..server import owns_server
+from . import render, show
+from .decisions import reviewer
+from .errors import FAILED, CliError
+from .prompting import Prompter, question, respond
+from .session import background_worker, connection_lost, embedded, find_run, open_client, settings, workflow_host
+
+
+def at_terminal(args: argparse.Namespace) -> bool:
+    """Whether a person sits at this command: it may ask them (stdin and stdout a terminal, not --json)."""
+    return sys.stdin.isatty() and sys.stdout.isatty() and not args.json
+
+
+async def follow_attached(run: Run, args: argparse.Namespace, by: str) -> int:
+    """Follow a run as `run` and `wait` do: asking for its decisions at a terminal, printing
+    the commands that take them otherwise. Ctrl-C stops following, never the run."""
+    try:
+        return await follow(run, interactive=at_terminal(args), json_mode=args.json, by=by)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        render.note(
+            f"\nstopped following; run {run.id} goes on. Follow it again (at a terminal, it asks what is still open) "
+            f"with: stratagem wait {run.id}",
+            json_mode=args.json,
+        )
+        return 130
+
+
+def _key(pending: PendingDecision) -> tuple[str, int, str | None]:
+    return (pending.kind.value, pending.revision, pending.step_id)
+
+
+async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> int:
+    """Print progress until the run ends; in a terminal, ask for the decisions it waits on."""
+    seen = 0
+    hinted: set[tuple[str, int, str | None]] = set()
+    later: set[tuple[str, int, str | None]] = set()
+    drafts: dict[int, Path] = {}
+    asking: PendingDecision | None = None
+    prompter = Prompter() if interactive else None
+    while True:
+        status = await run.status()
+        ledger = await run.ledger()
+        fresh = ledger.events[seen:]
+        if not json_mode:
+            for event in fresh:
+                render.console.print(render.event_line(event))
+                if event.kind is EventKind.plan_proposed and event.revision is not None:
+                    plan = ledger.revision(event.revision)
+                    render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
+                    if plan.revision > 1:  # what a reviewer of a revision needs first: what changed
+                        previous = ledger.revision(plan.revision - 1)
+                        for line in show.diff_lines(show.diff_revisions(previous, plan)):
+                            render.console.print(line)
+        seen = len(ledger.events)
+        pending = {_key(p): p for p in status.pending}
+        if asking is not None and _key(asking) not in pending:
+            render.console.print("(decided elsewhere)")
+            asking = None
+        if status.phase.finished:
+            break
+        if prompter is not None and not prompter.closed:
+            if asking is None:
+                asking = next((p for k, p in pending.items() if k not in later), None)
+                if asking is not None:
+                    render.console.print(question(asking), end="", markup=False)
+            elif fresh:
+                render.console.print(question(asking), end="", markup=False)
+            if asking is not None:
+                reply = await prompter.line(timeout=0.3)
+                if reply is not None:
+                    if await respond(run, asking, reply, by, prompter, drafts) == "later":
+                        later.add(_key(asking))
+                        render.console.print(
+                            f"later: still following run {run.id}; decide with the command below from any terminal, "
+                            f"or press Ctrl-C and run `stratagem wait {run.id}` to be asked again",
+                            markup=False,
+                        )
+                    asking = None
+                continue
+        for key, waiting in pending.items():
+            if key not in hinted:
+                render.note(render.decision_hint(run.id, waiting), json_mode=json_mode)
+                hinted.add(key)
+        await asyncio.sleep(0.3)
+    return await finish(run, json_mode=json_mode)
+
+
+async def finish(run: Run, *, json_mode: bool) -> int:
+    try:
+        result = await run.result()
+    except WorkflowFailureError as exc:
+        cause = exc.cause
+        revision = (await run.status()).revision
+        if isinstance(cause, CancelledError):
+            result = RunResult(run_id=run.id, status=Phase.cancelled, revision=revision, reason="cancelled")
+        elif isinstance(cause, TerminatedError):
+            result = RunResult(run_id=run.id, status=Phase.failed, revision=revision, reason=f"terminated: {cause.message}")
+        else:
+            reason = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            result = RunResult(run_id=run.id, status=Phase.failed, revision=revision, reason=reason)
+    if json_mode:
+        render.emit_json(result.model_dump(mode="json"))
+    else:
+        render.result_view(result)
+    return 0 if result.status is Phase.succeeded else FAILED
+
+
+async def cmd_wait(args: argparse.Namespace) -> int:
+    config = settings()
+    client = await open_client(config)
+    run, task_queue = await find_run(client, args.run_id)
+    if owns_server(embedded(config)):
+        # After a restart, the background worker may be gone: bring it back with its tools.
+        done = await asyncio.to_thread(background_worker(config, task_queue).ensure, [], models=False)
+        if done:
+            render.note(done, json_mode=args.json)
+    async with workflow_host(client, task_queue):
+        # At a terminal, the same questions as `run` asks: after a Ctrl-C or an `l`, this is how
+        # a person gets them back.
+        return await follow_attached(run, args, reviewer(args) if at_terminal(args) else "")
+
+
+async def cmd_watch(args: argparse.Namespace) -> int:
+    """Print the run's events after `--from`, following it to its end. A lost connection is
+    retried from the last event printed, so nothing is missed or repeated; `--json` prints one
+    event per line with its `seq`, the offset to resume from."""
+    if args.after < 0:
+        raise CliError("--from takes an event number, 0 or more")
+    config = settings()
+    client = await open_client(config)
+    run, task_queue = await find_run(client, args.run_id)
+    after, delay = args.after, 0.5
+    async with workflow_host(client, task_queue):
+        while True:
+            try:
+                page = await run.events(after)
+            except Exception as exc:
+                if not connection_lost(exc):
+                    raise
+                render.note(f"lost the connection to Temporal at {config.address}; retrying from event {after + 1}", json_mode=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10)
+                continue
+            delay = 0.5
+            for event in page.events:
+                if args.json:
+                    print(json.dumps(event.model_dump(mode="json"), sort_keys=True), flush=True)
+                else:
+                    render.console.print(Text.assemble(f"{event.seq:>5} ", render.event_line(event)))
+                after = event.seq
+            if page.phase.finished and after >= page.last_seq:
+                return 0 if page.phase is Phase.succeeded else FAILED
+            if after >= page.last_seq:
+                await asyncio.sleep(0.3)

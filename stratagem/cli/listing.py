@@ -1,0 +1,153 @@
+"""`stratagem list`: the runs in the namespace, newest first; with `--status awaiting-approval`,
+the approval inbox, every run waiting for a person, the longest waiting first."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from ..client import AWAITING_QUERY, REGISTER_STATUS_HINT, has_status_attribute
+from ..config import Settings
+from ..run import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, Phase
+from . import render
+from .errors import CliError
+from .session import open_client, settings
+
+LIST_STATUSES = {
+    "running": "Running",
+    "completed": "Completed",
+    "failed": "Failed",
+    "cancelled": "Canceled",
+    "terminated": "Terminated",
+    "timed-out": "TimedOut",
+}
+EXECUTION_STATUS = {
+    WorkflowExecutionStatus.RUNNING: "running",
+    WorkflowExecutionStatus.COMPLETED: "completed",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed-out",
+}
+
+
+UNREADABLE_MEMO = {"goal": "(unreadable: encrypted with a key this shell lacks)"}
+
+
+async def _memo(execution: Any) -> dict[str, Any]:
+    """A listed run's memo; a run whose memo this shell cannot decode (encrypted with another
+    key) is still listed, saying so, rather than ending the listing with a traceback."""
+    try:
+        return await execution.memo()
+    except Exception:
+        return dict(UNREADABLE_MEMO)
+
+
+AWAITING = "awaiting-approval"
+_WAITING_FOR = {
+    "plan_approval": "approval of revision {revision}",
+    "step_approval": "approval of step {step_id}",
+    "human_answer": "an answer for step {step_id}",
+    "budget": "a budget decision",
+}
+
+
+async def _has_pending_activities(client: Client, run_id: str) -> bool:
+    try:
+        description = await client.get_workflow_handle(run_id).describe()
+    except RPCError:
+        return False
+    return bool(description.raw_description.pending_activities)
+
+
+async def cmd_list(args: argparse.Namespace) -> int:
+    config = settings()
+    client = await open_client(config)
+    if args.status == AWAITING:
+        return await _inbox(client, config, args)
+    # A run that continued as new leaves closed executions behind; list each run once.
+    query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus != 'ContinuedAsNew'"
+    if args.status:
+        query += f" AND ExecutionStatus = '{LIST_STATUSES[args.status]}'"
+    rows = []
+    async for execution in client.list_workflows(query, limit=args.limit):
+        memo = await _memo(execution)
+        status = EXECUTION_STATUS.get(execution.status, "unknown") if execution.status else "unknown"
+        phase = memo.get("phase", status)
+        if status == "running" and phase == Phase.awaiting_approval.value and await _has_pending_activities(client, execution.id):
+            # A run writes "running" into its memo one workflow task after the approval (so the
+            # first step starts sooner); its steps already in flight say it is running.
+            phase = Phase.running.value
+        rows.append(
+            {
+                "run_id": execution.id,
+                "status": status,
+                # The run's own outcome (succeeded, rejected, ...): a rejected run is a completed
+                # workflow. A terminated or timed-out run never recorded its end, so say that.
+                "phase": status if status in ("terminated", "timed-out") else phase,
+                "started_at": execution.start_time.isoformat() if execution.start_time else None,
+                "closed_at": execution.close_time.isoformat() if execution.close_time else None,
+                "goal": memo.get("goal", ""),
+            }
+        )
+    return _emit_rows(
+        rows, json_mode=args.json, empty="no runs",
+        cells=lambda row: [row["run_id"], row["phase"], _when(row["started_at"]), row["goal"]],
+    )
+
+
+def _when(moment: str | None) -> str:
+    return (moment or "")[:19].replace("T", " ")
+
+
+def _emit_rows(
+    rows: list[dict[str, Any]], *, json_mode: bool, empty: str, cells: Callable[[dict[str, Any]], list[str]]
+) -> int:
+    """A listing: the rows as one JSON document, or for people a line each (or `empty`), in
+    columns as wide as their widest cell; the last column (the goal) is left as it is."""
+    if json_mode:
+        render.emit_json(rows)
+        return 0
+    if not rows:
+        render.console.print(empty)
+    table = [[render.plain(str(cell)) for cell in cells(row)] for row in rows]
+    widths = [max(render.cell_width(line[i]) for line in table) for i in range(len(table[0]) - 1)] if table else []
+    for line in table:
+        padded = [cell + " " * (width - render.cell_width(cell)) for cell, width in zip(line, widths)]
+        render.console.print("  ".join([*padded, line[-1]]).rstrip(), markup=False)
+    return 0
+
+
+async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> int:
+    """Every run in the namespace a person must act on, the longest waiting first: a visibility
+    query on the StratagemStatus search attribute, not a scan of the runs."""
+    if not await has_status_attribute(client):
+        raise CliError(
+            f"the approval inbox needs the {STATUS_SEARCH_ATTRIBUTE} search attribute in namespace {config.namespace}; "
+            f"register it with `{REGISTER_STATUS_HINT} --namespace {config.namespace}` (runs started afterwards appear)"
+        )
+    rows = []
+    async for execution in client.list_workflows(AWAITING_QUERY):
+        memo = await _memo(execution)
+        waiting = [w for w in memo.get("waiting") or [] if isinstance(w, dict)]
+        if waiting and all(w.get("kind") == "plan_approval" for w in waiting) and await _has_pending_activities(client, execution.id):
+            continue  # approved a moment ago: its steps run, and the run says so with its next task
+        since = min((str(w.get("since")) for w in waiting if w.get("since")), default=None)
+        rows.append(
+            {
+                "run_id": execution.id,
+                "waiting_for": [_WAITING_FOR.get(str(w.get("kind")), str(w.get("kind"))).format(**w) for w in waiting],
+                "waiting": waiting,
+                "since": since or (execution.start_time.isoformat() if execution.start_time else None),
+                "goal": memo.get("goal", ""),
+            }
+        )
+    # Oldest first. Visibility sorts by start time, newest first, so the order is made here.
+    rows.sort(key=lambda row: row["since"] or "")
+    return _emit_rows(
+        rows[: args.limit], json_mode=args.json, empty="no run is waiting for a person",
+        cells=lambda row: [row["run_id"], f"since {_when(row['since'])}", "; ".join(row["waiting_for"]), row["goal"]],
+    )

@@ -1,0 +1,173 @@
+"""Asking a person at the terminal for the decisions a run waits on, and acting on the replies:
+approve, reject or edit a plan, approve a step, raise or stop a budget, answer a question."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..client import Run
+from ..errors import DecisionRefusedError, PlanFileError
+from ..plan_files import dump_plan, load_plan_file
+from ..run import AnswerInput, ApproveInput, BudgetInput, DecisionKind, PendingDecision, RejectInput, ReviseInput
+from . import render
+from .decisions import json_problem, parse_limits
+from .errors import CliError
+
+
+class Prompter:
+    """Questions at the terminal that never block the event loop.
+
+    stdin is read only when a line is ready (`loop.add_reader`), so progress keeps printing
+    while a question is open, a question decided elsewhere can be dropped, one Ctrl-C stops
+    everything, and an editor owns the terminal while it runs.
+    """
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def line(self, timeout: float | None) -> str | None:
+        """The next line typed, or None on timeout. End of input closes the prompter."""
+        if self.closed:
+            await asyncio.sleep(timeout or 0)
+            return None
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[str] = loop.create_future()
+        descriptor = sys.stdin.fileno()
+
+        def on_readable() -> None:
+            if not ready.done():
+                ready.set_result(sys.stdin.readline())
+
+        loop.add_reader(descriptor, on_readable)
+        try:
+            text = await asyncio.wait_for(ready, timeout)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            loop.remove_reader(descriptor)
+        if text == "":
+            self.closed = True
+            return None
+        return text.strip()
+
+
+def question(pending: PendingDecision) -> str:
+    if pending.kind is DecisionKind.plan_approval:
+        return f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: "
+    if pending.kind is DecisionKind.step_approval:
+        return f"{pending.prompt}? [y]es / [n]o / [l]ater: "
+    if pending.kind is DecisionKind.budget:
+        return (
+            f"paused: {pending.prompt}\n"
+            "raise it (for example: tokens=200000 cost=5 calls=100 seconds=3600), [s]top, or [l]ater: "
+        )
+    return f"{pending.step_id} asks: {pending.prompt}\n(type the answer; JSON if it starts with {{ or [; empty for later)\n> "
+
+
+async def _reason(prompter: Prompter) -> str:
+    render.console.print("reason: ", end="")
+    return await prompter.line(timeout=None) or "rejected at the terminal"
+
+
+async def respond(
+    run: Run, pending: PendingDecision, reply: str, by: str, prompter: Prompter, drafts: dict[int, Path]
+) -> str:
+    """Act on a reply. Returns "later" when the person deferred the question."""
+    choice = reply.lower()
+    try:
+        if pending.kind is DecisionKind.plan_approval:
+            if choice.startswith("a"):
+                await run.approve(ApproveInput(by=by, revision=pending.revision))
+            elif choice.startswith("r"):
+                await run.reject(RejectInput(by=by, revision=pending.revision, reason=await _reason(prompter)))
+            elif choice.startswith("e"):
+                await edit_plan(run, pending.revision, by, drafts)
+            elif choice.startswith("l"):
+                return "later"
+            else:
+                render.console.print("please answer a, r, e or l")
+        elif pending.kind is DecisionKind.step_approval:
+            if choice.startswith("y"):
+                await run.approve(ApproveInput(by=by, step_id=pending.step_id))
+            elif choice.startswith("n"):
+                await run.reject(RejectInput(by=by, step_id=pending.step_id, reason=await _reason(prompter)))
+            elif choice.startswith("l"):
+                return "later"
+            else:
+                render.console.print("please answer y, n or l")
+        elif pending.kind is DecisionKind.budget:
+            if choice in ("", "l", "later"):
+                return "later"
+            if choice in ("s", "stop"):
+                await run.budget(BudgetInput(by=by, stop=True, reason=await _reason(prompter)))
+            else:
+                try:
+                    limits = parse_limits(reply)
+                except CliError as exc:
+                    render.errors.print(f"error: {exc}", markup=False)
+                    return "retry"
+                await run.budget(BudgetInput(by=by, **limits))
+        else:
+            if not reply:
+                return "later"
+            answer: object = reply
+            if reply.startswith(("{", "[")):
+                try:
+                    answer = json.loads(reply)
+                except json.JSONDecodeError as exc:
+                    render.errors.print(f"error: that answer is not valid JSON: {json_problem(exc)}; try again", markup=False)
+                    return "retry"
+            await run.answer(AnswerInput(step_id=pending.step_id or "", answer=answer, by=by))
+    except DecisionRefusedError as exc:
+        render.errors.print(f"error: {exc}", markup=False)
+    return "done"
+
+
+async def edit_plan(run: Run, revision: int, by: str, drafts: dict[int, Path]) -> None:
+    """Open $EDITOR on the plan under review; a saved, valid plan becomes the next revision.
+
+    An edit that cannot be used is kept, and the next edit reopens it, so no work is lost."""
+    path = drafts.get(revision)
+    if path is None or not path.exists():
+        plan = await run.plan()
+        if plan is None:
+            return
+        draft = plan.draft().model_copy(update={"reason": ""})  # the reason for *this* edit, which the reviewer writes
+        succeeded = sorted(sid for sid, record in (await run.ledger()).steps.items() if record.status.value == "succeeded")
+        header = (
+            f"# Revision {revision} of run {run.id}. Edit the steps, then write why in `reason:` and save;\n"
+            "# Nothing changes until a valid plan is saved; a broken edit is kept for the next `e`.\n"
+            + (f"# Steps that already succeeded keep their results and do not run again: {', '.join(succeeded)}.\n" if succeeded else "")
+        )
+        text = dump_plan(draft)
+        if "\nreason:" not in "\n" + text:
+            text += "reason: ''\n"
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix=f"{run.id}-r{revision}-", delete=False) as handle:
+            handle.write(header + text)
+            path = drafts[revision] = Path(handle.name)
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    try:
+        status = await asyncio.to_thread(subprocess.call, [*shlex.split(editor), str(path)])
+    except OSError as exc:
+        render.errors.print(f"error: cannot start the editor '{editor}': {exc.strerror}; set EDITOR", markup=False)
+        return
+    if status != 0:
+        render.errors.print(f"error: the editor exited with status {status}; the plan was not changed (your edit is kept in {path})", markup=False)
+        return
+    try:
+        draft = load_plan_file(path)
+        reason = draft.reason.strip() or "edited in the terminal"
+        outcome = await run.revise(ReviseInput(by=by, plan=draft, revision=revision, reason=reason))
+    except (PlanFileError, DecisionRefusedError) as exc:
+        render.errors.print(f"error: {exc}\nyour edit is kept in {path}; choose e to fix it", markup=False)
+        return
+    path.unlink(missing_ok=True)
+    drafts.pop(revision, None)
+    render.console.print(outcome.message)

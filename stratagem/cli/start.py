@@ -1,0 +1,168 @@
+"""`stratagem run`: a run's options from the configuration file and the command line, then
+starting the run (and the embedded server and background worker when this home has them) and
+following it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..client import Run, start_run
+from ..model_config import load_config, run_prices, with_defaults
+from ..models import load_model, split_model_string
+from ..plan import Author, AuthorKind, PlanDraft, StepKind
+from ..plan_files import load_plan_file
+from ..run import RunInput, RunOptions
+from ..server import is_local, owns_server
+from ..tools import ToolRegistry
+from ..usage import Budget
+from ..validation import validate_plan
+from ..worker import build_worker
+from . import render
+from .decisions import reviewer
+from .errors import CliError
+from .following import follow_attached
+from .session import background_worker, embedded, open_client, settings, workflow_host
+
+
+def _absolute(model: str | None) -> str | None:
+    """Scripted model files are read by the worker, which may run in another folder."""
+    if model and model.startswith("scripted:"):
+        return "scripted:" + str(Path(model.removeprefix("scripted:")).resolve())
+    return model
+
+
+def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | None:
+    """An example's scripted responses (models.yaml beside the plan), when no executor is named."""
+    if plan_file is None or draft is None or not any(s.kind is StepKind.llm for s in draft.steps):
+        return None
+    scripted = plan_file.resolve().with_name("models.yaml")
+    return f"scripted:{scripted}" if scripted.exists() else None
+
+
+def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDraft | None) -> RunOptions:
+    """The run's options: the configuration file, overridden by the command line."""
+    file = load_config(args.config)
+    values: dict[str, object] = {
+        "planner": args.planner or file.planner,
+        "executor": args.executor or file.executor,
+        "synthesizer": args.synthesizer or file.synthesizer,
+        "tiers": {**file.tiers, **_tiers(args.tier)},
+        "mode": args.mode,
+        "auto_approve": args.auto_approve,
+        "approvers": args.approvers or file.approvers,
+    }
+    if not values["executor"] and not values["planner"]:
+        values["executor"] = _default_executor(plan_file, draft)
+        if values["executor"]:
+            render.note(
+                f"note: no API key is used; llm steps answer from scripted responses in "
+                f"{str(values['executor']).removeprefix('scripted:')}",
+                json_mode=args.json,
+            )
+    values = with_defaults(values)
+    for key in ("planner", "executor", "synthesizer"):
+        values[key] = _absolute(values[key])  # type: ignore[arg-type]
+    values["tiers"] = {name: _absolute(model) for name, model in values["tiers"].items()}  # type: ignore[union-attr]
+    if args.mode == "joint":
+        if args.plan:
+            raise CliError("--mode joint takes a goal, not --plan")
+        if not values["executor"]:
+            raise CliError("--mode joint needs a model: --executor MODEL (or --planner MODEL)")
+        values["joint_tools"] = args.allow_tools
+    elif args.allow_tools:
+        raise CliError("--allow-tool is for --mode joint; in a plan, an llm step lists its tools")
+    overrides = {
+        "tokens": args.budget_tokens, "cost_usd": args.budget_cost,
+        "model_calls": args.budget_calls, "wall_clock_seconds": args.budget_seconds,
+    }
+    budget = Budget.model_validate({**file.budget.model_dump(), **{k: v for k, v in overrides.items() if v is not None}})
+    rounds = args.max_tool_rounds or file.max_tool_rounds
+    options = RunOptions(**values, budget=budget, **({"max_tool_rounds": rounds} if rounds else {}))
+    options.prices = run_prices(options.models, file.prices, need_all=budget.cost_usd is not None)
+    return options
+
+
+def _tiers(specs: list[str]) -> dict[str, str]:
+    tiers = {}
+    for spec in specs:
+        name, sep, model = spec.partition("=")
+        if not sep or not name.strip() or not model.strip():
+            raise CliError(f"--tier '{spec}' is not NAME=MODEL (for example fast=openai:gpt-4.1-nano)")
+        split_model_string(model.strip())
+        tiers[name.strip()] = model.strip()
+    return tiers
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    config = settings()
+    plan_file = Path(args.plan) if args.plan else None
+    if not args.tools and plan_file is not None and plan_file.resolve().with_name("tools.py").exists():
+        # A plan folder may carry its own tools (as the examples do): plan.yaml + tools.py.
+        args.tools = [str(plan_file.resolve().with_name("tools.py"))]
+        render.note(f"note: loading tools from {args.tools[0]}", json_mode=args.json)
+    registry = ToolRegistry.from_modules(args.tools)
+    draft = load_plan_file(plan_file) if plan_file else None
+    options = run_options(args, plan_file, draft)
+    if draft is not None:
+        validate_plan(draft, registry.catalog(), **options.plan_rules())
+    elif options.mode.value == "joint":
+        unknown = sorted(set(options.joint_tools or []) - set(registry.catalog().names))
+        if unknown:
+            raise CliError(f"--allow-tool names unknown tool(s): {', '.join(unknown)} (available: {', '.join(registry.catalog().names)})")
+    elif not options.planner:
+        raise CliError("a goal needs a planner model: --planner provider:name (for example scripted:planner.yaml)")
+    by = reviewer(args)
+    try:
+        run_input = RunInput(
+            goal=args.goal, plan=draft, author=Author(kind=AuthorKind.human, name=by) if draft else None, options=options
+        )
+    except ValidationError as exc:
+        raise CliError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+    if not (args.detach and not is_local(config.address)):
+        # The worker that will call the models runs with this environment (the background
+        # worker, or one hosted by this command): check now that each model loads (a script
+        # file exists, an API key is set), rather than mid-run.
+        for model in options.models:
+            load_model(model)
+    client = await open_client(config, start_server=True, json_mode=args.json)
+
+    if owns_server(embedded(config)):
+        # The embedded setup: one background worker serves every run, so runs go on after this
+        # command ends and decisions from other terminals take effect.
+        done = await asyncio.to_thread(background_worker(config).ensure, args.tools)
+        if done:
+            render.note(done, json_mode=args.json)
+        # The run keeps this folder's workspace, whichever folder the next run starts from.
+        run_input.options.workspace = str(config.workspace.resolve())
+        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+        if args.detach:
+            return detached(run, json_mode=args.json)
+        render.note(f"run {run.id} started", json_mode=args.json)
+        # Hosting the workflow here too keeps questions and decisions working if the
+        # background worker dies while we follow (steps then wait until it is back).
+        async with workflow_host(client, config.task_queue):
+            return await follow_attached(run, args, by)
+
+    if args.detach:
+        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+        render.note(f"(a worker must serve task queue {config.task_queue}: stratagem worker --tools ...)", json_mode=args.json)
+        return detached(run, json_mode=args.json)
+
+    # A server this command does not manage: host a worker here for as long as we follow the run.
+    async with build_worker(client, task_queue=config.task_queue, registry=registry, workspace=config.workspace):
+        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+        render.note(f"run {run.id} started", json_mode=args.json)
+        return await follow_attached(run, args, by)
+
+
+def detached(run: Run, *, json_mode: bool) -> int:
+    if json_mode:
+        render.emit_json({"run_id": run.id})
+    else:
+        render.console.print(run.id)
+        render.note(f"follow it with: stratagem wait {run.id}    (status: stratagem status {run.id})")
+    return 0
