@@ -7,15 +7,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
+from typing import overload
 
 from pydantic import ValidationError
 
 from ..client import Run, start_run
-from ..model_config import load_config, run_prices, with_defaults
+from ..model_config import load_config, run_prices
 from ..models import load_model, split_model_string
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import load_plan_file
-from ..run import RunInput, RunOptions
+from ..run import Mode, RunInput, RunOptions
 from ..server import is_local, owns_server
 from ..tools import ToolRegistry
 from ..usage import Budget
@@ -26,6 +27,14 @@ from .decisions import reviewer
 from .errors import CliError
 from .following import follow_attached
 from .session import background_worker, embedded, open_client, settings, workflow_host
+
+
+@overload
+def _absolute(model: str) -> str: ...
+
+
+@overload
+def _absolute(model: str | None) -> str | None: ...
 
 
 def _absolute(model: str | None) -> str | None:
@@ -46,33 +55,26 @@ def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | 
 def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDraft | None) -> RunOptions:
     """The run's options: the configuration file, overridden by the command line."""
     file = load_config(args.config)
-    values: dict[str, object] = {
-        "planner": args.planner or file.planner,
-        "executor": args.executor or file.executor,
-        "synthesizer": args.synthesizer or file.synthesizer,
-        "tiers": {**file.tiers, **_tiers(args.tier)},
-        "mode": args.mode,
-        "auto_approve": args.auto_approve,
-        "approvers": args.approvers or file.approvers,
-    }
-    if not values["executor"] and not values["planner"]:
-        values["executor"] = _default_executor(plan_file, draft)
-        if values["executor"]:
+    planner: str | None = args.planner or file.planner
+    executor: str | None = args.executor or file.executor
+    synthesizer: str | None = args.synthesizer or file.synthesizer
+    tiers = {**file.tiers, **_tiers(args.tier)}
+    mode = Mode(args.mode)
+    if not executor and not planner:
+        executor = _default_executor(plan_file, draft)
+        if executor:
             render.note(
-                f"note: no API key is used; llm steps answer from scripted responses in "
-                f"{str(values['executor']).removeprefix('scripted:')}",
+                f"note: no API key is used; llm steps answer from scripted responses in {executor.removeprefix('scripted:')}",
                 json_mode=args.json,
             )
-    values = with_defaults(values)
-    for key in ("planner", "executor", "synthesizer"):
-        values[key] = _absolute(values[key])  # type: ignore[arg-type]
-    values["tiers"] = {name: _absolute(model) for name, model in values["tiers"].items()}  # type: ignore[union-attr]
-    if args.mode == "joint":
+    # One model may play both roles (as model_config.with_defaults says): without an executor,
+    # the planner executes its own plan.
+    executor = executor or planner
+    if mode is Mode.joint:
         if args.plan:
             raise CliError("--mode joint takes a goal, not --plan")
-        if not values["executor"]:
+        if not executor:
             raise CliError("--mode joint needs a model: --executor MODEL (or --planner MODEL)")
-        values["joint_tools"] = args.allow_tools
     elif args.allow_tools:
         raise CliError("--allow-tool is for --mode joint; in a plan, an llm step lists its tools")
     overrides = {
@@ -80,14 +82,24 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
         "model_calls": args.budget_calls, "wall_clock_seconds": args.budget_seconds,
     }
     budget = Budget.model_validate({**file.budget.model_dump(), **{k: v for k, v in overrides.items() if v is not None}})
-    rounds = args.max_tool_rounds or file.max_tool_rounds
-    options = RunOptions(**values, budget=budget, **({"max_tool_rounds": rounds} if rounds else {}))
+    options = RunOptions(
+        planner=_absolute(planner),
+        executor=_absolute(executor),
+        synthesizer=_absolute(synthesizer),
+        tiers={name: _absolute(model) for name, model in tiers.items()},
+        mode=mode,
+        joint_tools=args.allow_tools if mode is Mode.joint else None,
+        auto_approve=args.auto_approve,
+        approvers=args.approvers or file.approvers,
+        budget=budget,
+        max_tool_rounds=args.max_tool_rounds or file.max_tool_rounds or RunOptions().max_tool_rounds,
+    )
     options.prices = run_prices(options.models, file.prices, need_all=budget.cost_usd is not None)
     return options
 
 
 def _tiers(specs: list[str]) -> dict[str, str]:
-    tiers = {}
+    tiers: dict[str, str] = {}
     for spec in specs:
         name, sep, model = spec.partition("=")
         if not sep or not name.strip() or not model.strip():
