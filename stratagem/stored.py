@@ -7,12 +7,12 @@ reads to a person. Pure, so workflow code may use it; reading and writing the da
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 MARKER = "$stored"
 
 
-def is_stored(value: Any) -> bool:
+def is_stored(value: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(value, dict) and isinstance(value.get(MARKER), str)
 
 

@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(handler=handler)
         if json:
-            p.add_argument("--json", action="store_true", help="machine-readable output (see the README)")
+            p.add_argument("--json", action="store_true", help="machine-readable output (docs/cli.md)")
         return p
 
     run = command("run", start.cmd_run, "start a run from a goal or a plan file, and follow it")

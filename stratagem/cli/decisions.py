@@ -111,7 +111,7 @@ async def cmd_budget(args: argparse.Namespace) -> int:
         limits = {_LIMIT_NAMES[k]: v for k, v in given.items() if v is not None}
         if not limits:
             raise CliError("give a limit to raise (--tokens, --cost, --calls, --seconds) or --stop")
-        decision = BudgetInput(by=by, reason=args.reason or "", **limits)
+        decision = BudgetInput.model_validate({"by": by, "reason": args.reason or "", **limits})
     return await _decide(args, "budget", decision)
 
 
@@ -120,7 +120,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     run, _ = await find_run(client, args.run_id)
     description = await run.handle.describe()
     if description.status != WorkflowExecutionStatus.RUNNING:
-        state = EXECUTION_STATUS.get(description.status, "finished")
+        state = EXECUTION_STATUS.get(description.status, "finished") if description.status else "finished"
         raise CliError(f"run {run.id} has already finished ({state}); there is nothing to cancel")
     await run.cancel()
     render.console.print(f"{run.id}: cancellation requested")

@@ -113,7 +113,7 @@ async def respond(
                 except CliError as exc:
                     render.errors.print(f"error: {exc}", markup=False)
                     return "retry"
-                await run.budget(BudgetInput(by=by, **limits))
+                await run.budget(BudgetInput.model_validate({"by": by, **limits}))
         else:
             if not reply:
                 return "later"

@@ -108,7 +108,7 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
             if step.tier:
                 does += f" · tier {step.tier}"
         risk = step.risk.value + (" · approval" if step.needs_step_approval else "")
-        row = [step.id, step.kind.value, does, ", ".join(step.depends_on) or "-", risk]
+        row: list[str | Text] = [step.id, step.kind.value, does, ", ".join(step.depends_on) or "-", risk]
         if ledger is not None:
             record = ledger.steps.get(step.id)
             status = record.status if record else StepStatus.pending
