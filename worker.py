@@ -15,7 +15,8 @@ import sys
 
 from stratagem.config import Settings
 from stratagem.errors import StratagemError
-from stratagem.worker import add_worker_arguments, check_worker_args, child_argv, describe_worker, run_processes, run_worker
+from stratagem.worker import run_worker
+from stratagem.worker_options import add_worker_arguments, check_worker_args, child_argv, describe_worker, run_processes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 from stratagem.config import Settings
 from stratagem.payloads import with_claim_checks
 from stratagem.store import FileStore
-from stratagem.worker import workflow_runner
+from stratagem.plugin import workflow_runner
 
 from .baseline import BARE_ACTIVITIES, BARE_WORKFLOWS
 

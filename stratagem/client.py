@@ -26,9 +26,8 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.service import RPCError, RPCStatusCode
 
 from . import handlers
-from .codec import data_converter
 from .config import Settings
-from .payloads import with_claim_checks
+from .plugin import StratagemPlugin
 from .signing import Signer
 from .store import OutputStore, default_store, load_value
 from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
@@ -70,12 +69,11 @@ async def connect(settings: Settings | None = None, *, runtime: Runtime | None =
     `stratagem.codec`). A malformed key raises ConfigError. `runtime` defaults to the SDK's;
     `quiet=True` uses `quiet_runtime()` (for command-line tools, where the core's warnings are noise)."""
     settings = settings or Settings.from_env()
-    converter = with_claim_checks(data_converter(settings))
+    plugin = StratagemPlugin.for_settings(settings)
     if runtime is None and quiet:
         runtime = quiet_runtime()
     return await Client.connect(
-        settings.address, namespace=settings.namespace, data_converter=converter, runtime=runtime,
-        **settings.connect_options(),
+        settings.address, namespace=settings.namespace, plugins=[plugin], runtime=runtime, **settings.connect_options()
     )
 
 

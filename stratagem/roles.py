@@ -16,7 +16,7 @@ Where a run's activities really go depends on the worker running its workflow (t
 worker that serves every role keeps them on the workflow's own queue (`QueueLayout.shared`), where
 Temporal hands each one straight back to the worker that scheduled it (eager dispatch); a worker
 serving only some roles sends each to its role's queue (`QueueLayout.split`), where the workers of
-that role pick it up. The workflow names the role queue; `stratagem.worker.SharedQueues` folds it
+that role pick it up. The workflow names the role queue; `stratagem.interceptors.SharedQueues` folds it
 back into the workflow's queue on shared workers.
 """
 

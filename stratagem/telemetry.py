@@ -155,16 +155,6 @@ def flush_telemetry(timeout_millis: int = 10_000) -> None:
         force_flush(timeout_millis)
 
 
-def worker_plugins() -> list[Any]:
-    """Temporal plugins a worker needs for tracing: none unless tracing is on (the plugin
-    refuses to run without a replay-safe provider)."""
-    if not tracing_enabled():
-        return []
-    from temporalio.contrib.opentelemetry import OpenTelemetryPlugin
-
-    return [OpenTelemetryPlugin()]
-
-
 # ---------------------------------------------------------------------- metrics
 
 

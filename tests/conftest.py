@@ -26,7 +26,7 @@ from temporalio.contrib.opentelemetry import create_tracer_provider
 
 from spans import CAPTURE
 from stratagem.binaries import temporal_cli, temporal_test_server
-from stratagem.telemetry import TELEMETRY_ENV, worker_plugins
+from stratagem.telemetry import TELEMETRY_ENV
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
 from stratagem.client import STATUS_KEY, Run, execution_histories, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
@@ -34,9 +34,9 @@ from stratagem.run import RunInput, RunOptions, RunStatus
 from stratagem.payloads import with_claim_checks
 from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
-from stratagem.signing import DecisionPolicy
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from stratagem.worker import STRICT_SANDBOX_ENV, VerifyDecisions, build_worker, workflow_runner
+from stratagem.plugin import STRICT_SANDBOX_ENV, StratagemPlugin
+from stratagem.worker import build_worker
 from temporalio.worker import Replayer
 from workflows import StratagemRun
 
@@ -221,12 +221,8 @@ class Harness:
         workflow task is outstanding, which would stall later tests. The replay catches any
         non-determinism in the workflow code on every scenario the tests exercise.
         """
-        replayer = Replayer(
-            workflows=[StratagemRun], data_converter=self.client.data_converter, workflow_runner=workflow_runner(),
-            plugins=worker_plugins(),
-            # As the worker checks decisions (stratagem.signing), so does its replay.
-            interceptors=[VerifyDecisions(DecisionPolicy.from_env())],
-        )
+        # Configured as the worker is (decision checks, tracing): stratagem.plugin.
+        replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(self.client.data_converter)])
         for run in self.runs:
             description = await run.handle.describe()
             if description.status == WorkflowExecutionStatus.RUNNING:

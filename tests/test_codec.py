@@ -45,7 +45,8 @@ from stratagem.errors import ConfigError, DecisionRefusedError
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, Phase, RejectInput, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
-from stratagem.worker import build_worker, workflow_runner
+from stratagem.plugin import StratagemPlugin
+from stratagem.worker import build_worker
 from workflows import StratagemRun
 
 from conftest import FIXTURE_TOOLS
@@ -283,7 +284,7 @@ def run_input(steps: list[dict[str, Any]], goal: str = GOAL, auto_approve: bool 
 
 
 async def replay(history: WorkflowHistory, client: Client) -> None:
-    replayer = Replayer(workflows=[StratagemRun], data_converter=client.data_converter, workflow_runner=workflow_runner())
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(client.data_converter)])
     await replayer.replay_workflow(history)
 
 

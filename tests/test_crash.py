@@ -35,7 +35,7 @@ from stratagem.client import Run, start_run
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import Phase, RunInput, RunOptions
-from stratagem.worker import workflow_runner
+from stratagem.plugin import StratagemPlugin
 from workflows import StratagemRun
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -301,7 +301,7 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
     )
 
     # The histories replay deterministically, crashes and all.
-    replayer = Replayer(workflows=[StratagemRun], data_converter=stratagem_data_converter, workflow_runner=workflow_runner())
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
     for run in runs:
         await replayer.replay_workflow(await run.handle.fetch_history())
 

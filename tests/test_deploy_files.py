@@ -556,7 +556,7 @@ def test_the_roles_profile_runs_each_role_once(services: dict[str, dict[str, Any
     import argparse
 
     from stratagem.roles import ALL_ROLES
-    from stratagem.worker import add_worker_arguments, roles_from
+    from stratagem.worker_options import add_worker_arguments, roles_from
 
     parser = argparse.ArgumentParser()
     add_worker_arguments(parser)

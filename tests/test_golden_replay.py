@@ -15,7 +15,7 @@ from stratagem.payloads import stratagem_data_converter
 from temporalio.worker import Replayer
 
 from golden_scenarios import SCENARIOS
-from stratagem.worker import workflow_runner
+from stratagem.plugin import StratagemPlugin
 from workflows import StratagemRun
 
 from capture_golden import GENERATION
@@ -41,6 +41,6 @@ def test_every_scenario_has_a_golden_history():
 async def test_golden_history_replays(path):
     data = json.loads(path.read_text())
     history = WorkflowHistory.from_json(data["workflow_id"], data["history"])
-    replayer = Replayer(workflows=[StratagemRun], data_converter=stratagem_data_converter, workflow_runner=workflow_runner())
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name} no longer replays: {result.replay_failure}"

@@ -24,7 +24,8 @@ from stratagem.roles import ALL_ROLES, QueueLayout, Role, role_queue
 from stratagem.run import Phase, RunInput, RunOptions
 from stratagem import activity_io
 from stratagem.tools import ToolRegistry
-from stratagem.worker import add_worker_arguments, build_worker, check_worker_args, child_argv
+from stratagem.worker import build_worker
+from stratagem.worker_options import add_worker_arguments, check_worker_args, child_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 

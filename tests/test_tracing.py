@@ -17,10 +17,10 @@ from plans import step
 from spans import CAPTURE, Trace
 from stratagem.client import execution_histories
 from stratagem.run import ApproveInput, Phase
-from stratagem.telemetry import worker_plugins
 from stratagem.tools import ToolRegistry
 from stratagem.usage import Price
-from stratagem.worker import build_worker, workflow_runner
+from stratagem.plugin import StratagemPlugin
+from stratagem.worker import build_worker
 from workflows import StratagemRun
 
 
@@ -159,10 +159,7 @@ async def test_a_worker_restart_exports_every_span_once(dev_env, tmp_path):
 
     # Replaying the finished history emits nothing at all.
     before = len(CAPTURE.spans)
-    replayer = Replayer(
-        workflows=[StratagemRun], data_converter=dev_env.client.data_converter, workflow_runner=workflow_runner(),
-        plugins=worker_plugins(),
-    )
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(dev_env.client.data_converter)])
     for history in await execution_histories(dev_env.client, run.id):
         await replayer.replay_workflow(history)
     assert len(CAPTURE.spans) == before

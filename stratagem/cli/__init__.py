@@ -17,7 +17,7 @@ from temporalio.service import RPCError
 from ..config import Settings
 from ..errors import StratagemError
 from ..telemetry import configure_tracing, flush_telemetry
-from ..worker import add_worker_arguments
+from ..worker_options import add_worker_arguments
 from . import decisions, following, inspection, listing, processes, render, start
 from .errors import USAGE
 from .session import connection_lost

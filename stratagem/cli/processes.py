@@ -11,7 +11,8 @@ import signal
 from ..config import stratagem_home
 from ..server import is_listening
 from ..tools import ToolRegistry
-from ..worker import check_worker_args, child_argv, describe_worker, run_processes, run_worker
+from ..worker import run_worker
+from ..worker_options import check_worker_args, child_argv, describe_worker, run_processes
 from . import render
 from .errors import CliError
 from .session import background_worker, embedded, settings

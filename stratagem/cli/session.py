@@ -8,12 +8,15 @@ import asyncio
 import os
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
+from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from activities import describe_tools_here
 from workflows import StratagemRun
 
 from ..client import Run, connect, get_run
@@ -21,9 +24,8 @@ from ..codec import codec_from
 from ..config import DEFAULT_ADDRESS, Settings, stratagem_home
 from ..run import WORKFLOW_NAME
 from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server
-from ..signing import DecisionPolicy
-from ..telemetry import worker_plugins
-from ..worker import HostOnly, VerifyDecisions, host_activities, workflow_runner
+from ..interceptors import HOST_UNAVAILABLE, HostOnly
+from ..plugin import worker_plugins
 from . import render
 from .errors import CliError
 
@@ -118,6 +120,20 @@ async def hosted_run(run_id: str) -> AsyncIterator[Run]:
         yield run
 
 
+def host_activities() -> list[Callable[..., Any]]:
+    """What a host registers so that replaying a history with local activities in it passes the
+    SDK's registration check; `HostOnly` keeps them from ever running. The catalogue's local
+    activity does run here: it answers that this process has no tools."""
+
+    def unavailable(name: str) -> Callable[..., Any]:
+        async def run(*_args: Any) -> None:
+            raise ApplicationError(f"this process only hosts the workflow; a Stratagem worker runs {name}")
+
+        return activity.defn(name=name)(run)
+
+    return [*(unavailable(name) for name in HOST_UNAVAILABLE), describe_tools_here(None)]
+
+
 @asynccontextmanager
 async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
     """A workflow-only worker for the length of a command.
@@ -134,12 +150,12 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
         workflows=[StratagemRun],
         activities=host_activities(),
         no_remote_activities=True,  # registered only to replay local ones: never take a real activity
-        interceptors=[HostOnly(), VerifyDecisions(DecisionPolicy.from_env())],
-        workflow_runner=workflow_runner(),
+        interceptors=[HostOnly()],
         max_cached_workflows=0,
-        # A decision taken here moves the run on in this process: its spans (the review's end,
-        # say) are exported from here, with the same ids the worker would give them.
-        plugins=worker_plugins(),
+        # Decisions are checked here as a worker checks them, and a decision taken here moves the
+        # run on in this process: its spans (the review's end, say) are exported from here, with
+        # the same ids the worker would give them (stratagem.plugin).
+        plugins=worker_plugins(client),
     )
     async with worker:
         yield
