@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any
 
 from stratagem.roles import ALL_ROLES, Role
 from stratagem.store import OutputStore

@@ -8,8 +8,9 @@ retry and a worker crash, as far as the last heartbeat that reached the server.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
-from typing import Any, Awaitable, TypeVar
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from temporalio import activity
 
@@ -69,5 +70,5 @@ def request_timeout(default: float) -> float:
     if not info.start_to_close_timeout:
         return default
     deadline = info.started_time + info.start_to_close_timeout
-    remaining = (deadline - datetime.now(timezone.utc)).total_seconds() - REQUEST_MARGIN_SECONDS
+    remaining = (deadline - datetime.now(UTC)).total_seconds() - REQUEST_MARGIN_SECONDS
     return max(1.0, min(default, remaining))

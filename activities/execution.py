@@ -17,11 +17,11 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from stratagem import activity_io
+from stratagem.config import WORKSPACE_ROOTS_ENV
+from stratagem.errors import ConfigError
 from stratagem.executor import Executor, ExecutorProgress
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
-from stratagem.config import WORKSPACE_ROOTS_ENV
-from stratagem.errors import ConfigError
 from stratagem.references import resolve
 from stratagem.store import OutputStore, default_store, externalize, hydrate, store_value
 from stratagem.telemetry import attempt_span

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 from temporalio import activity
@@ -12,8 +12,8 @@ from stratagem import activity_io
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.planner import Progress, plan_with_repairs
-from stratagem.telemetry import attempt_span
 from stratagem.store import OutputStore, default_store, hydrate
+from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolCatalog, ToolRegistry
 from stratagem.usage import CallUsage
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ def _meta(args: argparse.Namespace) -> dict[str, Any]:
 
     dirty = [line[3:] for line in _git("status", "--porcelain").splitlines() if not line[3:].startswith("bench/")]
     return {
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": args.quick,
         "measures": args.measures,
         "git_commit": _git("rev-parse", "HEAD"),

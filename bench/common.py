@@ -13,21 +13,21 @@ import os
 import statistics
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from stratagem.payloads import stratagem_data_converter
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from stratagem.binaries import temporal_cli
 from stratagem.client import Run, start_run
-from stratagem.payloads import with_claim_checks
+from stratagem.payloads import stratagem_data_converter, with_claim_checks
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RunInput, RunOptions, RunResult
 from stratagem.store import FileStore

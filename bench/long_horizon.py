@@ -19,8 +19,9 @@ import asyncio
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from stratagem.client import execution_histories
 

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from stratagem import activity_io
+from stratagem.catalog import ToolSpec
 from stratagem.executor import executor_messages
 from stratagem.models.base import Message, ToolCall
 from stratagem.plan import PlanDraft, Step, StepKind
@@ -49,7 +50,6 @@ from stratagem.references import resolve
 from stratagem.run import JOINT_STEP_ID
 from stratagem.store import is_stored, load_value
 from stratagem.tools import ToolContext, ToolRegistry
-from stratagem.catalog import ToolSpec
 from stratagem.usage import Price
 
 from . import tools as bench_tools

@@ -15,13 +15,12 @@ import sys
 from pathlib import Path
 
 from temporalio.client import Client
-from stratagem.payloads import stratagem_data_converter
 from temporalio.worker import Worker
 
 from stratagem.config import Settings
-from stratagem.payloads import with_claim_checks
-from stratagem.store import FileStore
+from stratagem.payloads import stratagem_data_converter, with_claim_checks
 from stratagem.plugin import workflow_runner
+from stratagem.store import FileStore
 
 from .baseline import BARE_ACTIVITIES, BARE_WORKFLOWS
 

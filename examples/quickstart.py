@@ -21,11 +21,11 @@ import os
 import sys
 import textwrap
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
-from stratagem.payloads import stratagem_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli
@@ -33,6 +33,7 @@ from stratagem.client import Run, start_run
 from stratagem.config import Settings
 from stratagem.errors import StratagemError
 from stratagem.ledger import LedgerEvent
+from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind
 from stratagem.plan_files import load_plan_file
 from stratagem.run import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RunInput, RunOptions

@@ -11,8 +11,18 @@ from .ledger import Ledger, StepStatus
 from .plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step, StepKind
 from .plan_files import load_plan_file
 from .run import (
-    AnswerInput, ApproveInput, BudgetInput, DecisionOutcome, Mode, Phase, RejectInput, ReviseInput, RunInput, RunOptions,
-    RunResult, RunStatus,
+    AnswerInput,
+    ApproveInput,
+    BudgetInput,
+    DecisionOutcome,
+    Mode,
+    Phase,
+    RejectInput,
+    ReviseInput,
+    RunInput,
+    RunOptions,
+    RunResult,
+    RunStatus,
 )
 from .tools import ToolContext, ToolRegistry, tool
 from .validation import validate_plan

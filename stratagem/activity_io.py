@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .catalog import ToolCatalog
 from .compact import CompactModel
 from .ledger import LedgerEvent, StepRecord, ToolCallRecord
 from .plan import PlanDraft, Step
-from .catalog import ToolCatalog
 from .usage import Allowance, CallUsage, Price, Usage
 
 DESCRIBE_TOOLS = "stratagem.describe_tools"

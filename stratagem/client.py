@@ -10,6 +10,8 @@ import weakref
 from datetime import timedelta
 from typing import Any
 
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -18,8 +20,6 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
@@ -27,12 +27,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from . import handlers
 from .config import Settings
-from .plugin import StratagemPlugin
-from .signing import Signer
-from .store import OutputStore, default_store, load_value
 from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .ledger import EventArchive, Ledger, LedgerEvent
 from .plan import Plan
+from .plugin import StratagemPlugin
 from .run import (
     AWAITING_APPROVAL,
     RUN_LEVEL,
@@ -51,6 +49,8 @@ from .run import (
     RunResult,
     RunStatus,
 )
+from .signing import Signer
+from .store import OutputStore, default_store, load_value
 
 
 @functools.cache

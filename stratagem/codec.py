@@ -37,7 +37,6 @@ from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
-from .payloads import stratagem_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverter,
@@ -48,6 +47,7 @@ from temporalio.converter import (
 
 from .config import Settings
 from .errors import ConfigError
+from .payloads import stratagem_data_converter
 
 KEY_ENV = "STRATAGEM_ENCRYPTION_KEY"
 OLD_KEYS_ENV = "STRATAGEM_ENCRYPTION_OLD_KEYS"

@@ -10,8 +10,8 @@ time comes in as `now` (workflow time, in the workflow), and what the run loop m
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Callable, Sequence
 
 from .errors import DecisionRefusedError
 from .ledger import Decision, DecisionAction, EventKind

@@ -6,7 +6,7 @@ in one chain must not hit Python's recursion limit.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
 def find_cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:

@@ -5,7 +5,8 @@ tools (HostOnly). Workflow-side code: deterministic, no I/O."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError

@@ -7,9 +7,10 @@ The ledger is part of the workflow's durable state, so it is written only by wor
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from enum import Enum
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from pydantic import BaseModel, Field
 

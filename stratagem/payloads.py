@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from pydantic_core import to_json
 from temporalio.api.common.v1 import Payload

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .compact import CompactModel
+
 # A year: longer limits are surely mistakes, and Python's dates overflow not far above.
 MAX_SECONDS = 366 * 24 * 3600
 # A plan is validated and scheduled inside workflow tasks, which Temporal expects to finish in

@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
+from .catalog import ToolCatalog
 from .errors import ModelOutputError
 from .ledger import StepRecord
 from .models.base import Message, Model, ModelRequest, Purpose, Usage
 from .plan import PlanDraft, plan_draft_json_schema
 from .plan_files import describe_draft_errors
 from .scheduling import reconcile
-from .catalog import ToolCatalog
 from .usage import CallUsage
 from .validation import plan_problems
 

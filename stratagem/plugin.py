@@ -17,7 +17,7 @@ from there. Which workflows and activities a worker registers depends on its rol
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from temporalio.client import Client
 from temporalio.converter import DataConverter

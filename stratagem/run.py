@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
+from .catalog import ToolCatalog
 from .compact import CompactModel
 from .ledger import EventArchive, Ledger, LedgerEvent
-from .signing import Verdict
 from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
-from .catalog import ToolCatalog
+from .signing import Verdict
 from .usage import Budget, Price, UsageTotals
 
 WORKFLOW_NAME = "StratagemRun"

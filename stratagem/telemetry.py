@@ -88,7 +88,9 @@ def _span_exporter(name: str, env: Mapping[str, str]) -> Any:
         return ConsoleSpanExporter()
     if _protocol("TRACES", env) == "grpc":
         try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # type: ignore[import-not-found]
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter,  # type: ignore[import-not-found]
+            )
         except ImportError:
             raise ConfigError(
                 "OTLP over grpc needs the package opentelemetry-exporter-otlp-proto-grpc; install it, "

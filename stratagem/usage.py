@@ -12,9 +12,8 @@ whether a dispatch may go ahead are plain functions here; the workflow applies t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Mapping
 
 from pydantic import BaseModel, Field
 

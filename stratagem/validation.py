@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from typing import Any, Collection
+from collections.abc import Collection
+from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from .catalog import ToolCatalog
 from .errors import PlanValidationError
 from .graph import ancestry, find_cycles
 from .plan import PlanDraft, Step, StepKind
 from .references import find_references, references_in
-from .catalog import ToolCatalog
 
 
 def plan_problems(

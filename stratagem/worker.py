@@ -8,9 +8,10 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.runtime import Runtime
@@ -166,9 +167,10 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return False
 
 
-async def run_worker(settings: Settings, options: WorkerOptions = WorkerOptions()) -> None:
+async def run_worker(settings: Settings, options: WorkerOptions | None = None) -> None:
     """Serve `options.roles` until SIGTERM or SIGINT, with traces and metrics where the OTEL_*
     environment asks."""
+    options = options or WorkerOptions()
     limit_malloc_arenas()
     tool_modules = options.tools
     registry = ToolRegistry.from_modules(list(tool_modules))

@@ -9,8 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from .errors import ConfigError
 from .roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue

@@ -22,13 +22,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from stratagem.payloads import stratagem_data_converter  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
-
 from conftest import harness_for  # noqa: E402
 from golden_scenarios import SCENARIOS  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
 from stratagem.binaries import temporal_test_server  # noqa: E402
 from stratagem.client import execution_histories  # noqa: E402
+from stratagem.payloads import stratagem_data_converter  # noqa: E402
 
 GOLDEN = HERE / "golden"
 # The generation today's code writes; name a new one when a change adds or alters commands.

@@ -5,39 +5,38 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import os
 import logging
+import os
 import tempfile
 import uuid
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
 import yaml
-from temporalio.client import WorkflowExecutionStatus
-from stratagem.payloads import stratagem_data_converter
-from temporalio.converter import DataConverter
-from temporalio.testing import WorkflowEnvironment
-
 from opentelemetry import trace
-from temporalio.contrib.opentelemetry import create_tracer_provider
-
 from spans import CAPTURE
-from stratagem.binaries import temporal_cli, temporal_test_server
-from stratagem.telemetry import TELEMETRY_ENV
-from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
-from stratagem.client import STATUS_KEY, Run, execution_histories, start_run
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import RunInput, RunOptions, RunStatus
-from stratagem.payloads import with_claim_checks
-from stratagem.store import FileStore
-from stratagem.tools import ToolRegistry
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.contrib.opentelemetry import create_tracer_provider
+from temporalio.converter import DataConverter
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from stratagem.plugin import STRICT_SANDBOX_ENV, StratagemPlugin
-from stratagem.worker import build_worker
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
+
+from stratagem.binaries import temporal_cli, temporal_test_server
+from stratagem.client import STATUS_KEY, Run, execution_histories, start_run
+from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
+from stratagem.payloads import stratagem_data_converter, with_claim_checks
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.plugin import STRICT_SANDBOX_ENV, StratagemPlugin
+from stratagem.run import RunInput, RunOptions, RunStatus
+from stratagem.store import FileStore
+from stratagem.telemetry import TELEMETRY_ENV
+from stratagem.tools import ToolRegistry
+from stratagem.worker import build_worker
 from workflows import StratagemRun
 
 FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))

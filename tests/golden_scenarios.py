@@ -7,10 +7,11 @@ code, so a change that would break runs already in flight fails CI. See RELIABIL
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from conftest import Harness
 from plans import GREETING, SIDE_EFFECT, awaiting, diamond, step
+
 from stratagem.plan import PlanDraft
 from stratagem.run import AnswerInput, ApproveInput, BudgetInput, DecisionKind, ReviseInput
 

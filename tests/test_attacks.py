@@ -9,15 +9,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import re
 import socket
 import uuid
-from pathlib import Path
 
 import pytest
+from conftest import STATUS_KEY, harness_for
+from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from conftest import STATUS_KEY, harness_for
 from stratagem.binaries import temporal_cli
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.run import ApproveInput, BudgetInput, DecisionKind, Phase, RejectInput
@@ -109,7 +108,7 @@ async def test_a_run_cannot_make_the_worker_read_a_file_of_its_choosing(harness,
     secret.write_text("root: $6$the-hash-of-a-password\nplanner: []\n")
     monkeypatch.setenv("STRATAGEM_SCRIPTED_DIRS", str(tmp_path / "scripts"))
     run = await harness.start(goal="g", planner=f"scripted:{secret}")
-    with pytest.raises(Exception):
+    with pytest.raises(WorkflowFailureError):
         await run.result()
     status = await run.status()
     assert "outside the folders scripted files are read from" in (status.reason or "")
@@ -197,7 +196,6 @@ async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
 
 
 async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
-    from temporalio.client import WorkflowFailureError
 
     from stratagem.ledger import Ledger
     from stratagem.plan import Author, AuthorKind, Plan, Step
@@ -244,10 +242,9 @@ async def test_a_tools_error_leaves_no_credential_in_history_ledger_or_log(harne
     reason = f"upstream said: key {LEAKS[0]} token {LEAKS[1]} Authorization: Bearer {LEAKS[2]}"
     plan = {"goal": "g", "steps": [{"id": "charge", "title": "Charge", "tool": "broken", "args": {"reason": reason}}]}
     run = await harness.start(plan, auto_approve=True, max_replans=0)
-    with pytest.raises(Exception):
+    with pytest.raises(WorkflowFailureError):
         await run.result()
     history = json.dumps((await run.handle.fetch_history()).to_json_dict())
-    ledger = (await run.ledger()).model_dump_json()
     # The plan's own arguments hold the text (a person wrote it into the plan); the failures must not.
     failures = json.dumps([e for e in json.loads(history)["events"] if "Failed" in e.get("eventType", "") or "FAILED" in e.get("eventType", "")])
     for leak in LEAKS:

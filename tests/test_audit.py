@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from plans import SIDE_EFFECT, step
+
 from stratagem.plan import PlanDraft
 from stratagem.run import ApproveInput, ReviseInput
 

@@ -3,8 +3,8 @@
 import asyncio
 import csv
 import io
-import os
 import json
+import os
 import socket
 import threading
 import time
@@ -597,7 +597,7 @@ def test_the_deadline_survives_the_switch_to_tls(tmp_path):
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
         .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))

@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from conftest import FIXTURE_TOOLS
+from plans import step
 from temporalio.api.enums.v1 import EventType
 
-from plans import step
 from stratagem import activity_io
 from stratagem.client import start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
@@ -18,7 +19,6 @@ from stratagem.roles import Role, role_queue
 from stratagem.run import Phase, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
-from conftest import FIXTURE_TOOLS
 
 PLAN = {"goal": "add twice", "steps": [step("a", "add", a=1, b=2), step("b", "add", ["a"], a=3, b=4)]}
 

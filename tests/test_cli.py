@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import yaml
-
 from plans import step
+
 from stratagem.client import get_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,9 +204,8 @@ class Terminal:
     """`stratagem` in a real pseudo-terminal, so it believes a person sits at it."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path):
-        import pty
-
         import fcntl
+        import pty
         import termios
 
         def controlling_terminal() -> None:
@@ -236,7 +235,7 @@ class Terminal:
                 raise AssertionError(f"never saw {text!r}; screen:\n{self.text}")
             try:
                 chunk = await asyncio.wait_for(asyncio.to_thread(os.read, self.master, 4096), 5)
-            except (OSError, asyncio.TimeoutError):
+            except (TimeoutError, OSError):
                 continue
             self.screen += chunk.decode(errors="replace")
 
@@ -430,6 +429,7 @@ async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activit
     import uuid
 
     from conftest import FIXTURE_TOOLS
+
     from stratagem.client import start_run
     from stratagem.plan import Author, AuthorKind, PlanDraft
     from stratagem.run import RunInput, RunOptions

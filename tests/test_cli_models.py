@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-import yaml
-
 import pytest
-
+import yaml
 from plans import step
+from test_cli import TOOLS, acli, one_line_error, write_plan
+
 from stratagem.cli.decisions import parse_limits
 from stratagem.cli.errors import CliError
-from test_cli import TOOLS, acli, one_line_error, write_plan
 
 KEYLESS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "STRATAGEM_CONFIG")
 

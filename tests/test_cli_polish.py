@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import yaml
+from test_cli import TOOLS, acli, cli, free_port_pair, one_line_error, wait_listening, write_plan
 
 from stratagem.server import is_listening
-from test_cli import TOOLS, acli, cli, free_port_pair, one_line_error, wait_listening, write_plan
 
 
 async def test_outputs_and_transcripts_read_as_text_and_json_stays_for_machines(cli_env, tmp_path):

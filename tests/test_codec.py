@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIXTURE_TOOLS
 from google.protobuf.message import Message
+from plans import step
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory, WorkflowUpdateFailedError
-from stratagem.payloads import stratagem_data_converter
 from temporalio.converter import DefaultFailureConverterWithEncodedAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -30,27 +31,25 @@ from temporalio.worker import Replayer
 from stratagem.client import connect, get_run, start_run
 from stratagem.codec import (
     ACCEPT_PLAIN_ENV,
-    REFUSED_ENCODING,
     ENCODING,
+    KEY_ENV,
     KEY_ID_METADATA,
+    REFUSED_ENCODING,
     EncryptionCodec,
     EncryptionKeyError,
-    KEY_ENV,
     codec_from,
     data_converter,
     key_id,
 )
 from stratagem.config import Settings
 from stratagem.errors import ConfigError, DecisionRefusedError
+from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.plugin import StratagemPlugin
 from stratagem.run import ApproveInput, Phase, RejectInput, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
-from stratagem.plugin import StratagemPlugin
 from stratagem.worker import build_worker
 from workflows import StratagemRun
-
-from conftest import FIXTURE_TOOLS
-from plans import step
 
 KEY_A = base64.b64encode(os.urandom(32)).decode()
 KEY_B = base64.b64encode(os.urandom(32)).decode()

@@ -3,15 +3,16 @@ payload back must give exactly the models that were written."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from plans import GREETING
+
 from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step
 from stratagem.run import DecisionKind, PendingDecision, Phase, RunOptions, RunState
 
-NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
 def round_trip(value, type_hint):

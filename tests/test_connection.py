@@ -18,10 +18,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from test_cli import acli
 
 from stratagem.config import Settings
 from stratagem.errors import ConfigError
-from test_cli import acli
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "tmprl-key-d41d8cd98f00b204e9800998ecf8427e"
@@ -76,7 +76,7 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _cert(name: str, key, issuer_name: str, issuer_key, *, ca: bool = False, san: bool = False) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))

@@ -27,15 +27,15 @@ from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import WorkflowFailureError
-from stratagem.payloads import stratagem_data_converter
 from temporalio.worker import Replayer
 from test_cli import cli, free_port_pair, one_line_error, wait_listening, write_plan
 
 from stratagem.client import Run, start_run
 from stratagem.ledger import EventKind, StepStatus
+from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import Phase, RunInput, RunOptions
 from stratagem.plugin import StratagemPlugin
+from stratagem.run import Phase, RunInput, RunOptions
 from workflows import StratagemRun
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,7 +215,7 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
                 await asyncio.sleep(0.5)
 
         async def chaos() -> None:
-            for moment, count in zip(moments, victims_per_moment):
+            for moment, count in zip(moments, victims_per_moment, strict=False):
                 await asyncio.sleep(max(0.0, began + moment - time.monotonic()))
                 for victim in rng.sample(workers.alive, min(count, len(workers.alive))):
                     workers.sigkill(victim)
@@ -239,7 +239,7 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
             unfinished = [(r.id, (await r.status()).model_dump(mode="json")) for r in runs if r.id not in finished]
             raise AssertionError(f"{why} runs still open 50 s after the last kill: {unfinished}; kills {kills}") from None
         elapsed = time.monotonic() - began
-        for run, result in zip(runs, results):
+        for run, result in zip(runs, results, strict=False):
             assert not isinstance(result, BaseException), f"{why} run {run.id} raised {result!r}; kills {kills}"
             assert result.status is Phase.succeeded, f"{why} run {run.id}: {result.status} {result.reason}; kills {kills}"
         ledgers = [await run.ledger() for run in runs]  # queried while healthy workers remain
@@ -253,7 +253,7 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
     killed = workers.killed_pids
     assert len(killed) >= KILL_MOMENTS, f"{why} {kills}"
 
-    for run, ledger, (_, expected) in zip(runs, ledgers, plans):
+    for run, ledger, (_, expected) in zip(runs, ledgers, plans, strict=False):
         execution_id = run.handle.first_execution_run_id
         assert execution_id, why
         # The ledger: every step succeeded once, with the output its inputs imply.

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from stratagem import decisions
+from stratagem.catalog import ToolCatalog, ToolSpec
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import DecisionAction, EventKind, Ledger, StepStatus
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step
-from stratagem.run import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, ReviseInput, RunOptions, RunState
-from stratagem.catalog import ToolCatalog, ToolSpec
+from stratagem.run import (
+    AnswerInput,
+    ApproveInput,
+    DecisionKind,
+    PendingDecision,
+    Phase,
+    RejectInput,
+    ReviseInput,
+    RunOptions,
+    RunState,
+)
 
-NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def draft(*steps: dict[str, Any]) -> PlanDraft:

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import Harness, cli_environment, harness_for
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from conftest import Harness, cli_environment, harness_for
+from stratagem.client import get_run
 from stratagem.errors import ToolError
 from stratagem.ledger import EventKind, StepStatus
-from stratagem.client import get_run
 from stratagem.plan import AuthorKind, PlanDraft, StepKind
 from stratagem.plan_files import load_plan_file
 from stratagem.run import AnswerInput, ApproveInput, DecisionKind, Phase, RunStatus

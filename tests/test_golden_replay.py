@@ -10,15 +10,14 @@ import json
 from pathlib import Path
 
 import pytest
+from capture_golden import GENERATION
+from golden_scenarios import SCENARIOS
 from temporalio.client import WorkflowHistory
-from stratagem.payloads import stratagem_data_converter
 from temporalio.worker import Replayer
 
-from golden_scenarios import SCENARIOS
+from stratagem.payloads import stratagem_data_converter
 from stratagem.plugin import StratagemPlugin
 from workflows import StratagemRun
-
-from capture_golden import GENERATION
 
 GOLDEN = Path(__file__).with_name("golden")
 FILES = sorted(GOLDEN.rglob("*.json"))

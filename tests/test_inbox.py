@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from temporalio.client import Client
-
 from plans import GREETING, step
+from temporalio.client import Client
+from test_cli import acli
+
 from stratagem.client import STATUS_KEY, has_status_attribute
 from stratagem.run import AnswerInput, ApproveInput, Phase, RejectInput
-from test_cli import acli
 
 
 async def status_attribute(run) -> str | None:
@@ -92,8 +92,8 @@ async def test_the_inbox_without_the_search_attribute_says_how_to_register_it(cl
     env, _ = cli_env
     namespace = "no-status-attribute"
     client: Client = dev_env.client
-    from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
     from google.protobuf.duration_pb2 import Duration
+    from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 
     try:
         await client.workflow_service.register_namespace(

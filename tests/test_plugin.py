@@ -8,11 +8,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURE_TOOLS
+from plans import awaiting
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from conftest import FIXTURE_TOOLS
-from plans import awaiting
 from stratagem.client import connect, start_run
 from stratagem.config import Settings
 from stratagem.errors import DecisionRefusedError

@@ -12,9 +12,10 @@ import graphlib
 import itertools
 import json
 import math
+from collections.abc import Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Coroutine
+from typing import Any
 
 import pytest
 import yaml
@@ -244,7 +245,7 @@ def test_missing_dependencies_and_stray_references_are_each_reported_naming_the_
     steps, expected, ids = case
     problems = plan_problems(draft_of(steps), CATALOG)
     assert len(problems) == len(expected), f"expected {expected}, got {problems}"
-    for actual, (kind, sid, detail) in zip(problems, expected):
+    for actual, (kind, sid, detail) in zip(problems, expected, strict=False):
         if kind == "missing_dep":
             assert with_optional_hint(actual, f"step '{sid}' depends on missing step '{detail}'", ids), actual
         elif kind == "missing_ref":
@@ -333,12 +334,12 @@ def test_each_step_with_an_unknown_tool_or_bad_arguments_gets_one_problem_and_go
     calls: list[tuple[dict[str, Any], str, str]], data: st.DataObject
 ) -> None:
     ids = data.draw(st.lists(IDS, min_size=len(calls), max_size=len(calls), unique=True))
-    steps = [{"id": sid, "title": sid, **call} for sid, (call, _, _) in zip(ids, calls)]
+    steps = [{"id": sid, "title": sid, **call} for sid, (call, _, _) in zip(ids, calls, strict=False)]
     problems = plan_problems(draft_of(steps), CATALOG)
 
-    bad = [(sid, defect, says) for sid, (_, defect, says) in zip(ids, calls) if defect != "none"]
+    bad = [(sid, defect, says) for sid, (_, defect, says) in zip(ids, calls, strict=False) if defect != "none"]
     assert len(problems) == len(bad), f"expected one problem for each of {bad}, got {problems}"
-    for actual, (sid, defect, says) in zip(problems, bad):
+    for actual, (sid, defect, says) in zip(problems, bad, strict=False):
         if defect in ("unknown_tool", "allows_unknown"):
             assert with_optional_hint(actual, f"step '{sid}' {says}", TOOL_NAMES, AVAILABLE), actual
         elif defect == "no_tool":

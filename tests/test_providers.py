@@ -10,8 +10,8 @@ import asyncio
 import json
 import socket
 import time
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
+from stratagem.catalog import ToolSpec
 from stratagem.errors import ModelConfigError
 from stratagem.models import (
     Message,
@@ -33,7 +34,6 @@ from stratagem.models import (
     load_model,
 )
 from stratagem.models._http import PLACEHOLDER_KEY, split_base_url
-from stratagem.catalog import ToolSpec
 
 KEY = "sk-test-0123456789abcdef"
 PLAN_SCHEMA = {
@@ -630,8 +630,8 @@ class Firehose:
     """Answers 200 with a JSON content type and then sends `chunk` bytes every `every` seconds."""
 
     def __init__(self, chunk: int, every: float) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
         import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         firehose = self
         self.sent = 0

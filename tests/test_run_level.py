@@ -9,10 +9,10 @@ import asyncio
 import json
 import uuid
 
+from plans import step
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
-from plans import step
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
 

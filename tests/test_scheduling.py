@@ -156,7 +156,7 @@ def test_changed_instructions_tool_kind_or_output_format_of_a_succeeded_step_are
     )
     result = reconcile(current, revised, records(a=S.succeeded, b=S.succeeded, c=S.succeeded, d=S.succeeded))
     assert len(result.problems) == 4
-    for sid, problem in zip("abcd", result.problems):
+    for sid, problem in zip("abcd", result.problems, strict=False):
         assert problem.startswith(f"step '{sid}' already succeeded")
         assert "a new id" in problem
 

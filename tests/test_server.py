@@ -15,19 +15,28 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-from temporalio.client import Client
-from stratagem.payloads import stratagem_data_converter
-from temporalio.service import RPCError, RPCStatusCode
-
 from plans import SIDE_EFFECT, awaiting, step
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
+from test_cli import free_port_pair
+
 from stratagem.client import connect, get_run, has_status_attribute, quiet_runtime, start_run
 from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
+from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, RejectInput, RunInput, RunOptions
-from stratagem.server import WORKER_ENV, BackgroundWorker, EmbeddedServer, code_fingerprint, is_listening, worker_settings_fingerprint, owns_server, split_address
-from test_cli import free_port_pair
+from stratagem.server import (
+    WORKER_ENV,
+    BackgroundWorker,
+    EmbeddedServer,
+    code_fingerprint,
+    is_listening,
+    owns_server,
+    split_address,
+    worker_settings_fingerprint,
+)
 
 # ---------------------------------------------------------------------------- addresses
 
@@ -489,14 +498,14 @@ async def test_the_memo_tells_how_a_run_ended(dev_harness):
     assert await _memo_phase(rejected) == "rejected"
 
     failed = await dev_harness.start({"goal": "fail", "steps": [step("b", "broken", reason="down")]}, auto_approve=True)
-    with pytest.raises(Exception):
+    with pytest.raises(WorkflowFailureError):
         await failed.result()
     assert await _memo_phase(failed) == "failed"
 
     cancelled = await dev_harness.start(SIDE_EFFECT)
     await dev_harness.wait_for(cancelled, awaiting)
     await cancelled.cancel()
-    with pytest.raises(Exception):
+    with pytest.raises(WorkflowFailureError):
         await cancelled.result()
     assert await _memo_phase(cancelled) == "cancelled"
     # The goal stays beside the phase.

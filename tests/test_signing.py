@@ -11,13 +11,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import harness_for
+
 from stratagem.binaries import temporal_cli
 from stratagem.client import Run
 from stratagem.errors import ConfigError, DecisionRefusedError
 from stratagem.ledger import EventKind
-from stratagem.run import AnswerInput, ApproveInput, RejectInput
+from stratagem.run import ApproveInput
 from stratagem.signing import DecisionPolicy, Signer
 
 ALICE = Signer.generate("alice")

@@ -16,10 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from plans import GREETING
 from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig
 
-from plans import GREETING
 from stratagem.client import start_run
 from stratagem.errors import ConfigError
 from stratagem.plan import Author, AuthorKind, PlanDraft

@@ -151,7 +151,7 @@ def test_missing_annotation_is_refused() -> None:
 
 
 def test_unresolvable_annotation_is_refused() -> None:
-    def broken(x: "NoSuchType") -> int:  # type: ignore[name-defined]  # noqa: F821
+    def broken(x: NoSuchType) -> int:  # type: ignore[name-defined]  # noqa: F821
         return 0
 
     with pytest.raises(ToolRegistrationError, match=r"^tool 'broken': cannot read its type hints \(.*NoSuchType"):

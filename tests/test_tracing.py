@@ -9,17 +9,17 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from opentelemetry.trace import StatusCode
-from temporalio.worker import Replayer
-
 from conftest import FIXTURE_TOOLS
+from opentelemetry.trace import StatusCode
 from plans import step
 from spans import CAPTURE, Trace
+from temporalio.worker import Replayer
+
 from stratagem.client import execution_histories
+from stratagem.plugin import StratagemPlugin
 from stratagem.run import ApproveInput, Phase
 from stratagem.tools import ToolRegistry
 from stratagem.usage import Price
-from stratagem.plugin import StratagemPlugin
 from stratagem.worker import build_worker
 from workflows import StratagemRun
 
@@ -120,6 +120,7 @@ async def test_a_worker_restart_exports_every_span_once(dev_env, tmp_path):
     finishes it. Spans the first worker ended are not exported again, and the spans the second
     one ends (the review, the run) keep the ids the first one gave them: one tree."""
     from conftest import Harness
+
     from stratagem.store import FileStore
 
     registry = ToolRegistry.from_modules([FIXTURE_TOOLS])

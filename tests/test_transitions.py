@@ -3,12 +3,12 @@ record says after each move, which events the ledger gets, and which failure a r
 
 from __future__ import annotations
 
+from test_decisions import NOW, make_state
+
 from stratagem import transitions
 from stratagem.ledger import EventKind, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.run import Budget, RunOptions, RunState
 from stratagem.usage import CallUsage
-
-from test_decisions import NOW, make_state
 
 
 def kinds(state: RunState) -> list[EventKind]:

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 from plans import GREETING, step
+
 from stratagem.client import start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, Phase, RunInput, RunOptions

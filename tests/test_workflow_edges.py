@@ -6,17 +6,16 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
-
 from conftest import payload_sizes
 from plans import awaiting, step
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+
 from stratagem.client import start_run
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import AnswerInput, ApproveInput, Phase, ReviseInput, RunInput, RunOptions
 from stratagem.store import is_stored, load_value
-
 
 
 async def ends_cancelled(run) -> None:

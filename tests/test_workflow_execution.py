@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from plans import GREETING, awaiting, diamond, step
 from temporalio.client import WorkflowFailureError
 
-from plans import GREETING, awaiting, diamond, step
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import AuthorKind
 from stratagem.run import AnswerInput, ApproveInput, Phase
-
 
 
 async def failure_of(run) -> str:
@@ -316,7 +315,7 @@ async def test_a_run_cannot_choose_a_workspace_the_worker_does_not_allow(harness
     monkeypatch.setenv("STRATAGEM_WORKSPACE_ROOTS", str(tmp_path / "allowed"))
     target = tmp_path / "elsewhere"
     run = await harness.start(write_plan("x.txt", "x"), workspace=str(target), auto_approve=True, max_replans=0)
-    with pytest.raises(Exception):
+    with pytest.raises(WorkflowFailureError):
         await run.result()
     error = (await run.ledger()).steps["w"].error or ""
     assert "does not allow" in error and "STRATAGEM_WORKSPACE_ROOTS" in error

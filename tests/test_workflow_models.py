@@ -7,8 +7,9 @@ through the real OpenAI and Anthropic SDK clients against local servers.
 from __future__ import annotations
 
 import pytest
-
 from plans import awaiting, step
+from temporalio.client import WorkflowFailureError
+
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus, ToolCallStatus
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
@@ -157,7 +158,7 @@ async def test_a_timed_out_step_still_counts_the_calls_it_paid_for(dev_harness):
     )
     plan = {"goal": "g", "steps": [llm("hang", tools=["slow"], timeout_seconds=2, max_attempts=1)]}
     run = await dev_harness.start(plan, auto_approve=True, executor=model)
-    with pytest.raises(Exception):
+    with pytest.raises(WorkflowFailureError):
         await run.result()
     ledger = await run.ledger()
     assert ledger.steps["hang"].status is StepStatus.failed and ledger.steps["hang"].error == "timed out: an attempt took longer than its time limit"
@@ -170,7 +171,7 @@ async def test_a_step_that_never_finishes_fails_with_its_usage_counted(harness):
     run = await harness.start(
         {"goal": "g", "steps": [llm("spin", tools=["record"])]}, auto_approve=True, executor=model, max_tool_rounds=3
     )
-    with pytest.raises(Exception):
+    with pytest.raises(WorkflowFailureError):
         await run.result()
     ledger = await run.ledger()
     record = ledger.steps["spin"]
@@ -254,7 +255,7 @@ async def test_the_budget_pauses_the_run_before_a_step_would_cross_the_line(harn
     assert [ledger.steps[s].status for s in "abcd"] == [StepStatus.succeeded] * 2 + [StepStatus.pending] * 2
     assert ledger.usage.tokens == 200
     spans = sorted((ledger.steps[s].started_at, ledger.steps[s].ended_at) for s in "ab")
-    assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:]))
+    assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:], strict=False))
 
     with pytest.raises(DecisionRefusedError, match="a tokens limit of 200 leaves no room: the run has used 200 already"):
         await run.budget(BudgetInput(by="bob", tokens=200))

@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from plans import GREETING, SIDE_EFFECT, awaiting, step
 from temporalio.api.enums.v1 import EventType
 
-from plans import GREETING, SIDE_EFFECT, awaiting, step
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.plan import AuthorKind, PlanDraft
 from stratagem.run import ApproveInput, Phase, RejectInput, ReviewTimeoutAction, ReviseInput
-
 
 
 async def refused(coro) -> str:

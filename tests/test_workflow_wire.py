@@ -7,13 +7,13 @@ import json
 import os
 
 import pytest
-from temporalio.client import WorkflowFailureError
-
 from plans import awaiting
+from temporalio.client import WorkflowFailureError
+from wire_servers import FakeAnthropic, FakeOpenAI, Reply
+
 from stratagem.ledger import EventKind, StepStatus, ToolCallStatus
 from stratagem.run import ApproveInput
 from stratagem.usage import Price
-from wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
 KEY = "sk-test-secret-0123456789abcdef"
 ANTHROPIC_KEY = "sk-ant-test-secret-0123456789"

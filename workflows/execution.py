@@ -9,20 +9,22 @@ and the ledger say as it moves is `stratagem.transitions`'. Workflow code: deter
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError as TemporalCancelledError
+from temporalio.exceptions import ActivityError
+from temporalio.exceptions import CancelledError as TemporalCancelledError
 
 with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io, decisions
     from stratagem.errors import ReferenceResolutionError
     from stratagem.ledger import EventKind, StepStatus, ToolCallRecord
+    from stratagem.plan import Step, StepKind
     from stratagem.references import references_in, resolve
     from stratagem.roles import Role
     from stratagem.run import ApproveInput, DecisionKind, Phase, RejectInput
-    from stratagem.plan import Step, StepKind
     from stratagem.scheduling import Frontier, all_succeeded
     from stratagem.stored import describe, is_stored
     from stratagem.usage import CallUsage, may_cross, price_for
@@ -330,7 +332,7 @@ class Execution(Planning, Continuation):
                 remaining = max(deadline - self._now(), timedelta(milliseconds=1))
             try:
                 await self._park(step.id, lambda: step.id in state.answers or self._stopping, remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 decisions.remove_pending(state, step.id)
                 self._step_failed(record, f"no answer within {step.timeout_seconds:g} seconds", attempts=1)
                 return

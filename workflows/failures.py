@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutError as TemporalTimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutType
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 _TIMEOUTS = {
     TimeoutType.START_TO_CLOSE: "timed out: an attempt took longer than its time limit",

@@ -9,7 +9,8 @@ constants in `stratagem.handlers`, shared with the client. Workflow code: determ
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -20,8 +21,19 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, Ledger, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan
     from stratagem.run import (
-        AnswerInput, ApproveInput, BudgetInput, DecisionOutcome, EventPage, EventsQuery, PendingDecision, Phase, RejectInput,
-        ReviseInput, RunState, RunStatus, StepCounts,
+        AnswerInput,
+        ApproveInput,
+        BudgetInput,
+        DecisionOutcome,
+        EventPage,
+        EventsQuery,
+        PendingDecision,
+        Phase,
+        RejectInput,
+        ReviseInput,
+        RunState,
+        RunStatus,
+        StepCounts,
     )
     from stratagem.scheduling import reconcile
 

@@ -10,9 +10,10 @@ they were.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey

@@ -14,17 +14,22 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io
+    from stratagem.catalog import ToolCatalog
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.roles import Role
     from stratagem.run import JOINT_STEP_ID, Phase
     from stratagem.scheduling import Reconciliation, reconcile
-    from stratagem.catalog import ToolCatalog
     from stratagem.usage import CallUsage, price_for
     from stratagem.validation import plan_problems
 
 from .activity_options import (
-    CATALOG_RETRY, CATALOG_TIMEOUT, LOCAL_CATALOG_RETRY, LOCAL_CATALOG_TIMEOUT, PLANNING_RETRY, PLANNING_TIMEOUT,
+    CATALOG_RETRY,
+    CATALOG_TIMEOUT,
+    LOCAL_CATALOG_RETRY,
+    LOCAL_CATALOG_TIMEOUT,
+    PLANNING_RETRY,
+    PLANNING_TIMEOUT,
 )
 from .budgets import Budgets
 from .failures import cause_detail, cause_message

@@ -23,7 +23,15 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.plan import Author, AuthorKind
     from stratagem.roles import Role
     from stratagem.run import (
-        RUN_LEVEL, WORKFLOW_NAME, ApproveInput, Mode, Phase, ReviewTimeoutAction, RunInput, RunResult, RunState,
+        RUN_LEVEL,
+        WORKFLOW_NAME,
+        ApproveInput,
+        Mode,
+        Phase,
+        ReviewTimeoutAction,
+        RunInput,
+        RunResult,
+        RunState,
     )
     from stratagem.scheduling import Reconciliation, sink_steps
     from stratagem.usage import price_for
@@ -186,7 +194,7 @@ class StratagemRun(Messages):
                     timeout=timedelta(seconds=timeout) if timeout else None,
                     timeout_summary="review timeout",
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if state.options.on_review_timeout is ReviewTimeoutAction.fail:
                     state.ledger.record(
                         EventKind.review_timed_out, self._now(), revision=revision, message=f"no decision within {timeout:g} s"

@@ -8,8 +8,9 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.service import RPCError

@@ -4,7 +4,8 @@ the approval inbox, every run waiting for a person, the longest waiting first.""
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
@@ -116,7 +117,7 @@ def _emit_rows(
     table = [[render.plain(str(cell)) for cell in cells(row)] for row in rows]
     widths = [max(render.cell_width(line[i]) for line in table) for i in range(len(table[0]) - 1)] if table else []
     for line in table:
-        padded = [cell + " " * (width - render.cell_width(cell)) for cell, width in zip(line, widths)]
+        padded = [cell + " " * (width - render.cell_width(cell)) for cell, width in zip(line, widths, strict=False)]
         render.console.print("  ".join([*padded, line[-1]]).rstrip(), markup=False)
     return 0
 

@@ -48,7 +48,7 @@ class Prompter:
         loop.add_reader(descriptor, on_readable)
         try:
             text = await asyncio.wait_for(ready, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         finally:
             loop.remove_reader(descriptor)

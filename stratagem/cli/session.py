@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
@@ -22,10 +23,10 @@ from workflows import StratagemRun
 from ..client import Run, connect, get_run
 from ..codec import codec_from
 from ..config import DEFAULT_ADDRESS, Settings, stratagem_home
-from ..run import WORKFLOW_NAME
-from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server
 from ..interceptors import HOST_UNAVAILABLE, HostOnly
 from ..plugin import worker_plugins
+from ..run import WORKFLOW_NAME
+from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server
 from . import render
 from .errors import CliError
 

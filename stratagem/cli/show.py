@@ -259,7 +259,7 @@ def shown(value: Any) -> str:
 def diff_lines(diff: dict[str, Any]) -> list[str]:
     """The diff for people: one line per revision, added, removed, and each changed field."""
     lines = []
-    for info, word in zip(diff["revisions"], ("from", "to")):
+    for info, word in zip(diff["revisions"], ("from", "to"), strict=False):
         reason = f": {info['reason']}" if info["reason"] else ""
         lines.append(f"{word} revision {info['revision']} by {info['author']}{reason}")
     if "goal" in diff:
@@ -294,7 +294,7 @@ def leaf_changes(before: Any, after: Any, path: str) -> list[str]:
         return changes
     if isinstance(before, list) and isinstance(after, list):
         if len(before) == len(after):
-            return [c for i, (a, b) in enumerate(zip(before, after)) if a != b for c in leaf_changes(a, b, f"{path}[{i}]")]
+            return [c for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b for c in leaf_changes(a, b, f"{path}[{i}]")]
         keys = [json.dumps(item, sort_keys=True, default=str) for item in before], [
             json.dumps(item, sort_keys=True, default=str) for item in after
         ]

@@ -172,7 +172,7 @@ def http_client(provider: Provider) -> Any:
 
 def _sdk_httpx(provider: Provider) -> ModuleType:
     base = importlib.import_module(f"{provider.sdk_name}._base_client")
-    return getattr(base, "httpx2", None) or getattr(base, "httpx")
+    return getattr(base, "httpx2", None) or base.httpx
 
 
 @functools.cache

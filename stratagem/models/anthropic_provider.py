@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._http import http_client, ANTHROPIC, Endpoint, client_for, reading, resolve_endpoint, send
+from ._http import ANTHROPIC, Endpoint, client_for, http_client, reading, resolve_endpoint, send
 from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
 DEFAULT_MAX_TOKENS = 4096

@@ -19,14 +19,15 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from ..catalog import ToolSpec
 from ..errors import ModelConfigError, StratagemError
 from ..telemetry import model_call_span, record_response
-from ..catalog import ToolSpec
 from ..usage import Usage
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._http import http_client, OPENAI, Endpoint, client_for, reading, resolve_endpoint, send
+from ._http import OPENAI, Endpoint, client_for, http_client, reading, resolve_endpoint, send
 from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
 

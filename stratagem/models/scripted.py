@@ -32,7 +32,6 @@ import yaml
 from ..errors import ModelConfigError, ModelOutputError
 from .base import ModelCallError, ModelRequest, ModelResponse, Purpose, ToolCall, Usage
 
-
 SCRIPTED_DIRS_ENV = "STRATAGEM_SCRIPTED_DIRS"
 
 

@@ -38,9 +38,8 @@ def code_fingerprint() -> str:
     modification times). worker.json keeps it, so a background worker left running by an older
     version, which would not serve what new runs ask of it (a new task queue, say), is replaced."""
     import activities
-    import workflows
-
     import stratagem
+    import workflows
 
     digest = hashlib.sha256()
     for package in (Path(stratagem.__file__).parent, Path(workflows.__file__).parent, Path(activities.__file__).parent):

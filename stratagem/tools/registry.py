@@ -14,16 +14,17 @@ import importlib.util
 import inspect
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from ..catalog import ToolCatalog, ToolSpec
 from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
 from ..telemetry import tool_call_span
-from ..catalog import ToolCatalog, ToolSpec
 
 _MARK = "__stratagem_tool__"
 

@@ -56,7 +56,7 @@ def append_csv_row(path: str, row: dict[str, str | int | float | bool | None], *
         header = next(csv.reader(io.StringIO(text)), None)
         if header is None:
             header = [_inert(name) for name in row]
-            row = dict(zip(header, row.values()))
+            row = dict(zip(header, row.values(), strict=False))
             addition = _csv_line(header) + _csv_line([_csv_cell(row[name]) for name in header])
         else:
             unknown = [name for name in row if name not in header]

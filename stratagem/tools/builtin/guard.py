@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 import httpcore
-import httpx
 import httpcore._backends.sync  # noqa: F401 - SyncStream, wrapped with a deadline
+import httpx
 
 from ...config import Settings
 from ...errors import ToolError
