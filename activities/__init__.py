@@ -28,8 +28,13 @@ def activities_by_role(
     return {
         # The workflow role keeps the run's own bookkeeping (archiving its events).
         Role.workflow: [
-            planning.describe_tools, planning.plan, planning.synthesize, execution.run_tool, execution.run_llm,
-            archive.archive_events, describe_tools_here(registry if Role.tools in roles else None),
+            planning.describe_tools,
+            planning.plan,
+            planning.synthesize,
+            execution.run_tool,
+            execution.run_llm,
+            archive.archive_events,
+            describe_tools_here(registry if Role.tools in roles else None),
         ],
         Role.planner: [planning.plan, planning.synthesize],
         Role.executor: [execution.run_llm],
@@ -38,5 +43,9 @@ def activities_by_role(
 
 
 __all__ = [
-    "ArchiveActivities", "ExecutionActivities", "PlanningActivities", "activities_by_role", "describe_tools_here",
+    "ArchiveActivities",
+    "ExecutionActivities",
+    "PlanningActivities",
+    "activities_by_role",
+    "describe_tools_here",
 ]

@@ -36,13 +36,20 @@ def _as_application_error(exc: BaseException, **progress: Any) -> ApplicationErr
     if isinstance(exc, ApplicationError):
         # Raised by a tool itself: keep its message, type, retry choice and details after ours.
         return ApplicationError(
-            redact(exc.message), details, *exc.details, type=exc.type, non_retryable=exc.non_retryable,
+            redact(exc.message),
+            details,
+            *exc.details,
+            type=exc.type,
+            non_retryable=exc.non_retryable,
             next_retry_delay=exc.next_retry_delay,
         )
     message = redact(str(exc) or type(exc).__name__)
     if isinstance(exc, ToolError):
         return ApplicationError(
-            message, details, type="ToolError" if exc.retryable else "NonRetryableToolError", non_retryable=not exc.retryable
+            message,
+            details,
+            type="ToolError" if exc.retryable else "NonRetryableToolError",
+            non_retryable=not exc.retryable,
         )
     if isinstance(exc, StratagemError):
         return ApplicationError(message, details, type=type(exc).__name__, non_retryable=True)

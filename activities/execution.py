@@ -32,7 +32,9 @@ from .errors import as_application_error
 
 
 class ExecutionActivities:
-    def __init__(self, registry: ToolRegistry, workspace: Path, store: OutputStore | None = None, heartbeat_every: float = 5.0):
+    def __init__(
+        self, registry: ToolRegistry, workspace: Path, store: OutputStore | None = None, heartbeat_every: float = 5.0
+    ):
         self._registry = registry
         self._workspace = workspace
         self._store = store or default_store()
@@ -119,17 +121,26 @@ class ExecutionActivities:
                 tool_calls=[t.model_dump(mode="json") for t in progress.tool_calls],
             )
         return activity_io.StepOutput(
-            output=output, attempt=info.attempt, model=request.model, calls=progress.calls,
-            tool_calls=progress.tool_calls, transcript=transcript,
+            output=output,
+            attempt=info.attempt,
+            model=request.model,
+            calls=progress.calls,
+            tool_calls=progress.tool_calls,
+            transcript=transcript,
         )
 
 
-def _attempt(run_id: str, step_id: str, revision: int, kind: str, model: str | None = None) -> tuple[str, dict[str, Any]]:
+def _attempt(
+    run_id: str, step_id: str, revision: int, kind: str, model: str | None = None
+) -> tuple[str, dict[str, Any]]:
     """The name and attributes of a step attempt's span."""
     attempt = activity.info().attempt
     attributes: dict[str, Any] = {
-        "stratagem.run_id": run_id, "stratagem.step.id": step_id, "stratagem.step.kind": kind,
-        "stratagem.revision": revision, "stratagem.attempt": attempt,
+        "stratagem.run_id": run_id,
+        "stratagem.step.id": step_id,
+        "stratagem.step.kind": kind,
+        "stratagem.revision": revision,
+        "stratagem.attempt": attempt,
     }
     if model:
         attributes["stratagem.model"] = model

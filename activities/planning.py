@@ -49,7 +49,10 @@ class PlanningActivities:
             progress = None
             if request.current is not None:
                 progress = Progress(
-                    plan=request.current, records=request.records, failure=request.failure or "", history=request.history
+                    plan=request.current,
+                    records=request.records,
+                    failure=request.failure or "",
+                    history=request.history,
                 )
             outcome = await checkpoint.run(
                 plan_with_repairs(
@@ -92,7 +95,10 @@ class PlanningActivities:
                 ModelRequest(
                     purpose=Purpose.synthesize,
                     messages=[
-                        Message(role="system", content="Summarise the outcome of a finished business process for the person who asked for it."),
+                        Message(
+                            role="system",
+                            content="Summarise the outcome of a finished business process for the person who asked for it.",
+                        ),
                         Message(role="user", content=f"Goal: {request.goal}\n\nResults of the final steps:\n{outputs}"),
                     ],
                     attempt=attempt,
@@ -102,7 +108,10 @@ class PlanningActivities:
         except Exception as exc:
             raise as_application_error(exc)  # its cause is a redacted copy (activities/errors.py)
         call = CallUsage(
-            model=request.model, input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens, attempt=attempt
+            model=request.model,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            attempt=attempt,
         )
         return activity_io.SynthesisOutput(text=response.text, usage=response.usage, model=response.model, calls=[call])
 

@@ -28,13 +28,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description="Stratagem's benchmark suite (see bench/README.md).")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="Stratagem's benchmark suite (see bench/README.md)."
+    )
     parser.add_argument("--quick", action="store_true", help="a fast smoke version (smaller sizes, fewer repetitions)")
     parser.add_argument("--only", metavar="NAME[,NAME]", help=f"run only these measures ({', '.join(MEASURES)})")
-    parser.add_argument("--json", metavar="PATH", default=str(REPO / "bench" / "results.json"), help="where to write the results (default: bench/results.json)")
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        default=str(REPO / "bench" / "results.json"),
+        help="where to write the results (default: bench/results.json)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (store, workspace, worker logs)")
     parser.add_argument(
-        "--check", action="store_true",
+        "--check",
+        action="store_true",
         help="exit 1 if a figure misses its goal by a wide margin (its guard: 1.5x the goal), as a regression guard",
     )
     args = parser.parse_args(argv)
@@ -100,8 +108,17 @@ def _table(results: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title="Stratagem benchmarks (ratio = Stratagem ÷ baseline)", show_lines=False)
-    for column, justify in (("measure", "left"), ("metric", "left"), ("stratagem", "right"), ("baseline", "right"),
-                            ("unit", "left"), ("ratio", "right"), ("target", "left"), ("ok", "center"), ("note", "left")):
+    for column, justify in (
+        ("measure", "left"),
+        ("metric", "left"),
+        ("stratagem", "right"),
+        ("baseline", "right"),
+        ("unit", "left"),
+        ("ratio", "right"),
+        ("target", "left"),
+        ("ok", "center"),
+        ("note", "left"),
+    ):
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for name, result in results.items():
         if "error" in result:
@@ -111,9 +128,15 @@ def _table(results: dict[str, Any]) -> None:
             ok = row.get("ok")
             mark = "" if ok is None else ("[green]✓[/green]" if ok else "[red]✗[/red]")
             table.add_row(
-                name if i == 0 else "", row["metric"], _fmt(row["stratagem"], row["unit"]), _fmt(row["baseline"], row["unit"]),
-                row["unit"], _fmt(row["ratio"]) + ("×" if row["ratio"] is not None else ""), row.get("target") or "",
-                mark, row.get("note", ""),
+                name if i == 0 else "",
+                row["metric"],
+                _fmt(row["stratagem"], row["unit"]),
+                _fmt(row["baseline"], row["unit"]),
+                row["unit"],
+                _fmt(row["ratio"]) + ("×" if row["ratio"] is not None else ""),
+                row.get("target") or "",
+                mark,
+                row.get("note", ""),
             )
         table.add_section()
     Console(width=200).print(table)
@@ -122,8 +145,12 @@ def _table(results: dict[str, Any]) -> None:
 async def _main(args: argparse.Namespace) -> dict[str, Any]:
     # A developer's shell must not change what the suite measures.
     for name in (
-        "STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT",
-        "STRATAGEM_CONFIG", "STRATAGEM_APPROVER_KEYS",
+        "STRATAGEM_ENCRYPTION_KEY",
+        "STRATAGEM_ENCRYPTION_OLD_KEYS",
+        "STRATAGEM_STORE",
+        "STRATAGEM_INLINE_LIMIT",
+        "STRATAGEM_CONFIG",
+        "STRATAGEM_APPROVER_KEYS",
     ):
         os.environ.pop(name, None)
     from .common import dev_server
@@ -178,14 +205,21 @@ def main(argv: list[str] | None = None) -> int:
 def _check(measures: dict[str, Any]) -> bool:
     """Print each figure outside its guard; True if there is none."""
     beyond = [
-        (name, row) for name, result in measures.items() for row in result.get("rows", [])
+        (name, row)
+        for name, result in measures.items()
+        for row in result.get("rows", [])
         if row.get("within_guard") is False
     ]
     missed = sum(1 for result in measures.values() for row in result.get("rows", []) if row.get("ok") is False)
     for name, row in beyond:
-        print(f"check: {name}: {row['metric'].strip()} is {_fmt(row['figure'])}, beyond its guard {_fmt(row['guard'])} "
-              f"(goal {row['target']})", file=sys.stderr)
-    print(f"check: {len(beyond)} figure(s) beyond their guard; {missed} goal(s) missed within the guard", file=sys.stderr)
+        print(
+            f"check: {name}: {row['metric'].strip()} is {_fmt(row['figure'])}, beyond its guard {_fmt(row['guard'])} "
+            f"(goal {row['target']})",
+            file=sys.stderr,
+        )
+    print(
+        f"check: {len(beyond)} figure(s) beyond their guard; {missed} goal(s) missed within the guard", file=sys.stderr
+    )
     return not beyond
 
 

@@ -32,7 +32,10 @@ SETTLE = 0.3  # seconds between "waiting" being visible and the decision, so not
 
 
 async def _stratagem(bench: Bench, tq: str) -> tuple[float, float]:
-    plan = {"goal": "approval latency", "steps": [{"id": "first", "title": "first", "tool": "stamp", "args": {"label": "first"}}]}
+    plan = {
+        "goal": "approval latency",
+        "steps": [{"id": "first", "title": "first", "tool": "stamp", "args": {"label": "first"}}],
+    }
     run = await bench.start(tq, plan)
     while (await run.status()).phase is not Phase.awaiting_approval:
         await asyncio.sleep(0.02)
@@ -46,7 +49,9 @@ async def _stratagem(bench: Bench, tq: str) -> tuple[float, float]:
 
 
 async def _bare(bench: Bench, tq: str, via_update: bool) -> tuple[float, float]:
-    handle = await bench.client.start_workflow("BareSignalled", id=f"bare-{uuid.uuid4().hex[:10]}", task_queue=tq, result_type=float)
+    handle = await bench.client.start_workflow(
+        "BareSignalled", id=f"bare-{uuid.uuid4().hex[:10]}", task_queue=tq, result_type=float
+    )
     while not await handle.query("ready", result_type=bool):
         await asyncio.sleep(0.02)
     await asyncio.sleep(SETTLE)
@@ -81,18 +86,51 @@ async def run(bench: Bench) -> dict[str, Any]:
         for name, s in samples.items()
     }
     for name, m in ms.items():
-        log(f"{name}: from return median {m['from_return_median']:.1f} ms (p95 {m['from_return_p95']:.1f}); "
-            f"from send median {m['from_send_median']:.1f} ms (p95 {m['from_send_p95']:.1f})")
+        log(
+            f"{name}: from return median {m['from_return_median']:.1f} ms (p95 {m['from_return_p95']:.1f}); "
+            f"from send median {m['from_send_median']:.1f} ms (p95 {m['from_send_p95']:.1f})"
+        )
     s, sig, upd = ms["stratagem"], ms["bare_signal"], ms["bare_update"]
     rows = [
-        Row(f"approve -> first step starts, from the call's return, median ({n} runs)", s["from_return_median"], sig["from_return_median"],
-            "ms", ratio(s["from_return_median"], sig["from_return_median"]), note="baseline: bare signal (returns before the workflow runs)"),
-        Row("  same, p95", s["from_return_p95"], sig["from_return_p95"], "ms", ratio(s["from_return_p95"], sig["from_return_p95"])),
-        Row("approve -> first step starts, from sending, median", s["from_send_median"], sig["from_send_median"], "ms",
-            ratio(s["from_send_median"], sig["from_send_median"]), note="baseline: bare signal"),
-        Row("  same, p95", s["from_send_p95"], sig["from_send_p95"], "ms", ratio(s["from_send_p95"], sig["from_send_p95"])),
-        Row("approve -> first step starts, from sending, median", s["from_send_median"], upd["from_send_median"], "ms",
-            ratio(s["from_send_median"], upd["from_send_median"]), Goal.at_most(1.3), note="baseline: bare update"),
+        Row(
+            f"approve -> first step starts, from the call's return, median ({n} runs)",
+            s["from_return_median"],
+            sig["from_return_median"],
+            "ms",
+            ratio(s["from_return_median"], sig["from_return_median"]),
+            note="baseline: bare signal (returns before the workflow runs)",
+        ),
+        Row(
+            "  same, p95",
+            s["from_return_p95"],
+            sig["from_return_p95"],
+            "ms",
+            ratio(s["from_return_p95"], sig["from_return_p95"]),
+        ),
+        Row(
+            "approve -> first step starts, from sending, median",
+            s["from_send_median"],
+            sig["from_send_median"],
+            "ms",
+            ratio(s["from_send_median"], sig["from_send_median"]),
+            note="baseline: bare signal",
+        ),
+        Row(
+            "  same, p95",
+            s["from_send_p95"],
+            sig["from_send_p95"],
+            "ms",
+            ratio(s["from_send_p95"], sig["from_send_p95"]),
+        ),
+        Row(
+            "approve -> first step starts, from sending, median",
+            s["from_send_median"],
+            upd["from_send_median"],
+            "ms",
+            ratio(s["from_send_median"], upd["from_send_median"]),
+            Goal.at_most(1.3),
+            note="baseline: bare update",
+        ),
     ]
     return {
         "rows": [r.as_dict() for r in rows],

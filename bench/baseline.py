@@ -132,8 +132,11 @@ class BareChains:
         if any(p < input.length for p in progress):
             workflow.continue_as_new(
                 ChainsInput(
-                    chains=input.chains, length=input.length, parallel=input.parallel,
-                    progress=progress, continued=input.continued + 1,
+                    chains=input.chains,
+                    length=input.length,
+                    parallel=input.parallel,
+                    progress=progress,
+                    continued=input.continued + 1,
                 )
             )
         return ChainsResult(steps=sum(progress), continued=input.continued)

@@ -173,8 +173,14 @@ class Bench:
         """Stratagem's workers, exactly as `stratagem.worker.build_worker` builds them, with the
         bare baselines registered beside the workflow role's."""
         return build_worker(
-            self.client, task_queue=task_queue, registry=registry or self.registry(), workspace=self.workspace,
-            store=self.store, extra_workflows=BARE_WORKFLOWS, extra_activities=BARE_ACTIVITIES, **worker_options,
+            self.client,
+            task_queue=task_queue,
+            registry=registry or self.registry(),
+            workspace=self.workspace,
+            store=self.store,
+            extra_workflows=BARE_WORKFLOWS,
+            extra_activities=BARE_ACTIVITIES,
+            **worker_options,
         )
 
     @asynccontextmanager
@@ -189,7 +195,9 @@ class Bench:
             yield client, task_queue
 
     @asynccontextmanager
-    async def worker(self, name: str, registry: ToolRegistry | None = None, **worker_options: Any) -> AsyncIterator[str]:
+    async def worker(
+        self, name: str, registry: ToolRegistry | None = None, **worker_options: Any
+    ) -> AsyncIterator[str]:
         """An in-process worker on a task queue of its own; yields the task queue."""
         task_queue = self.task_queue(name)
         async with self.make_worker(task_queue, registry, **worker_options):
@@ -197,7 +205,9 @@ class Bench:
 
     # ------------------------------------------------------------------ runs
 
-    async def start(self, task_queue: str, plan: dict[str, Any] | None = None, *, goal: str | None = None, **options: Any) -> Run:
+    async def start(
+        self, task_queue: str, plan: dict[str, Any] | None = None, *, goal: str | None = None, **options: Any
+    ) -> Run:
         draft = PlanDraft.model_validate(plan) if plan is not None else None
         run = RunInput(
             goal=goal,
@@ -218,7 +228,13 @@ class Bench:
         return elapsed, run, result
 
     async def run_bare(
-        self, task_queue: str, workflow_name: str, arg: Any = None, *, result_type: Any = None, client: Client | None = None
+        self,
+        task_queue: str,
+        workflow_name: str,
+        arg: Any = None,
+        *,
+        result_type: Any = None,
+        client: Client | None = None,
     ) -> tuple[float, Any, str]:
         """Start a bare workflow and wait for its result; the wall time covers both."""
         workflow_id = f"bare-{uuid.uuid4().hex[:10]}"
@@ -252,7 +268,9 @@ async def dev_server(root: Path, *, quick: bool) -> AsyncIterator[Bench]:
 # ---------------------------------------------------------------------------- plans
 
 
-def chain_plan(n: int, tool: str, args: dict[str, Any] | None = None, *, prefix: str = "s", goal: str = "a chain") -> dict[str, Any]:
+def chain_plan(
+    n: int, tool: str, args: dict[str, Any] | None = None, *, prefix: str = "s", goal: str = "a chain"
+) -> dict[str, Any]:
     steps = []
     for i in range(n):
         steps.append(

@@ -21,7 +21,9 @@ STEPS = 10
 
 async def _stratagem(bench: Bench, tq: str, runs: int) -> float:
     start = time.perf_counter()
-    handles = await asyncio.gather(*(bench.start(tq, chain_plan(STEPS, "noop"), auto_approve=True) for _ in range(runs)))
+    handles = await asyncio.gather(
+        *(bench.start(tq, chain_plan(STEPS, "noop"), auto_approve=True) for _ in range(runs))
+    )
     results = await asyncio.gather(*(h.result() for h in handles))
     elapsed = time.perf_counter() - start
     failed = [r for r in results if r.status.value != "succeeded"]
@@ -54,16 +56,32 @@ async def run(bench: Bench) -> dict[str, Any]:
             else:
                 b_times.append(await _bare(bench, tq, runs))
                 s_times.append(await _stratagem(bench, tq, runs))
-            log(f"rep {rep + 1}/{reps}: stratagem {runs * STEPS / s_times[-1]:.0f} steps/s, bare {runs * STEPS / b_times[-1]:.0f} steps/s")
+            log(
+                f"rep {rep + 1}/{reps}: stratagem {runs * STEPS / s_times[-1]:.0f} steps/s, bare {runs * STEPS / b_times[-1]:.0f} steps/s"
+            )
     steps = runs * STEPS
     s_rate, b_rate = steps / median(s_times), steps / median(b_times)
     rows = [
-        Row(f"{runs} runs x {STEPS} steps at once: throughput", s_rate, b_rate, "steps/s", ratio(s_rate, b_rate),
-            Goal.at_least(0.90), note="ratio < 1: Stratagem is slower"),
+        Row(
+            f"{runs} runs x {STEPS} steps at once: throughput",
+            s_rate,
+            b_rate,
+            "steps/s",
+            ratio(s_rate, b_rate),
+            Goal.at_least(0.90),
+            note="ratio < 1: Stratagem is slower",
+        ),
         Row("  wall time for all runs", median(s_times), median(b_times), "s", ratio(median(s_times), median(b_times))),
     ]
     return {
         "rows": [r.as_dict() for r in rows],
-        "details": {"runs": runs, "steps_per_run": STEPS, "reps": reps, "stratagem_wall_s": s_times, "bare_wall_s": b_times,
-                    "stratagem_steps_per_s": s_rate, "bare_steps_per_s": b_rate},
+        "details": {
+            "runs": runs,
+            "steps_per_run": STEPS,
+            "reps": reps,
+            "stratagem_wall_s": s_times,
+            "bare_wall_s": b_times,
+            "stratagem_steps_per_s": s_rate,
+            "bare_steps_per_s": b_rate,
+        },
     }

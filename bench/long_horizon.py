@@ -47,18 +47,27 @@ def plan_of(chains: int, length: int) -> dict[str, Any]:
     for c in range(chains):
         for i in range(length):
             steps.append(
-                {"id": f"c{c}_{i}", "title": f"chain {c} step {i}", "tool": "noop", "depends_on": [f"c{c}_{i - 1}"] if i else []}
+                {
+                    "id": f"c{c}_{i}",
+                    "title": f"chain {c} step {i}",
+                    "tool": "noop",
+                    "depends_on": [f"c{c}_{i - 1}"] if i else [],
+                }
             )
     return {"goal": f"long horizon: {chains} chains of {length} steps", "steps": steps}
 
 
 @asynccontextmanager
-async def worker_process(bench: Bench, name: str, command: list[str]) -> AsyncIterator[tuple[subprocess.Popen[bytes], str, dict[str, Any]]]:
+async def worker_process(
+    bench: Bench, name: str, command: list[str]
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], str, dict[str, Any]]]:
     """A worker process on a task queue of its own; samples its memory while it runs."""
     task_queue = bench.task_queue(name)
     log_path = bench.root / f"{name}-worker.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen(command, cwd=REPO_DIR, env=worker_env(bench, task_queue), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            command, cwd=REPO_DIR, env=worker_env(bench, task_queue), stdout=out, stderr=subprocess.STDOUT
+        )
     memory: dict[str, Any] = {"samples_kib": []}
 
     async def sample() -> None:
@@ -99,14 +108,20 @@ async def run(bench: Bench) -> dict[str, Any]:
     plan = plan_of(chains, length)
 
     log(f"stratagem: {total:,} steps ({chains} chains x {length}), max_parallel {PARALLEL}, worker process worker.py")
-    async with worker_process(bench, "long-stratagem", [sys.executable, "worker.py", "--tools", "bench/tools.py"]) as (_, tq, s_mem):
+    async with worker_process(bench, "long-stratagem", [sys.executable, "worker.py", "--tools", "bench/tools.py"]) as (
+        _,
+        tq,
+        s_mem,
+    ):
         s_wall, run_handle, _ = await bench.run_plan(tq, plan, auto_approve=True, max_parallel=PARALLEL)
         status = await run_handle.status()
     s_events = _events(await execution_histories(bench.client, run_handle.id))
     if status.steps.succeeded != total:
         raise RuntimeError(f"only {status.steps.succeeded} of {total} steps succeeded")
-    log(f"stratagem: {s_wall:.1f} s, {status.continued} continue-as-new, events per execution {s_events}, "
-        f"peak RSS {s_mem['peak_kib'] / 1024:.0f} MiB (idle {s_mem['idle_rss_kib'] / 1024:.0f} MiB)")
+    log(
+        f"stratagem: {s_wall:.1f} s, {status.continued} continue-as-new, events per execution {s_events}, "
+        f"peak RSS {s_mem['peak_kib'] / 1024:.0f} MiB (idle {s_mem['idle_rss_kib'] / 1024:.0f} MiB)"
+    )
 
     log("bare: the same chains in BareChains, worker process bench.worker_proc")
     async with worker_process(bench, "long-bare", [sys.executable, "-m", "bench.worker_proc"]) as (_, tq, b_mem):
@@ -114,18 +129,45 @@ async def run(bench: Bench) -> dict[str, Any]:
             tq, "BareChains", ChainsInput(chains=chains, length=length, parallel=PARALLEL), result_type=ChainsResult
         )
     b_events = _events(await execution_histories(bench.client, workflow_id))
-    log(f"bare: {b_wall:.1f} s, {b_result.continued} continue-as-new, events per execution {b_events}, "
-        f"peak RSS {b_mem['peak_kib'] / 1024:.0f} MiB (idle {b_mem['idle_rss_kib'] / 1024:.0f} MiB)")
+    log(
+        f"bare: {b_wall:.1f} s, {b_result.continued} continue-as-new, events per execution {b_events}, "
+        f"peak RSS {b_mem['peak_kib'] / 1024:.0f} MiB (idle {b_mem['idle_rss_kib'] / 1024:.0f} MiB)"
+    )
 
     s_peak, b_peak = s_mem["peak_kib"] / 1024, b_mem["peak_kib"] / 1024
     rows = [
-        Row(f"{total:,} steps ({chains}x{length} chains, {PARALLEL} in flight): wall time", s_wall, b_wall, "s", ratio(s_wall, b_wall),
-            Goal.at_most(1.20)),
+        Row(
+            f"{total:,} steps ({chains}x{length} chains, {PARALLEL} in flight): wall time",
+            s_wall,
+            b_wall,
+            "s",
+            ratio(s_wall, b_wall),
+            Goal.at_most(1.20),
+        ),
         Row("  ms per step", 1000 * s_wall / total, 1000 * b_wall / total, "ms/step", ratio(s_wall, b_wall)),
-        Row("  continue-as-new cycles", status.continued, b_result.continued, "", ratio(status.continued, b_result.continued)),
-        Row("  most history events in one execution", max(s_events), max(b_events), "events", ratio(max(s_events), max(b_events))),
-        Row("  peak worker memory (VmHWM)", s_peak, b_peak, "MiB", ratio(s_peak, b_peak), Goal.at_most(1.5),
-            note=f"idle {s_mem['idle_rss_kib'] / 1024:.0f} vs {b_mem['idle_rss_kib'] / 1024:.0f} MiB"),
+        Row(
+            "  continue-as-new cycles",
+            status.continued,
+            b_result.continued,
+            "",
+            ratio(status.continued, b_result.continued),
+        ),
+        Row(
+            "  most history events in one execution",
+            max(s_events),
+            max(b_events),
+            "events",
+            ratio(max(s_events), max(b_events)),
+        ),
+        Row(
+            "  peak worker memory (VmHWM)",
+            s_peak,
+            b_peak,
+            "MiB",
+            ratio(s_peak, b_peak),
+            Goal.at_most(1.5),
+            note=f"idle {s_mem['idle_rss_kib'] / 1024:.0f} vs {b_mem['idle_rss_kib'] / 1024:.0f} MiB",
+        ),
     ]
     return {
         "rows": [r.as_dict() for r in rows],

@@ -114,30 +114,66 @@ customers; together they account for a large share of revenue, a concentration r
 and review the freight-out contract, the largest variable cost after goods."""
 
 TRIAGE = [
-    {"ticket_id": "T-4811", "team": "billing-ops", "priority": "P1", "reason": "duplicate charge, refund needed before month close"},
+    {
+        "ticket_id": "T-4811",
+        "team": "billing-ops",
+        "priority": "P1",
+        "reason": "duplicate charge, refund needed before month close",
+    },
     {"ticket_id": "T-4812", "team": "finance", "priority": "P3", "reason": "VAT number change for future invoices"},
-    {"ticket_id": "T-4813", "team": "portal-engineering", "priority": "P2", "reason": "invoice download fails with error 500 for all invoices"},
-    {"ticket_id": "T-4814", "team": "account-management", "priority": "P3", "reason": "cancellation at end of term, written confirmation"},
-    {"ticket_id": "T-4815", "team": "billing-ops", "priority": "P2", "reason": "retry a failed payment to avoid suspension"},
-    {"ticket_id": "T-4816", "team": "account-management", "priority": "P4", "reason": "volume discount question for 40 more seats"},
+    {
+        "ticket_id": "T-4813",
+        "team": "portal-engineering",
+        "priority": "P2",
+        "reason": "invoice download fails with error 500 for all invoices",
+    },
+    {
+        "ticket_id": "T-4814",
+        "team": "account-management",
+        "priority": "P3",
+        "reason": "cancellation at end of term, written confirmation",
+    },
+    {
+        "ticket_id": "T-4815",
+        "team": "billing-ops",
+        "priority": "P2",
+        "reason": "retry a failed payment to avoid suspension",
+    },
+    {
+        "ticket_id": "T-4816",
+        "team": "account-management",
+        "priority": "P4",
+        "reason": "volume discount question for 40 more seats",
+    },
 ]
 TRIAGE_SUMMARY = "Billing queue triaged: 6 tickets routed. P1: T-4811 (duplicate charge) to billing-ops. P2: T-4813 (portal invoice download error) to portal-engineering, T-4815 (failed payment retry) to billing-ops. P3: T-4812 (VAT change) to finance, T-4814 (cancellation) to account-management. P4: T-4816 (volume discount) to account-management."
 
 
 def _route_calls() -> list[dict[str, Any]]:
     return [
-        {"tool": "route_ticket", "args": {"ticket_id": t["ticket_id"], "team": t["team"], "priority": t["priority"], "note": t["reason"]}}
+        {
+            "tool": "route_ticket",
+            "args": {"ticket_id": t["ticket_id"], "team": t["team"], "priority": t["priority"], "note": t["reason"]},
+        }
         for t in TRIAGE
     ]
 
 
 def tasks(registry: ToolRegistry) -> list[Task]:
-    vendor = {"name": "Nordwind Logistics GmbH", "country": "DE", "vat": "DE811907980", "iban": "DE89370400440532013000"}
+    vendor = {
+        "name": "Nordwind Logistics GmbH",
+        "country": "DE",
+        "vat": "DE811907980",
+        "iban": "DE89370400440532013000",
+    }
     memo_path = "vendors/nordwind-logistics/due-diligence.md"
     kpis = bench_tools.compute_kpis(bench_tools.fetch_sales("2025-10"), bench_tools.fetch_costs("2025-10"))
     commentary = COMMENTARY_TEMPLATE.format(
-        **kpis, top1=kpis["top_products"][0]["product"], top2=kpis["top_products"][1]["product"],
-        cust1=kpis["top_customers"][0]["customer"], cust2=kpis["top_customers"][1]["customer"],
+        **kpis,
+        top1=kpis["top_products"][0]["product"],
+        top2=kpis["top_products"][1]["product"],
+        cust1=kpis["top_customers"][0]["customer"],
+        cust2=kpis["top_customers"][1]["customer"],
     )
     report_path = "reports/kpi-2025-10.md"
     return [
@@ -153,33 +189,69 @@ def tasks(registry: ToolRegistry) -> list[Task]:
                 "goal": f"Due diligence on {vendor['name']} before onboarding",
                 "reason": "The four checks are independent and run in parallel; the memo needs all of them; saving needs the memo.",
                 "steps": [
-                    {"id": "register", "title": "Look the company up in the business register", "kind": "tool", "tool": "lookup_company",
-                     "args": {"name": vendor["name"], "country": "DE"}},
-                    {"id": "sanctions", "title": "Screen against sanctions lists", "kind": "tool", "tool": "screen_sanctions",
-                     "args": {"name": vendor["name"], "country": "DE"}},
-                    {"id": "vat", "title": "Validate the VAT number", "kind": "tool", "tool": "validate_vat", "args": {"vat_id": vendor["vat"]}},
-                    {"id": "bank", "title": "Verify the bank account holder", "kind": "tool", "tool": "verify_iban",
-                     "args": {"iban": vendor["iban"], "account_holder": vendor["name"]}},
-                    {"id": "memo", "title": "Write the due-diligence memo", "kind": "llm", "depends_on": ["register", "sanctions", "vat", "bank"],
-                     "instructions": "Write a due-diligence memo for procurement in Markdown: one short paragraph per check "
-                                     "(register, sanctions, VAT, bank account) stating what was found, then a recommendation "
-                                     "(approve, approve with conditions, or reject) with its reasons.",
-                     "success_criteria": ["Covers all four checks", "Ends with a clear recommendation"]},
-                    {"id": "save", "title": "Save the memo", "kind": "tool", "tool": "write_file", "depends_on": ["memo"],
-                     "args": {"path": memo_path, "content": "${memo}"}},
+                    {
+                        "id": "register",
+                        "title": "Look the company up in the business register",
+                        "kind": "tool",
+                        "tool": "lookup_company",
+                        "args": {"name": vendor["name"], "country": "DE"},
+                    },
+                    {
+                        "id": "sanctions",
+                        "title": "Screen against sanctions lists",
+                        "kind": "tool",
+                        "tool": "screen_sanctions",
+                        "args": {"name": vendor["name"], "country": "DE"},
+                    },
+                    {
+                        "id": "vat",
+                        "title": "Validate the VAT number",
+                        "kind": "tool",
+                        "tool": "validate_vat",
+                        "args": {"vat_id": vendor["vat"]},
+                    },
+                    {
+                        "id": "bank",
+                        "title": "Verify the bank account holder",
+                        "kind": "tool",
+                        "tool": "verify_iban",
+                        "args": {"iban": vendor["iban"], "account_holder": vendor["name"]},
+                    },
+                    {
+                        "id": "memo",
+                        "title": "Write the due-diligence memo",
+                        "kind": "llm",
+                        "depends_on": ["register", "sanctions", "vat", "bank"],
+                        "instructions": "Write a due-diligence memo for procurement in Markdown: one short paragraph per check "
+                        "(register, sanctions, VAT, bank account) stating what was found, then a recommendation "
+                        "(approve, approve with conditions, or reject) with its reasons.",
+                        "success_criteria": ["Covers all four checks", "Ends with a clear recommendation"],
+                    },
+                    {
+                        "id": "save",
+                        "title": "Save the memo",
+                        "kind": "tool",
+                        "tool": "write_file",
+                        "depends_on": ["memo"],
+                        "args": {"path": memo_path, "content": "${memo}"},
+                    },
                 ],
             },
             executor_turns={"memo": [{"text": MEMO}]},
             joint_turns=[
-                {"calls": [
-                    {"tool": "lookup_company", "args": {"name": vendor["name"], "country": "DE"}},
-                    {"tool": "screen_sanctions", "args": {"name": vendor["name"], "country": "DE"}},
-                    {"tool": "validate_vat", "args": {"vat_id": vendor["vat"]}},
-                    {"tool": "verify_iban", "args": {"iban": vendor["iban"], "account_holder": vendor["name"]}},
-                ]},
+                {
+                    "calls": [
+                        {"tool": "lookup_company", "args": {"name": vendor["name"], "country": "DE"}},
+                        {"tool": "screen_sanctions", "args": {"name": vendor["name"], "country": "DE"}},
+                        {"tool": "validate_vat", "args": {"vat_id": vendor["vat"]}},
+                        {"tool": "verify_iban", "args": {"iban": vendor["iban"], "account_holder": vendor["name"]}},
+                    ]
+                },
                 {"calls": [{"tool": "write_file", "args": {"path": memo_path, "content": MEMO}}]},
-                {"text": f"Due diligence on {vendor['name']} is complete: register, sanctions, VAT and bank checks are clean. "
-                         f"Recommendation: approve. The memo is saved to {memo_path}."},
+                {
+                    "text": f"Due diligence on {vendor['name']} is complete: register, sanctions, VAT and bank checks are clean. "
+                    f"Recommendation: approve. The memo is saved to {memo_path}."
+                },
             ],
         ),
         Task(
@@ -193,31 +265,73 @@ def tasks(registry: ToolRegistry) -> list[Task]:
                 "goal": "October 2025 sales KPI report",
                 "reason": "Sales and costs are fetched in parallel; the KPIs are computed by a tool from both; a model writes the commentary; the report is saved.",
                 "steps": [
-                    {"id": "sales", "title": "Fetch October sales lines", "kind": "tool", "tool": "fetch_sales", "args": {"month": "2025-10"}},
-                    {"id": "costs", "title": "Fetch October cost ledger", "kind": "tool", "tool": "fetch_costs", "args": {"month": "2025-10"}},
-                    {"id": "kpis", "title": "Compute the KPIs", "kind": "tool", "tool": "compute_kpis", "depends_on": ["sales", "costs"],
-                     "args": {"sales": "${sales}", "costs": "${costs}"}},
-                    {"id": "commentary", "title": "Write the KPI report with commentary", "kind": "llm", "depends_on": ["kpis"],
-                     "instructions": "Write October's KPI report in Markdown: a table of the main KPIs, then a management commentary "
-                                     "of 150 to 250 words on revenue, margin, operating result, top products and customers, and "
-                                     "one recommendation.",
-                     "success_criteria": ["Numbers match the KPIs", "One concrete recommendation"]},
-                    {"id": "save", "title": "Save the report", "kind": "tool", "tool": "write_file", "depends_on": ["commentary"],
-                     "args": {"path": report_path, "content": "${commentary}"}},
+                    {
+                        "id": "sales",
+                        "title": "Fetch October sales lines",
+                        "kind": "tool",
+                        "tool": "fetch_sales",
+                        "args": {"month": "2025-10"},
+                    },
+                    {
+                        "id": "costs",
+                        "title": "Fetch October cost ledger",
+                        "kind": "tool",
+                        "tool": "fetch_costs",
+                        "args": {"month": "2025-10"},
+                    },
+                    {
+                        "id": "kpis",
+                        "title": "Compute the KPIs",
+                        "kind": "tool",
+                        "tool": "compute_kpis",
+                        "depends_on": ["sales", "costs"],
+                        "args": {"sales": "${sales}", "costs": "${costs}"},
+                    },
+                    {
+                        "id": "commentary",
+                        "title": "Write the KPI report with commentary",
+                        "kind": "llm",
+                        "depends_on": ["kpis"],
+                        "instructions": "Write October's KPI report in Markdown: a table of the main KPIs, then a management commentary "
+                        "of 150 to 250 words on revenue, margin, operating result, top products and customers, and "
+                        "one recommendation.",
+                        "success_criteria": ["Numbers match the KPIs", "One concrete recommendation"],
+                    },
+                    {
+                        "id": "save",
+                        "title": "Save the report",
+                        "kind": "tool",
+                        "tool": "write_file",
+                        "depends_on": ["commentary"],
+                        "args": {"path": report_path, "content": "${commentary}"},
+                    },
                 ],
             },
             executor_turns={"commentary": [{"text": commentary}]},
             joint_turns=[
-                {"calls": [
-                    {"tool": "fetch_sales", "args": {"month": "2025-10"}},
-                    {"tool": "fetch_costs", "args": {"month": "2025-10"}},
-                ]},
+                {
+                    "calls": [
+                        {"tool": "fetch_sales", "args": {"month": "2025-10"}},
+                        {"tool": "fetch_costs", "args": {"month": "2025-10"}},
+                    ]
+                },
                 # The joint model must hand the data to compute_kpis itself: its output is the data again.
-                {"calls": [{"tool": "compute_kpis", "args": {
-                    "sales": bench_tools.fetch_sales("2025-10"), "costs": bench_tools.fetch_costs("2025-10")}}]},
+                {
+                    "calls": [
+                        {
+                            "tool": "compute_kpis",
+                            "args": {
+                                "sales": bench_tools.fetch_sales("2025-10"),
+                                "costs": bench_tools.fetch_costs("2025-10"),
+                            },
+                        }
+                    ]
+                },
                 {"calls": [{"tool": "write_file", "args": {"path": report_path, "content": commentary}}]},
-                {"text": f"The October 2025 KPI report is saved to {report_path}: revenue EUR {kpis['revenue']:,.2f}, "
-                         f"gross margin {kpis['gross_margin_pct']}%, operating result EUR {kpis['operating_result']:,.2f}."},
+                {
+                    "text": f"The October 2025 KPI report is saved to {report_path}: revenue EUR {kpis['revenue']:,.2f}, "
+                    f"gross margin {kpis['gross_margin_pct']}%, operating result EUR {kpis['operating_result']:,.2f}."
+                },
             ],
         ),
         Task(
@@ -231,16 +345,33 @@ def tasks(registry: ToolRegistry) -> list[Task]:
                 "goal": "Triage the open billing tickets",
                 "reason": "Routing needs judgement per ticket, so one executor step reads the tickets and routes them with route_ticket; the summary is posted after.",
                 "steps": [
-                    {"id": "tickets", "title": "List the open billing tickets", "kind": "tool", "tool": "list_tickets",
-                     "args": {"queue": "billing", "status": "open"}},
-                    {"id": "triage", "title": "Decide team and priority, and route each ticket", "kind": "llm", "depends_on": ["tickets"],
-                     "tools": ["route_ticket"], "output_format": "json",
-                     "instructions": "For each ticket in the input, decide the team (billing-ops, finance, portal-engineering, "
-                                     "account-management) and the priority (P1 urgent to P4 low), and route it with route_ticket "
-                                     "with a one-line note. Then answer with a JSON list of {ticket_id, team, priority, reason}.",
-                     "success_criteria": ["Every ticket routed exactly once"]},
-                    {"id": "announce", "title": "Post the routing summary", "kind": "tool", "tool": "post_message", "depends_on": ["triage"],
-                     "args": {"channel": "#billing-support", "text": "Billing queue triaged: ${triage}"}},
+                    {
+                        "id": "tickets",
+                        "title": "List the open billing tickets",
+                        "kind": "tool",
+                        "tool": "list_tickets",
+                        "args": {"queue": "billing", "status": "open"},
+                    },
+                    {
+                        "id": "triage",
+                        "title": "Decide team and priority, and route each ticket",
+                        "kind": "llm",
+                        "depends_on": ["tickets"],
+                        "tools": ["route_ticket"],
+                        "output_format": "json",
+                        "instructions": "For each ticket in the input, decide the team (billing-ops, finance, portal-engineering, "
+                        "account-management) and the priority (P1 urgent to P4 low), and route it with route_ticket "
+                        "with a one-line note. Then answer with a JSON list of {ticket_id, team, priority, reason}.",
+                        "success_criteria": ["Every ticket routed exactly once"],
+                    },
+                    {
+                        "id": "announce",
+                        "title": "Post the routing summary",
+                        "kind": "tool",
+                        "tool": "post_message",
+                        "depends_on": ["triage"],
+                        "args": {"channel": "#billing-support", "text": "Billing queue triaged: ${triage}"},
+                    },
                 ],
             },
             executor_turns={"triage": [{"calls": _route_calls()}, {"text": json.dumps(TRIAGE)}]},
@@ -270,7 +401,9 @@ def _message_chars(messages: list[Message]) -> int:
 
 
 def _spec_chars(specs: list[ToolSpec]) -> int:
-    return sum(len(json.dumps({"name": s.name, "description": s.description, "parameters": s.parameters})) for s in specs)
+    return sum(
+        len(json.dumps({"name": s.name, "description": s.description, "parameters": s.parameters})) for s in specs
+    )
 
 
 def prompt_tokens(messages: list[Message], specs: list[ToolSpec]) -> int:
@@ -278,7 +411,9 @@ def prompt_tokens(messages: list[Message], specs: list[ToolSpec]) -> int:
 
 
 async def _invoke(registry: ToolRegistry, workspace: Path, name: str, args: dict[str, Any], step_id: str) -> Any:
-    context = ToolContext(run_id="model", step_id=step_id, revision=1, attempt=1, workspace=workspace, execution_id="model")
+    context = ToolContext(
+        run_id="model", step_id=step_id, revision=1, attempt=1, workspace=workspace, execution_id="model"
+    )
     return await registry.invoke(name, args, context)
 
 
@@ -299,7 +434,10 @@ async def conversation(
     for round_, turn in enumerate(turns):
         usage_in = prompt_tokens(messages, specs)
         if "calls" in turn:
-            calls = [ToolCall(id=f"call_{round_}_{i}", name=c["tool"], arguments=c["args"]) for i, c in enumerate(turn["calls"])]
+            calls = [
+                ToolCall(id=f"call_{round_}_{i}", name=c["tool"], arguments=c["args"])
+                for i, c in enumerate(turn["calls"])
+            ]
             out_text = json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls])
             messages.append(Message(role="assistant", content="", tool_calls=calls))
             for call in calls:
@@ -312,7 +450,9 @@ async def conversation(
     return entries, messages
 
 
-async def plan_mode_script(registry: ToolRegistry, workspace: Path, task: Task) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[Message]]]:
+async def plan_mode_script(
+    registry: ToolRegistry, workspace: Path, task: Task
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[Message]]]:
     """The planner's and the executor's scripts, with usage; and each llm step's modelled conversation."""
     catalog = registry.catalog()
     planner_in = prompt_tokens(planning_messages(task.goal, catalog), [])
@@ -327,8 +467,12 @@ async def plan_mode_script(registry: ToolRegistry, workspace: Path, task: Task) 
             outputs[step.id] = await _invoke(registry, workspace, step.tool or "", resolve(step.args, outputs), step.id)
             continue
         request = activity_io.LlmStepInput(
-            run_id="model", revision=1, step=step, instructions=str(resolve(step.instructions, outputs)),
-            inputs={d: outputs.get(d) for d in step.depends_on}, model="model",
+            run_id="model",
+            revision=1,
+            step=step,
+            instructions=str(resolve(step.instructions, outputs)),
+            inputs={d: outputs.get(d) for d in step.depends_on},
+            model="model",
         )
         entries, messages = await conversation(registry, workspace, request, task.executor_turns[step.id])
         executor[step.id] = entries
@@ -340,7 +484,13 @@ async def plan_mode_script(registry: ToolRegistry, workspace: Path, task: Task) 
 
 async def joint_script(registry: ToolRegistry, workspace: Path, task: Task) -> tuple[dict[str, Any], list[Message]]:
     catalog = registry.catalog()
-    step = Step(id=JOINT_STEP_ID, title="Reach the goal in one loop", kind=StepKind.llm, instructions=task.goal, tools=catalog.names)
+    step = Step(
+        id=JOINT_STEP_ID,
+        title="Reach the goal in one loop",
+        kind=StepKind.llm,
+        instructions=task.goal,
+        tools=catalog.names,
+    )
     request = activity_io.LlmStepInput(
         run_id="model", revision=1, step=step, instructions=task.goal, inputs={}, model="model"
     )
@@ -368,8 +518,12 @@ def _totals(ledger: Any) -> dict[str, Any]:
         p["output_tokens"] += call.output_tokens
         p["cost_usd"] += call.cost_usd or 0.0
     return {
-        "calls": usage.calls, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-        "cost_usd": usage.cost_usd, "unpriced_calls": usage.unpriced_calls, "by_purpose": by_purpose,
+        "calls": usage.calls,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost_usd": usage.cost_usd,
+        "unpriced_calls": usage.unpriced_calls,
+        "by_purpose": by_purpose,
     }
 
 
@@ -384,8 +538,10 @@ def _transcript_check(bench: Bench, ledger: Any, modelled: dict[str, list[Messag
         real = [Message.model_validate(m) for m in load_value(bench.store, record.transcript)]
         real_chars, model_chars = _message_chars(real), _message_chars(messages)
         out[step_id] = {
-            "real_messages": len(real), "modelled_messages": len(messages),
-            "real_chars": real_chars, "modelled_chars": model_chars,
+            "real_messages": len(real),
+            "modelled_messages": len(messages),
+            "real_chars": real_chars,
+            "modelled_chars": model_chars,
             "match": len(real) == len(messages) and real_chars == model_chars,
         }
     return out
@@ -396,70 +552,148 @@ async def run(bench: Bench) -> dict[str, Any]:
     scripts = Path(tempfile.mkdtemp(prefix="scripts-", dir=bench.root))
     scratch = Path(tempfile.mkdtemp(prefix="model-ws-", dir=bench.root))
     rows: list[Row] = []
-    details: dict[str, Any] = {"assumptions": {
-        "chars_per_token": CHARS_PER_TOKEN, "message_overhead_tokens": MESSAGE_OVERHEAD_TOKENS,
-        "planner_priced_as": [PLANNER_AS[0], PLANNER_AS[1].model_dump()],
-        "executor_priced_as": [EXECUTOR_AS[0], EXECUTOR_AS[1].model_dump()],
-        "joint_priced_as": [JOINT_AS[0], JOINT_AS[1].model_dump()],
-        "tools_in_catalogue": registry.catalog().names,
-    }, "tasks": {}}
-    sums = {"plan": {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0},
-            "joint": {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}}
+    details: dict[str, Any] = {
+        "assumptions": {
+            "chars_per_token": CHARS_PER_TOKEN,
+            "message_overhead_tokens": MESSAGE_OVERHEAD_TOKENS,
+            "planner_priced_as": [PLANNER_AS[0], PLANNER_AS[1].model_dump()],
+            "executor_priced_as": [EXECUTOR_AS[0], EXECUTOR_AS[1].model_dump()],
+            "joint_priced_as": [JOINT_AS[0], JOINT_AS[1].model_dump()],
+            "tools_in_catalogue": registry.catalog().names,
+        },
+        "tasks": {},
+    }
+    sums = {
+        "plan": {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0},
+        "joint": {"calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0},
+    }
     async with bench.worker(NAME, registry) as tq:
         for i, task in enumerate(tasks(registry)):
             planner, executor, plan_conversations = await plan_mode_script(registry, scratch, task)
             joint, joint_messages = await joint_script(registry, scratch, task)
             files = {}
-            for role, content, price in (("planner", planner, PLANNER_AS), ("executor", executor, EXECUTOR_AS), ("joint", joint, JOINT_AS)):
+            for role, content, price in (
+                ("planner", planner, PLANNER_AS),
+                ("executor", executor, EXECUTOR_AS),
+                ("joint", joint, JOINT_AS),
+            ):
                 path = scripts / f"task{i + 1}-{role}-as-{price[0].split(':', 1)[1]}.yaml"
                 path.write_text(yaml.safe_dump(content, sort_keys=False, allow_unicode=True))
                 files[role] = (f"scripted:{path}", price[1])
             prices = {model: price for model, price in files.values()}
 
-            plan_run = await bench.start(tq, goal=task.goal, planner=files["planner"][0], executor=files["executor"][0],
-                                         auto_approve=True, prices=prices)
+            plan_run = await bench.start(
+                tq,
+                goal=task.goal,
+                planner=files["planner"][0],
+                executor=files["executor"][0],
+                auto_approve=True,
+                prices=prices,
+            )
             plan_result = await plan_run.result()
-            joint_run = await bench.start(tq, goal=task.goal, mode="joint", executor=files["joint"][0], auto_approve=True, prices=prices)
+            joint_run = await bench.start(
+                tq, goal=task.goal, mode="joint", executor=files["joint"][0], auto_approve=True, prices=prices
+            )
             joint_result = await joint_run.result()
             for label, result in (("plan", plan_result), ("joint", joint_result)):
                 if result.status.value != "succeeded":
                     raise RuntimeError(f"{task.name} ({label}) ended {result.status.value}: {result.reason}")
             plan_ledger, joint_ledger = await plan_run.ledger(), await joint_run.ledger()
             p, j = _totals(plan_ledger), _totals(joint_ledger)
-            check = {**_transcript_check(bench, plan_ledger, plan_conversations),
-                     "joint": _transcript_check(bench, joint_ledger, {JOINT_STEP_ID: joint_messages})[JOINT_STEP_ID]}
+            check = {
+                **_transcript_check(bench, plan_ledger, plan_conversations),
+                "joint": _transcript_check(bench, joint_ledger, {JOINT_STEP_ID: joint_messages})[JOINT_STEP_ID],
+            }
             for key in sums["plan"]:
                 sums["plan"][key] += p[key]
                 sums["joint"][key] += j[key]
-            log(f"{task.name}: plan {p['calls']} calls, {p['input_tokens']:,}/{p['output_tokens']:,} tokens, ${p['cost_usd']:.4f}; "
+            log(
+                f"{task.name}: plan {p['calls']} calls, {p['input_tokens']:,}/{p['output_tokens']:,} tokens, ${p['cost_usd']:.4f}; "
                 f"joint {j['calls']} calls, {j['input_tokens']:,}/{j['output_tokens']:,} tokens, ${j['cost_usd']:.4f}; "
-                f"transcripts match the model: {all(c.get('match') for c in check.values())}")
-            rows.append(Row(f"{task.name}: cost per task", p["cost_usd"], j["cost_usd"], "USD", ratio(p["cost_usd"], j["cost_usd"]),
-                            note=f"calls {p['calls']} vs {j['calls']}"))
-            rows.append(Row(f"{task.name}: tokens in + out", p["input_tokens"] + p["output_tokens"], j["input_tokens"] + j["output_tokens"],
-                            "tokens", ratio(p["input_tokens"] + p["output_tokens"], j["input_tokens"] + j["output_tokens"]),
-                            note=f"in {p['input_tokens']:,} vs {j['input_tokens']:,}; out {p['output_tokens']:,} vs {j['output_tokens']:,}"))
+                f"transcripts match the model: {all(c.get('match') for c in check.values())}"
+            )
+            rows.append(
+                Row(
+                    f"{task.name}: cost per task",
+                    p["cost_usd"],
+                    j["cost_usd"],
+                    "USD",
+                    ratio(p["cost_usd"], j["cost_usd"]),
+                    note=f"calls {p['calls']} vs {j['calls']}",
+                )
+            )
+            rows.append(
+                Row(
+                    f"{task.name}: tokens in + out",
+                    p["input_tokens"] + p["output_tokens"],
+                    j["input_tokens"] + j["output_tokens"],
+                    "tokens",
+                    ratio(p["input_tokens"] + p["output_tokens"], j["input_tokens"] + j["output_tokens"]),
+                    note=f"in {p['input_tokens']:,} vs {j['input_tokens']:,}; out {p['output_tokens']:,} vs {j['output_tokens']:,}",
+                )
+            )
             details["tasks"][task.name] = {
-                "goal": task.goal, "plan_and_execute": p, "joint": j, "transcript_check": check,
-                "joint_rounds": len(task.joint_turns), "plan_steps": len(task.plan["steps"]),
+                "goal": task.goal,
+                "plan_and_execute": p,
+                "joint": j,
+                "transcript_check": check,
+                "joint_rounds": len(task.joint_turns),
+                "plan_steps": len(task.plan["steps"]),
                 "llm_steps": [s["id"] for s in task.plan["steps"] if s.get("kind") == "llm"],
                 "run_ids": {"plan": plan_run.id, "joint": joint_run.id},
             }
     n = len(details["tasks"])
     sp, sj = sums["plan"], sums["joint"]
-    rows.append(Row(f"mean over {n} tasks: cost per task", sp["cost_usd"] / n, sj["cost_usd"] / n, "USD", ratio(sp["cost_usd"], sj["cost_usd"])))
-    rows.append(Row(f"mean over {n} tasks: model calls per task", sp["calls"] / n, sj["calls"] / n, "calls", ratio(sp["calls"], sj["calls"])))
-    rows.append(Row(f"mean over {n} tasks: input tokens per task", sp["input_tokens"] / n, sj["input_tokens"] / n, "tokens",
-                    ratio(sp["input_tokens"], sj["input_tokens"])))
-    rows.append(Row(f"mean over {n} tasks: output tokens per task", sp["output_tokens"] / n, sj["output_tokens"] / n, "tokens",
-                    ratio(sp["output_tokens"], sj["output_tokens"])))
+    rows.append(
+        Row(
+            f"mean over {n} tasks: cost per task",
+            sp["cost_usd"] / n,
+            sj["cost_usd"] / n,
+            "USD",
+            ratio(sp["cost_usd"], sj["cost_usd"]),
+        )
+    )
+    rows.append(
+        Row(
+            f"mean over {n} tasks: model calls per task",
+            sp["calls"] / n,
+            sj["calls"] / n,
+            "calls",
+            ratio(sp["calls"], sj["calls"]),
+        )
+    )
+    rows.append(
+        Row(
+            f"mean over {n} tasks: input tokens per task",
+            sp["input_tokens"] / n,
+            sj["input_tokens"] / n,
+            "tokens",
+            ratio(sp["input_tokens"], sj["input_tokens"]),
+        )
+    )
+    rows.append(
+        Row(
+            f"mean over {n} tasks: output tokens per task",
+            sp["output_tokens"] / n,
+            sj["output_tokens"] / n,
+            "tokens",
+            ratio(sp["output_tokens"], sj["output_tokens"]),
+        )
+    )
     # How much of the difference is the cheaper executor model rather than the structure: the
     # joint loop's own tokens at the executor's price.
     mini = EXECUTOR_AS[1]
     joint_as_mini = mini.cost(sj["input_tokens"], sj["output_tokens"]) / n
-    rows.append(Row(f"mean over {n} tasks: cost per task, joint priced as {EXECUTOR_AS[0].split(':', 1)[1]}", sp["cost_usd"] / n,
-                    joint_as_mini, "USD", ratio(sp["cost_usd"] / n, joint_as_mini),
-                    note="the joint loop's own tokens at the executor's price: a joint loop on the cheap model"))
+    rows.append(
+        Row(
+            f"mean over {n} tasks: cost per task, joint priced as {EXECUTOR_AS[0].split(':', 1)[1]}",
+            sp["cost_usd"] / n,
+            joint_as_mini,
+            "USD",
+            ratio(sp["cost_usd"] / n, joint_as_mini),
+            note="the joint loop's own tokens at the executor's price: a joint loop on the cheap model",
+        )
+    )
     details["joint_cost_per_task_if_priced_as_executor"] = joint_as_mini
     details["totals"] = sums
     details["transcripts_match_model"] = all(

@@ -77,24 +77,61 @@ async def run(bench: Bench) -> dict[str, Any]:
     for name, workflow_id in ids.items():
         histories = await execution_histories(bench.client, workflow_id)
         breakdown[name] = per_step(_sum([history_breakdown(h) for h in histories]), n)
-        breakdown[name]["local_activity_markers"] = sum(history_breakdown(h)["local_activity_markers"] for h in histories)
+        breakdown[name]["local_activity_markers"] = sum(
+            history_breakdown(h)["local_activity_markers"] for h in histories
+        )
     # Count the markers, so the table says which path the `noop_local` steps really took.
     local_path_active = breakdown["stratagem_local"]["local_activity_markers"] >= n
 
     rows = [
-        Row(f"chain of {n} no-op tool steps vs bare activities", ms["stratagem"], ms["bare"], "ms/step",
-            ratio(ms["stratagem"], ms["bare"]), GOAL, note="bare: the same worker, converter and codecs"),
-        Row("  the same, each role on its own queue (--split-queues)", ms["stratagem_split"], ms["bare"], "ms/step",
-            ratio(ms["stratagem_split"], ms["bare"]), note="the price of scaling roles apart: a task-queue hop per step"),
-        Row(f"chain of {n} no-op tool steps vs plain Temporal", ms["stratagem"], ms["plain"], "ms/step",
-            ratio(ms["stratagem"], ms["plain"]), note="plain: a worker with every SDK default"),
-        Row("  bare activities on Stratagem's worker vs plain Temporal", ms["bare"], ms["plain"], "ms/step",
-            ratio(ms["bare"], ms["plain"]), note="what the worker setup costs on its own"),
-        Row(f"chain of {n} local=True tool steps vs bare activities", ms["stratagem_local"], ms["bare"], "ms/step",
+        Row(
+            f"chain of {n} no-op tool steps vs bare activities",
+            ms["stratagem"],
+            ms["bare"],
+            "ms/step",
+            ratio(ms["stratagem"], ms["bare"]),
+            GOAL,
+            note="bare: the same worker, converter and codecs",
+        ),
+        Row(
+            "  the same, each role on its own queue (--split-queues)",
+            ms["stratagem_split"],
+            ms["bare"],
+            "ms/step",
+            ratio(ms["stratagem_split"], ms["bare"]),
+            note="the price of scaling roles apart: a task-queue hop per step",
+        ),
+        Row(
+            f"chain of {n} no-op tool steps vs plain Temporal",
+            ms["stratagem"],
+            ms["plain"],
+            "ms/step",
+            ratio(ms["stratagem"], ms["plain"]),
+            note="plain: a worker with every SDK default",
+        ),
+        Row(
+            "  bare activities on Stratagem's worker vs plain Temporal",
+            ms["bare"],
+            ms["plain"],
+            "ms/step",
+            ratio(ms["bare"], ms["plain"]),
+            note="what the worker setup costs on its own",
+        ),
+        Row(
+            f"chain of {n} local=True tool steps vs bare activities",
+            ms["stratagem_local"],
+            ms["bare"],
+            "ms/step",
             ratio(ms["stratagem_local"], ms["bare"]),
-            note="" if local_path_active else "local path not taken: ran as normal activities"),
-        Row(f"chain of {n} local=True tool steps vs bare local activities", ms["stratagem_local"], ms["bare_local"], "ms/step",
-            ratio(ms["stratagem_local"], ms["bare_local"])),
+            note="" if local_path_active else "local path not taken: ran as normal activities",
+        ),
+        Row(
+            f"chain of {n} local=True tool steps vs bare local activities",
+            ms["stratagem_local"],
+            ms["bare_local"],
+            "ms/step",
+            ratio(ms["stratagem_local"], ms["bare_local"]),
+        ),
     ]
     return {
         "rows": [row.as_dict() for row in rows],

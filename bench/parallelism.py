@@ -44,7 +44,9 @@ def diamond(scale: float) -> list[DagNode]:
     return nodes
 
 
-def random_dag(n: int, seed: int, edge_probability: float = 0.2, max_deps: int = 3, scale: float = 1.0) -> list[DagNode]:
+def random_dag(
+    n: int, seed: int, edge_probability: float = 0.2, max_deps: int = 3, scale: float = 1.0
+) -> list[DagNode]:
     rng = random.Random(seed)
     nodes = []
     for i in range(n):
@@ -78,7 +80,13 @@ def plan_of(name: str, nodes: list[DagNode]) -> dict[str, Any]:
     return {
         "goal": f"parallelism benchmark: {name}",
         "steps": [
-            {"id": n.id, "title": n.id, "tool": "sleep_for", "args": {"label": n.id, "seconds": n.seconds}, "depends_on": n.depends_on}
+            {
+                "id": n.id,
+                "title": n.id,
+                "tool": "sleep_for",
+                "args": {"label": n.id, "seconds": n.seconds},
+                "depends_on": n.depends_on,
+            }
             for n in nodes
         ],
     }
@@ -96,15 +104,22 @@ async def _stratagem(bench: Bench, tq: str, name: str, nodes: list[DagNode], max
     # learned of its end (so they include dispatch and completion latency).
     ledger_times = [(r.started_at.timestamp(), r.ended_at.timestamp()) for r in ledger.steps.values()]
     starts = [s for s, _ in tool_times]
-    return {"makespan": makespan(tool_times), "ledger_makespan": makespan(ledger_times), "run_id": run.id,
-            "start_skew": max(starts) - min(starts)}
+    return {
+        "makespan": makespan(tool_times),
+        "ledger_makespan": makespan(ledger_times),
+        "run_id": run.id,
+        "start_skew": max(starts) - min(starts),
+    }
 
 
 async def _bare(bench: Bench, tq: str, nodes: list[DagNode]) -> dict[str, Any]:
     _, times, workflow_id = await bench.run_bare(tq, "BareDag", nodes, result_type=dict[str, list[float]])
     starts = [s for s, _ in times.values()]
-    return {"makespan": makespan([(s, e) for s, e in times.values()]), "workflow_id": workflow_id,
-            "start_skew": max(starts) - min(starts)}
+    return {
+        "makespan": makespan([(s, e) for s, e in times.values()]),
+        "workflow_id": workflow_id,
+        "start_skew": max(starts) - min(starts),
+    }
 
 
 async def run(bench: Bench) -> dict[str, Any]:
@@ -144,15 +159,34 @@ async def run(bench: Bench) -> dict[str, Any]:
             mb = median([b["makespan"] for b in bare])
             eff, eff_bare = cp / ms, cp / mb
             speedup, ideal = sequential["makespan"] / ms, total / cp
-            log(f"{name}: CP {cp:.2f} s, makespan {ms:.3f} s (bare {mb:.3f} s), efficiency {eff:.3f} (bare {eff_bare:.3f}), "
-                f"speedup {speedup:.2f}x of ideal {ideal:.2f}x")
+            log(
+                f"{name}: CP {cp:.2f} s, makespan {ms:.3f} s (bare {mb:.3f} s), efficiency {eff:.3f} (bare {eff_bare:.3f}), "
+                f"speedup {speedup:.2f}x of ideal {ideal:.2f}x"
+            )
             # Every repetition must reach the goal, not only their median.
             worst = cp / max(s["makespan"] for s in strat)
-            rows.append(Row(f"{name}: CP efficiency (CP ÷ makespan), worst of {reps}", worst, eff_bare, "CP/makespan",
-                            worst / eff_bare, GOAL, goal_on="stratagem",
-                            note=f"CP {cp:.2f} s; median makespan {ms:.3f} s vs bare {mb:.3f} s; bare = Temporal's own"))
-            rows.append(Row(f"{name}: speedup over max_parallel=1", speedup, ideal, "x", speedup / ideal,
-                            note=f"sequential {sequential['makespan']:.2f} s; baseline = ideal speedup (sum ÷ CP)"))
+            rows.append(
+                Row(
+                    f"{name}: CP efficiency (CP ÷ makespan), worst of {reps}",
+                    worst,
+                    eff_bare,
+                    "CP/makespan",
+                    worst / eff_bare,
+                    GOAL,
+                    goal_on="stratagem",
+                    note=f"CP {cp:.2f} s; median makespan {ms:.3f} s vs bare {mb:.3f} s; bare = Temporal's own",
+                )
+            )
+            rows.append(
+                Row(
+                    f"{name}: speedup over max_parallel=1",
+                    speedup,
+                    ideal,
+                    "x",
+                    speedup / ideal,
+                    note=f"sequential {sequential['makespan']:.2f} s; baseline = ideal speedup (sum ÷ CP)",
+                )
+            )
             details[name] = {
                 "nodes": [n.model_dump() for n in nodes],
                 "critical_path_s": cp,

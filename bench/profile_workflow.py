@@ -38,7 +38,9 @@ async def main(chains: int, length: int, top: int) -> None:
         async with dev_server(root, quick=True) as bench:
             executor = ThreadPoolExecutor(max_workers=4, initializer=_start_profiling)
             async with bench.worker("profile", workflow_task_executor=executor) as tq:
-                seconds, _, _ = await bench.run_plan(tq, plan_of(chains, length), auto_approve=True, max_parallel=PARALLEL)
+                seconds, _, _ = await bench.run_plan(
+                    tq, plan_of(chains, length), auto_approve=True, max_parallel=PARALLEL
+                )
             print(f"{chains * length:,} steps in {seconds:.1f} s")
     finally:
         shutil.rmtree(root, ignore_errors=True)

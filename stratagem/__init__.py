@@ -41,6 +41,7 @@ def __getattr__(name: str) -> Any:
         return getattr(worker, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "AnswerInput",
     "ApproveInput",

@@ -48,7 +48,9 @@ class PlanningInput(BaseModel):
     current: PlanDraft | None = Field(default=None, description="Set when replanning.")
     records: dict[str, StepRecord] = Field(default_factory=dict)
     failure: str | None = None
-    history: list[str] = Field(default_factory=list, description="Earlier revisions, decisions and failures, oldest first.")
+    history: list[str] = Field(
+        default_factory=list, description="Earlier revisions, decisions and failures, oldest first."
+    )
     has_executor: bool = True
     tiers: list[str] = Field(default_factory=list, description="Model tiers llm steps may name.")
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
@@ -60,7 +62,9 @@ class PlanningOutput(CompactModel):
     calls: int
     usage: Usage
     rejected_attempts: list[list[str]] = Field(default_factory=list)
-    call_usage: list[CallUsage] = Field(default_factory=list, description="Every model call, failed attempts' included.")
+    call_usage: list[CallUsage] = Field(
+        default_factory=list, description="Every model call, failed attempts' included."
+    )
 
 
 class ToolStepInput(CompactModel):
@@ -89,7 +93,8 @@ class LlmStepInput(CompactModel):
     max_rounds: int = Field(default=12, ge=1, description="Model calls the step may make.")
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
     references: dict[str, Any] | None = Field(
-        default=None, description="Set when `instructions` still hold references into stored outputs (see ToolStepInput)."
+        default=None,
+        description="Set when `instructions` still hold references into stored outputs (see ToolStepInput).",
     )
     allowance: Allowance | None = Field(
         default=None, description="What is left of the run's model budgets; checked before every model call."

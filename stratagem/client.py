@@ -59,7 +59,9 @@ def quiet_runtime() -> Runtime:
     "temporalio_client::retry ... tcp connect error" on a terminal. Created once per process,
     as a runtime must be."""
     return Runtime(
-        telemetry=TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")))
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+        )
     )
 
 
@@ -143,7 +145,9 @@ class Run:
         if signer is not None:
             decision = signer.sign(self.id, update, decision)
         try:
-            return await self.handle.execute_update(update, decision, result_type=DecisionOutcome, rpc_timeout=self.rpc_timeout)
+            return await self.handle.execute_update(
+                update, decision, result_type=DecisionOutcome, rpc_timeout=self.rpc_timeout
+            )
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
@@ -175,7 +179,9 @@ class Run:
             raise StratagemError(f"run {self.id} could not answer the {name} query: {exc.message}") from None
         except RPCError as exc:
             if _query_timed_out(exc):
-                raise RunUnresponsiveError(f"run {self.id} did not answer the {name} query in time: {NO_WORKER}") from None
+                raise RunUnresponsiveError(
+                    f"run {self.id} did not answer the {name} query in time: {NO_WORKER}"
+                ) from None
             raise
 
     async def status(self) -> RunStatus:
@@ -232,15 +238,11 @@ async def execution_histories(client: Client, run_id: str) -> list[WorkflowHisto
 
 
 STATUS_KEY = SearchAttributeKey.for_keyword(STATUS_SEARCH_ATTRIBUTE)
-REGISTER_STATUS_HINT = (
-    f"temporal operator search-attribute create --name {STATUS_SEARCH_ATTRIBUTE} --type Keyword"
-)
+REGISTER_STATUS_HINT = f"temporal operator search-attribute create --name {STATUS_SEARCH_ATTRIBUTE} --type Keyword"
 
 
 # The approval inbox: every run of the namespace waiting for a person.
-AWAITING_QUERY = (
-    f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running' AND {STATUS_SEARCH_ATTRIBUTE} = '{AWAITING_APPROVAL}'"
-)
+AWAITING_QUERY = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running' AND {STATUS_SEARCH_ATTRIBUTE} = '{AWAITING_APPROVAL}'"
 # Clients whose namespace is known to have the attribute: asked once, not at every run start.
 _HAS_STATUS: weakref.WeakSet[Client] = weakref.WeakSet()
 # And when each last heard it has not: asked again after NO_STATUS_TTL seconds, so a burst of run

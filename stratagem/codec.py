@@ -83,7 +83,9 @@ def parse_key(text: str, source: str) -> bytes:
     try:
         key = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise ConfigError(f"{source} is not valid base64: it must be the base64 of 32 random bytes; {GENERATE_HINT}") from None
+        raise ConfigError(
+            f"{source} is not valid base64: it must be the base64 of 32 random bytes; {GENERATE_HINT}"
+        ) from None
     if len(key) != KEY_BYTES:
         raise ConfigError(
             f"{source} decodes to {len(key)} bytes, not 32: it must be the base64 of 32 random bytes (AES-256); {GENERATE_HINT}"
@@ -143,7 +145,9 @@ class EncryptionCodec(PayloadCodec):
         cipher = payload.metadata.get(CIPHER_METADATA, CIPHER)
         if cipher != CIPHER:
             name = cipher.decode("ascii", "replace")
-            raise EncryptionKeyError(f"payload is encrypted with {name}, which Stratagem cannot decrypt (it uses AES-256-GCM)")
+            raise EncryptionKeyError(
+                f"payload is encrypted with {name}, which Stratagem cannot decrypt (it uses AES-256-GCM)"
+            )
         data = payload.data
         try:
             plain = decryptor.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], kid.encode())
@@ -198,7 +202,9 @@ def codec_from(source: Settings | Mapping[str, str] | None = None) -> Encryption
     current, old = _key_texts(source)
     if current is None:
         if old:
-            raise ConfigError(f"{OLD_KEYS_ENV} is set but {KEY_ENV} is not: old keys only decrypt; set the current key too")
+            raise ConfigError(
+                f"{OLD_KEYS_ENV} is set but {KEY_ENV} is not: old keys only decrypt; set the current key too"
+            )
         return None
     key = parse_key(current, KEY_ENV)
     old_keys = [

@@ -98,7 +98,9 @@ def temporal_connection(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise ConfigError(f"Temporal connection: cannot read {exc.filename or exc}: no such file") from None
     except OSError as exc:
-        raise ConfigError(f"Temporal connection: cannot read {exc.filename or 'a file'}: {exc.strerror or exc}") from None
+        raise ConfigError(
+            f"Temporal connection: cannot read {exc.filename or 'a file'}: {exc.strerror or exc}"
+        ) from None
     except Exception as exc:  # the SDK's own config errors: a missing profile, malformed TOML
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"Temporal connection configuration: {first}") from None

@@ -82,7 +82,9 @@ def check_revise(state: RunState, decision: ReviseInput) -> None:
     check_open(state)
     check_approver(state, decision.by)
     if state.phase is not Phase.awaiting_approval:
-        raise DecisionRefusedError(f"a plan can only be revised while it awaits approval (the run is {state.phase.value})")
+        raise DecisionRefusedError(
+            f"a plan can only be revised while it awaits approval (the run is {state.phase.value})"
+        )
     check_revision(state, decision.revision)
     merged = reconcile(state.plan, decision.plan, state.ledger.steps)
     problems = merged.problems or plan_problems(merged.draft, state.catalog, **state.options.plan_rules())
@@ -116,7 +118,12 @@ def check_budget(state: RunState, decision: BudgetInput, *, elapsed_seconds: flo
                 f"a cost limit cannot hold: {', '.join(unpriced)} has no price in this run; limit tokens instead"
             )
     usage = state.ledger.usage
-    used = {"tokens": usage.tokens, "cost_usd": usage.cost_usd, "model_calls": usage.calls, "wall_clock_seconds": elapsed_seconds}
+    used = {
+        "tokens": usage.tokens,
+        "cost_usd": usage.cost_usd,
+        "model_calls": usage.calls,
+        "wall_clock_seconds": elapsed_seconds,
+    }
     for name, limit in decision.limits.items():
         if limit <= used[name]:
             raise DecisionRefusedError(
@@ -135,11 +142,15 @@ def request_budget(state: RunState, used_up: list[str], now: datetime) -> bool:
     reasons = "; ".join(used_up)
     state.pending.append(
         PendingDecision(
-            kind=DecisionKind.budget, revision=revision, since=now,
+            kind=DecisionKind.budget,
+            revision=revision,
+            since=now,
             prompt=f"{reasons}: raise the budget or stop the run",
         )
     )
-    state.ledger.record(EventKind.budget_exhausted, now, revision=revision, message=reasons, usage=state.ledger.usage.model_dump())
+    state.ledger.record(
+        EventKind.budget_exhausted, now, revision=revision, message=reasons, usage=state.ledger.usage.model_dump()
+    )
     return True
 
 
@@ -177,7 +188,12 @@ def loosened(before: Plan | None, after: Plan) -> list[str]:
         if added := sorted(set(step.tools) - set(old.tools)):
             changes.append(f"step '{step.id}' may now call {', '.join(added)}")
         gated = old.needs_step_approval or step.needs_step_approval
-        if gated and (step.tool, step.args, step.instructions, step.kind) != (old.tool, old.args, old.instructions, old.kind):
+        if gated and (step.tool, step.args, step.instructions, step.kind) != (
+            old.tool,
+            old.args,
+            old.instructions,
+            old.kind,
+        ):
             changes.append(f"step '{step.id}' needs approval and what it does changed")
     return changes
 
@@ -189,8 +205,11 @@ def request_step_approval(state: RunState, step: Step, now: datetime) -> None:
         return
     state.pending.append(
         PendingDecision(
-            kind=DecisionKind.step_approval, revision=state.plan.revision, since=now,
-            step_id=step.id, prompt=f"approve step '{step.id}' ({step.title}), risk {step.risk.value}",
+            kind=DecisionKind.step_approval,
+            revision=state.plan.revision,
+            since=now,
+            step_id=step.id,
+            prompt=f"approve step '{step.id}' ({step.title}), risk {step.risk.value}",
         )
     )
     state.ledger.record(EventKind.step_awaiting_approval, now, revision=state.plan.revision, step_id=step.id)
@@ -199,9 +218,13 @@ def request_step_approval(state: RunState, step: Step, now: datetime) -> None:
 def request_answer(state: RunState, step_id: str, question: str, now: datetime) -> PendingDecision:
     """Ask a person the question of a human step."""
     assert state.plan is not None
-    pending = PendingDecision(kind=DecisionKind.human_answer, revision=state.plan.revision, since=now, step_id=step_id, prompt=question)
+    pending = PendingDecision(
+        kind=DecisionKind.human_answer, revision=state.plan.revision, since=now, step_id=step_id, prompt=question
+    )
     state.pending.append(pending)
-    state.ledger.record(EventKind.step_awaiting_answer, now, revision=state.plan.revision, step_id=step_id, message=question)
+    state.ledger.record(
+        EventKind.step_awaiting_answer, now, revision=state.plan.revision, step_id=step_id, message=question
+    )
     return pending
 
 
@@ -213,14 +236,28 @@ def remove_pending(state: RunState, step_id: str) -> None:
 
 
 def _decided(
-    state: RunState, action: DecisionAction, by: str, now: datetime, revision: int, comment: str, via: str,
-    step_id: str | None = None, *, decision: DecisionInput | None = None,
+    state: RunState,
+    action: DecisionAction,
+    by: str,
+    now: datetime,
+    revision: int,
+    comment: str,
+    via: str,
+    step_id: str | None = None,
+    *,
+    decision: DecisionInput | None = None,
 ) -> None:
     verdict = decision.verdict if decision is not None else None
     signed_by = verdict.signer if verdict is not None else None
     state.ledger.decisions.append(
         Decision(
-            action=action, by=by, at=now, revision=revision, comment=comment, step_id=step_id, via=via,
+            action=action,
+            by=by,
+            at=now,
+            revision=revision,
+            comment=comment,
+            step_id=step_id,
+            via=via,
             signed_by=signed_by,
         )
     )
@@ -232,7 +269,9 @@ def approve_plan(state: RunState, decision: ApproveInput, *, via: str, now: date
     assert state.plan is not None
     revision = state.plan.revision
     _decided(state, DecisionAction.approve, decision.by, now, revision, decision.comment, via, decision=decision)
-    state.ledger.record(EventKind.plan_approved, now, revision=revision, actor=decision.by, message=decision.comment, via=via)
+    state.ledger.record(
+        EventKind.plan_approved, now, revision=revision, actor=decision.by, message=decision.comment, via=via
+    )
     state.approved_revision = revision
     state.pending = []
     state.phase = Phase.running
@@ -246,8 +285,13 @@ def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: s
     action = DecisionAction.approve if approved else DecisionAction.reject
     _decided(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision)
     state.ledger.record(
-        EventKind.step_approved if approved else EventKind.step_rejected, now, revision=state.plan.revision,
-        step_id=decision.step_id, actor=decision.by, message=comment, via=via,
+        EventKind.step_approved if approved else EventKind.step_rejected,
+        now,
+        revision=state.plan.revision,
+        step_id=decision.step_id,
+        actor=decision.by,
+        message=comment,
+        via=via,
     )
     state.step_approvals[decision.step_id] = approved
     return None if approved else f"step '{decision.step_id}' rejected by {decision.by}: {comment}"
@@ -256,8 +300,12 @@ def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: s
 def record_plan_rejection(state: RunState, decision: RejectInput, *, via: str, now: datetime) -> str:
     """Record the rejection of the current revision; returns the reason the run ends with."""
     assert state.plan is not None
-    _decided(state, DecisionAction.reject, decision.by, now, state.plan.revision, decision.reason, via, decision=decision)
-    state.ledger.record(EventKind.plan_rejected, now, revision=state.plan.revision, actor=decision.by, message=decision.reason, via=via)
+    _decided(
+        state, DecisionAction.reject, decision.by, now, state.plan.revision, decision.reason, via, decision=decision
+    )
+    state.ledger.record(
+        EventKind.plan_rejected, now, revision=state.plan.revision, actor=decision.by, message=decision.reason, via=via
+    )
     return f"rejected by {decision.by}: {decision.reason}"
 
 
@@ -273,7 +321,9 @@ def record_answer(state: RunState, answer: AnswerInput, now: datetime) -> None:
     state.answers[answer.step_id] = answer.answer
     revision = state.plan.revision if state.plan else None
     signed = {"signed_by": answer.verdict.signer} if answer.verdict is not None and answer.verdict.signer else {}
-    state.ledger.record(EventKind.answer_received, now, revision=revision, step_id=answer.step_id, actor=answer.by, **signed)
+    state.ledger.record(
+        EventKind.answer_received, now, revision=revision, step_id=answer.step_id, actor=answer.by, **signed
+    )
 
 
 def apply_budget(
@@ -288,10 +338,26 @@ def apply_budget(
         return f"stopped by {decision.by} when the budget ran out: {comment}"
     before = state.options.budget.model_dump(exclude_none=True)
     state.options.budget = state.options.budget.model_copy(update=decision.limits)
-    changes = ", ".join(f"{name} {before.get(name, 'unlimited')} -> {limit:g}" for name, limit in decision.limits.items())
-    _decided(state, DecisionAction.budget, decision.by, now, revision, f"{changes}. {decision.reason}".strip(), via, decision=decision)
+    changes = ", ".join(
+        f"{name} {before.get(name, 'unlimited')} -> {limit:g}" for name, limit in decision.limits.items()
+    )
+    _decided(
+        state,
+        DecisionAction.budget,
+        decision.by,
+        now,
+        revision,
+        f"{changes}. {decision.reason}".strip(),
+        via,
+        decision=decision,
+    )
     state.ledger.record(
-        EventKind.budget_changed, now, revision=revision, actor=decision.by, message=changes, via=via,
+        EventKind.budget_changed,
+        now,
+        revision=revision,
+        actor=decision.by,
+        message=changes,
+        via=via,
         budget=state.options.budget.model_dump(exclude_none=True),
     )
     if not still_used_up():

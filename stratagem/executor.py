@@ -134,7 +134,9 @@ class Executor:
                     attempt=self.attempt,
                 )
             )
-            self.progress.messages.append(Message(role="assistant", content=response.text, tool_calls=response.tool_calls))
+            self.progress.messages.append(
+                Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
+            )
             self.save(self.progress)  # the call is paid for: a later attempt must count it
             if response.tool_calls:
                 await self._finish_round()
@@ -151,7 +153,7 @@ class Executor:
         turn = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
         if turn is None or not messages[turn].tool_calls:
             return
-        answered = {m.tool_call_id for m in messages[turn + 1:] if m.role == "tool"}
+        answered = {m.tool_call_id for m in messages[turn + 1 :] if m.role == "tool"}
         for call in messages[turn].tool_calls:
             if call.id not in answered:
                 messages.append(await self._call_tool(call))
@@ -212,8 +214,12 @@ class Executor:
         def answer(status: ToolCallStatus, content: str, message: str = "") -> Message:
             self.progress.tool_calls.append(
                 ToolCallRecord(
-                    call=position, tool=call.name, status=status, arguments=redact(arguments[:1000]),
-                    message=redact(message), attempt=self.attempt,
+                    call=position,
+                    tool=call.name,
+                    status=status,
+                    arguments=redact(arguments[:1000]),
+                    message=redact(message),
+                    attempt=self.attempt,
                 )
             )
             # Errors are redacted before the model reads them: it would send them to its provider.

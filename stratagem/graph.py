@@ -36,7 +36,7 @@ def find_cycles(edges: Mapping[str, Iterable[str]]) -> list[list[str]]:
             if dep not in colour:
                 continue
             if colour[dep] == grey:
-                cycle = path[path.index(dep):]
+                cycle = path[path.index(dep) :]
                 start = cycle.index(min(cycle))
                 rotated = tuple(cycle[start:] + cycle[:start])
                 if rotated not in seen:

@@ -105,7 +105,8 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
         if first and self.policy.requires_signatures and isinstance(run, RunInput) and run.options.auto_approve:
             raise ApplicationError(
                 "this deployment accepts only signed decisions, so a run may not approve itself (auto_approve)",
-                type="DecisionRefused", non_retryable=True,
+                type="DecisionRefused",
+                non_retryable=True,
             )
         return await super().execute_workflow(input)
 
@@ -137,5 +138,7 @@ class HostedWorkflowError(RuntimeError):
 class _HostOnlyOutbound(WorkflowOutboundInterceptor):
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
         if input.activity in HOST_UNAVAILABLE and not workflow.unsafe.is_replaying():
-            raise HostedWorkflowError(f"this process only hosts the workflow; {input.activity} needs a Stratagem worker")
+            raise HostedWorkflowError(
+                f"this process only hosts the workflow; {input.activity} needs a Stratagem worker"
+            )
         return super().start_local_activity(input)

@@ -175,7 +175,8 @@ class Ledger(BaseModel):
     replans: int = 0
     auto_approved: bool = Field(default=False, description="True if any decision was taken by auto_approve.")
     events: list[LedgerEvent] = Field(
-        default_factory=list, description="Append-only, in seq order; routine events archived earlier are in `archives`."
+        default_factory=list,
+        description="Append-only, in seq order; routine events archived earlier are in `archives`.",
     )
     archives: list[EventArchive] = Field(default_factory=list, description="Routine events moved to the output store.")
     event_count: int = Field(default=0, description="Events recorded so far, archived or not: the last seq.")
@@ -235,7 +236,7 @@ class Ledger(BaseModel):
         events = self.events
         # Events are in seq order; without archives seq is the position plus one.
         start = after if not self.archives else bisect.bisect_right(events, after, key=lambda e: e.seq)
-        return events[start:start + limit]
+        return events[start : start + limit]
 
     def record_calls(
         self,
@@ -252,7 +253,12 @@ class Ledger(BaseModel):
         for call in calls:
             price = price_for(call.model, prices)
             record = CallRecord(
-                **call.model_dump(), seq=len(self.calls) + 1, at=at, purpose=purpose, step_id=step_id, revision=revision,
+                **call.model_dump(),
+                seq=len(self.calls) + 1,
+                at=at,
+                purpose=purpose,
+                step_id=step_id,
+                revision=revision,
                 cost_usd=price.cost(call.input_tokens, call.output_tokens) if price else None,
             )
             self.calls.append(record)
@@ -262,7 +268,7 @@ class Ledger(BaseModel):
             step = self.steps[step_id]
             if step.usage is None:
                 step.usage = UsageTotals()
-            for record in self.calls[-totals.calls:]:
+            for record in self.calls[-totals.calls :]:
                 step.usage.add(record)
         return totals
 

@@ -43,7 +43,9 @@ class ModelConfig(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     max_tool_rounds: int | None = Field(default=None, ge=1, le=200)
     prices: dict[str, Price] = Field(default_factory=dict)
-    approvers: list[str] | None = Field(default=None, description="Who may approve, reject, revise or change the budget; none: anyone.")
+    approvers: list[str] | None = Field(
+        default=None, description="Who may approve, reject, revise or change the budget; none: anyone."
+    )
 
 
 def load_config(path: str | Path | None) -> ModelConfig:
@@ -68,7 +70,9 @@ def load_config(path: str | Path | None) -> ModelConfig:
     try:
         config = ModelConfig.model_validate(raw)
     except ValidationError as exc:
-        found = [f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors()]
+        found = [
+            f"{'.'.join(str(p) for p in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors()
+        ]
         mistakes = found + mistakes
     order = {str(key): number for number, key in enumerate(raw)}  # as they appear in the file
     mistakes.sort(key=lambda mistake: order.get(mistake.partition(":")[0].partition(".")[0], len(order)))
@@ -95,7 +99,9 @@ def _mistakes(raw: dict[Any, Any]) -> list[str]:
                 mistakes.append(f"{place}: {exc}")
     if isinstance(raw.get("budget"), dict):
         limits = ", ".join(Budget.model_fields)
-        mistakes += [f"budget.{key}: not a limit (limits: {limits})" for key in raw["budget"] if key not in Budget.model_fields]
+        mistakes += [
+            f"budget.{key}: not a limit (limits: {limits})" for key in raw["budget"] if key not in Budget.model_fields
+        ]
     return mistakes
 
 

@@ -75,9 +75,7 @@ class Step(CompactModel):
         "Default: the run's executor model.",
     )
     depends_on: list[str] = Field(default_factory=list, description="Ids of steps that must succeed first.")
-    success_criteria: list[str] = Field(
-        default_factory=list, description="How to tell the step did what it should."
-    )
+    success_criteria: list[str] = Field(default_factory=list, description="How to tell the step did what it should.")
     risk: Risk = Field(default=Risk.low, description="low, medium or high. High-risk steps need their own approval.")
     requires_approval: bool = Field(
         default=False, description="If true, a person must approve this step before it runs."
@@ -86,9 +84,15 @@ class Step(CompactModel):
         default=OutputFormat.text, description="For llm steps: 'json' asks the executor for a JSON value."
     )
     timeout_seconds: float | None = Field(
-        default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False, description="Per-attempt time limit (tool and llm steps) or answer deadline (human steps)."
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Per-attempt time limit (tool and llm steps) or answer deadline (human steps).",
     )
-    max_attempts: int | None = Field(default=None, ge=1, le=20, description="Attempts before the step counts as failed.")
+    max_attempts: int | None = Field(
+        default=None, ge=1, le=20, description="Attempts before the step counts as failed."
+    )
 
     @property
     def needs_step_approval(self) -> bool:
@@ -141,7 +145,11 @@ class Plan(PlanDraft):
         # The steps are shared with the draft, not copied: steps are never changed in place, and
         # a plan of thousands of steps would otherwise be held twice while the run starts.
         return cls(
-            goal=draft.goal, steps=list(draft.steps), reason=draft.reason or reason or "", revision=revision, author=author,
+            goal=draft.goal,
+            steps=list(draft.steps),
+            reason=draft.reason or reason or "",
+            revision=revision,
+            author=author,
         )
 
     def draft(self) -> PlanDraft:

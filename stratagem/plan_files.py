@@ -28,7 +28,9 @@ def load_plan_file(path: str | Path) -> PlanDraft:
     try:
         data = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as exc:
-        raise PlanFileError(f"plan file '{file}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+        raise PlanFileError(
+            f"plan file '{file}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

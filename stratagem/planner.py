@@ -76,7 +76,9 @@ def planning_messages(
     system = SYSTEM_PROMPT.format(
         plan_schema=json.dumps(plan_draft_json_schema(), separators=(",", ":")),
         tools=render_tools(catalog),
-        tiers=", ".join(sorted(tiers)) + " (leave it out for the default executor)" if tiers else "none are configured; leave it out",
+        tiers=", ".join(sorted(tiers)) + " (leave it out for the default executor)"
+        if tiers
+        else "none are configured; leave it out",
     )
     if progress is None:
         user = f"Goal: {goal}\n\nWrite the plan."
@@ -205,7 +207,9 @@ async def plan_with_repairs(
                 # Validate the draft as the run will adopt it: with the succeeded steps it left
                 # out carried in, so later steps may still depend on and reference them.
                 merged = reconcile(progress.plan, draft, progress.records)
-                problems = merged.problems or plan_problems(merged.draft, catalog, has_executor=has_executor, tiers=tiers)
+                problems = merged.problems or plan_problems(
+                    merged.draft, catalog, has_executor=has_executor, tiers=tiers
+                )
         if draft is not None and not problems:
             return PlanningOutcome(
                 draft=draft, calls=attempt + 1, usage=usage, model=response.model, rejected_attempts=rejected

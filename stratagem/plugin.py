@@ -38,7 +38,14 @@ PLUGIN_NAME = "stratagem"
 # Pure modules the workflow imports. Passing them through the sandbox keeps one copy of the
 # pydantic models (and their validators) instead of re-importing them per workflow task.
 PASSTHROUGH_MODULES = (
-    "stratagem", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "yaml", "attrs", "opentelemetry",
+    "stratagem",
+    "jsonschema",
+    "jsonschema_specifications",
+    "referencing",
+    "rpds",
+    "yaml",
+    "attrs",
+    "opentelemetry",
     "cryptography",  # signed decisions are verified inside the workflow task (stratagem.signing)
 )
 # Tests set this: they run the workflow code the way the sandbox runs a user's, imported inside
@@ -62,9 +69,9 @@ def workflow_runner(strict: bool | None = None) -> WorkflowRunner:
         strict = os.environ.get(STRICT_SANDBOX_ENV, "").strip() in ("1", "true", "yes")
     if not strict:
         return UnsandboxedWorkflowRunner()
-    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES))
-
-
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    )
 
 
 class StratagemPlugin(SimplePlugin):

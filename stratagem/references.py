@@ -85,9 +85,7 @@ def _lookup(ref: Reference, outputs: Mapping[str, Any]) -> Any:
             value = value[int(part)]
         else:
             kind = type(value).__name__
-            raise ReferenceResolutionError(
-                f"{ref}: the output of '{walked}' ({kind}) has no field or index '{part}'"
-            )
+            raise ReferenceResolutionError(f"{ref}: the output of '{walked}' ({kind}) has no field or index '{part}'")
         walked = f"{walked}.{part}"
     return value
 

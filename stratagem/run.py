@@ -74,6 +74,7 @@ class RunOptions(CompactModel):
     def plan_rules(self) -> dict[str, Any]:
         """What plan validation must know about the run's models."""
         return {"has_executor": bool(self.executor), "tiers": sorted(self.tiers)}
+
     auto_approve: bool = Field(default=False, description="Approve every plan and gated step without a person.")
     workspace: str | None = Field(
         default=None,
@@ -349,7 +350,9 @@ def run_status(state: RunState) -> str:
 def progress_markdown(state: RunState, max_rows: int = 40) -> str:
     """The run at a glance, as Markdown, for the Temporal UI's 'current details'."""
     plan = state.plan
-    lines = [f"**{state.phase.value}** · revision {plan.revision if plan else '-'} · replans {state.ledger.replans}/{state.options.max_replans}"]
+    lines = [
+        f"**{state.phase.value}** · revision {plan.revision if plan else '-'} · replans {state.ledger.replans}/{state.options.max_replans}"
+    ]
     if state.ledger.usage.calls:
         lines.append(f"\nmodel usage: {state.ledger.usage.describe()}")
     if state.reason:

@@ -17,9 +17,7 @@ def ready_steps(plan: PlanDraft, ledger: Ledger) -> list[Step]:
         record = ledger.steps.get(step.id)
         if record is None or record.status is not StepStatus.pending:
             continue
-        if all(
-            dep in ledger.steps and ledger.steps[dep].status is StepStatus.succeeded for dep in step.depends_on
-        ):
+        if all(dep in ledger.steps and ledger.steps[dep].status is StepStatus.succeeded for dep in step.depends_on):
             ready.append(step)
     return ready
 

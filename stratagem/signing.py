@@ -115,7 +115,9 @@ class Signer:
     def sign(self, run_id: str, kind: str, decision: BaseModel) -> Any:
         """`decision` with `signer` and `signature` filled in (a copy)."""
         unsigned = decision.model_copy(update={"signer": self.name, "signature": None})
-        signature = Ed25519PrivateKey.from_private_bytes(self.seed).sign(signed_bytes(run_id, kind, unsigned, self.name))
+        signature = Ed25519PrivateKey.from_private_bytes(self.seed).sign(
+            signed_bytes(run_id, kind, unsigned, self.name)
+        )
         return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
 
 
@@ -157,10 +159,14 @@ class DecisionPolicy:
                 continue
             name, sep, public = entry.partition(":")
             if not sep:
-                raise ConfigError(f"{APPROVER_KEYS_ENV}: an entry must be NAME:PUBLIC_KEY, as `stratagem keygen` prints it")
+                raise ConfigError(
+                    f"{APPROVER_KEYS_ENV}: an entry must be NAME:PUBLIC_KEY, as `stratagem keygen` prints it"
+                )
             key = _b64(public, f"{APPROVER_KEYS_ENV} (key of {name.strip()[:40]})")
             if len(key) != 32:
-                raise ConfigError(f"{APPROVER_KEYS_ENV}: the key of {name.strip()[:40]} is {len(key)} bytes, not 32 (Ed25519)")
+                raise ConfigError(
+                    f"{APPROVER_KEYS_ENV}: the key of {name.strip()[:40]} is {len(key)} bytes, not 32 (Ed25519)"
+                )
             keys[_check_name(name.strip(), APPROVER_KEYS_ENV)] = key
         allow = env.get(ALLOW_UNSIGNED_ENV, "").strip().lower() in ("1", "true", "yes")
         return cls(keys=keys, allow_unsigned=allow or not keys)

@@ -159,6 +159,17 @@ def hydrate(store: OutputStore, value: Any) -> Any:
 
 
 __all__ = [
-    "MARKER", "FileStore", "OutputStore", "StoreError", "default_store", "describe", "externalize", "hydrate",
-    "inline_limit", "is_stored", "load_value", "store_json", "store_value",
+    "MARKER",
+    "FileStore",
+    "OutputStore",
+    "StoreError",
+    "default_store",
+    "describe",
+    "externalize",
+    "hydrate",
+    "inline_limit",
+    "is_stored",
+    "load_value",
+    "store_json",
+    "store_value",
 ]

@@ -37,10 +37,20 @@ PROMETHEUS_DEFAULT = ("localhost", 9464)
 
 # The settings a worker reads here; a change must reach the embedded setup's background worker.
 TELEMETRY_ENV = (
-    "OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
-    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_PROMETHEUS_HOST", "OTEL_EXPORTER_PROMETHEUS_PORT",
+    "OTEL_SDK_DISABLED",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_PROMETHEUS_HOST",
+    "OTEL_EXPORTER_PROMETHEUS_PORT",
 )
 
 
@@ -56,7 +66,9 @@ def _names(variable: str, env: Mapping[str, str], allowed: tuple[str, ...]) -> l
     names = [name.strip().lower() for name in raw.split(",") if name.strip()]
     unknown = [name for name in names if name not in allowed]
     if unknown:
-        raise ConfigError(f"{variable}={raw} names an exporter Stratagem does not ship: {', '.join(unknown)}; use {', '.join(allowed)}")
+        raise ConfigError(
+            f"{variable}={raw} names an exporter Stratagem does not ship: {', '.join(unknown)}; use {', '.join(allowed)}"
+        )
     return [] if "none" in names else names
 
 
@@ -144,7 +156,9 @@ def configure_tracing(service_name: str = SERVICE_NAME, env: Mapping[str, str] |
     for name in exporters:
         exporter = _span_exporter(name, env)
         # The console is for people watching: print each span as it ends.
-        provider.add_span_processor(SimpleSpanProcessor(exporter) if name == "console" else BatchSpanProcessor(exporter))
+        provider.add_span_processor(
+            SimpleSpanProcessor(exporter) if name == "console" else BatchSpanProcessor(exporter)
+        )
     trace.set_tracer_provider(provider)
     return True
 
@@ -188,7 +202,9 @@ def metrics_config(env: Mapping[str, str] | None = None) -> Any:
         return None
     names = _names("OTEL_METRICS_EXPORTER", env, METRICS_EXPORTERS)
     if names is None:
-        names = ["otlp"] if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else []
+        names = (
+            ["otlp"] if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else []
+        )
     if len(names) > 1:
         raise ConfigError(f"OTEL_METRICS_EXPORTER names {len(names)} exporters; the Temporal runtime serves one")
     if not names:
@@ -200,7 +216,9 @@ def metrics_config(env: Mapping[str, str] | None = None) -> Any:
     if not url:
         base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
         if not base:
-            raise ConfigError("OTEL_METRICS_EXPORTER=otlp needs OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)")
+            raise ConfigError(
+                "OTEL_METRICS_EXPORTER=otlp needs OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)"
+            )
         # The specification's rule for the generic endpoint over HTTP: append the signal's path.
         url = base.rstrip("/") + "/v1/metrics" if http else base
     return OpenTelemetryConfig(url=url, headers=_headers(env), http=http, durations_as_seconds=True)
@@ -248,7 +266,9 @@ def _fail(span: trace.Span, exc: BaseException) -> None:
 
 
 @contextmanager
-def _span(name: str, attributes: Mapping[str, Any], kind: trace.SpanKind = trace.SpanKind.INTERNAL) -> Iterator[trace.Span]:
+def _span(
+    name: str, attributes: Mapping[str, Any], kind: trace.SpanKind = trace.SpanKind.INTERNAL
+) -> Iterator[trace.Span]:
     """A current span around a block; an exception marks it failed, with the error's type and
     one-line (already redacted) message. Without a tracer provider nothing is recorded, so
     nothing is started either: each step attempt would otherwise pay for a context switch."""
@@ -273,8 +293,11 @@ def attempt_span(name: str, attributes: Mapping[str, Any]) -> Any:
 def model_call_span(provider: str, model: str, *, purpose: str, step_id: str | None, attempt: int) -> Any:
     """`chat <model>`: one model request; `record_response` adds what came back."""
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model,
-        "stratagem.purpose": purpose, "stratagem.attempt": attempt,
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model,
+        "stratagem.purpose": purpose,
+        "stratagem.attempt": attempt,
     }
     if step_id:
         attributes["stratagem.step.id"] = step_id
@@ -282,7 +305,12 @@ def model_call_span(provider: str, model: str, *, purpose: str, step_id: str | N
 
 
 def record_response(
-    span: trace.Span, response_model: str, input_tokens: int, output_tokens: int, stop_reason: str | None, price: Any = None
+    span: trace.Span,
+    response_model: str,
+    input_tokens: int,
+    output_tokens: int,
+    stop_reason: str | None,
+    price: Any = None,
 ) -> None:
     """The GenAI response attributes, and the cost when the model has a price (a `stratagem.usage.Price`)."""
     span.set_attribute("gen_ai.response.model", response_model)
@@ -297,8 +325,11 @@ def record_response(
 def tool_call_span(tool: str, *, step_id: str, attempt: int, key: str, call: int | None) -> Any:
     """`execute_tool <tool>`: one tool call, with its idempotency key."""
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "stratagem.step.id": step_id,
-        "stratagem.attempt": attempt, "stratagem.idempotency_key": key,
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "stratagem.step.id": step_id,
+        "stratagem.attempt": attempt,
+        "stratagem.idempotency_key": key,
     }
     if call is not None:
         attributes["stratagem.tool_call"] = call

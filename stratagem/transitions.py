@@ -72,6 +72,12 @@ def record_tool_calls(state: RunState, step_id: str, tool_calls: list[ToolCallRe
     for call in tool_calls:
         refused = call.status is ToolCallStatus.refused
         ledger.record(
-            EventKind.tool_call_refused if refused else EventKind.tool_called, now, revision=revision,
-            step_id=step_id, message=call.message or call.tool, tool=call.tool, call=call.call, status=call.status.value,
+            EventKind.tool_call_refused if refused else EventKind.tool_called,
+            now,
+            revision=revision,
+            step_id=step_id,
+            message=call.message or call.tool,
+            tool=call.tool,
+            call=call.call,
+            status=call.status.value,
         )

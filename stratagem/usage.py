@@ -25,7 +25,9 @@ class Usage(BaseModel):
     output_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens)
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens, output_tokens=self.output_tokens + other.output_tokens
+        )
 
     @property
     def total(self) -> int:
@@ -153,7 +155,9 @@ class Budget(BaseModel):
     tokens: int | None = Field(default=None, ge=1, description="Input plus output tokens of every model call.")
     cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="Estimated cost in US dollars.")
     model_calls: int | None = Field(default=None, ge=1)
-    wall_clock_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="Since the run started.")
+    wall_clock_seconds: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Since the run started."
+    )
 
     @property
     def limits_models(self) -> bool:
@@ -170,7 +174,9 @@ class Allowance(BaseModel):
     tokens: int | None = Field(default=None, ge=0)
     cost_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     model_calls: int | None = Field(default=None, ge=0)
-    call_tokens: int = Field(default=0, ge=0, description="The most tokens one call of the run took: the next may take as many.")
+    call_tokens: int = Field(
+        default=0, ge=0, description="The most tokens one call of the run took: the next may take as many."
+    )
     call_cost_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
 
 
@@ -182,7 +188,11 @@ def allowance(budget: Budget, used: UsageTotals) -> Allowance | None:
     """
     if not budget.limits_models:
         return None
-    left = {name: getattr(budget, name) - value for name, value in _dimensions(used).items() if getattr(budget, name) is not None}
+    left = {
+        name: getattr(budget, name) - value
+        for name, value in _dimensions(used).items()
+        if getattr(budget, name) is not None
+    }
     return Allowance(**{name: max(value, 0) for name, value in left.items()})
 
 

@@ -44,7 +44,9 @@ def plan_problems(
         if credentials:
             problems.extend(_credential_problems(step))
         if step.kind is StepKind.llm and not has_executor and step.tier is None:
-            problems.append(f"step '{step.id}' is an llm step, but the run has no executor model; set one or use a tool step")
+            problems.append(
+                f"step '{step.id}' is an llm step, but the run has no executor model; set one or use a tool step"
+            )
         for dep in step.depends_on:
             if dep == step.id:
                 problems.append(f"step '{step.id}' depends on itself")
@@ -86,7 +88,9 @@ def validate_plan(
 
 # Headers that carry credentials. A literal value would be stored in the plan, the history and
 # every audit export; `${secret:NAME}` is resolved by the worker when the request is sent.
-CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key", "x-auth-token"})
+CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key", "x-auth-token"}
+)
 
 
 def _credential_problems(step: Step) -> list[str]:

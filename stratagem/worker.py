@@ -182,11 +182,20 @@ async def run_worker(settings: Settings, options: WorkerOptions | None = None) -
         logger.warning(
             "namespace %s has no %s search attribute and this worker may not add it: runs will not appear in "
             "`stratagem list --status awaiting-approval`; register it with `%s --namespace %s`",
-            settings.namespace, STATUS_SEARCH_ATTRIBUTE, REGISTER_STATUS_HINT, settings.namespace,
+            settings.namespace,
+            STATUS_SEARCH_ATTRIBUTE,
+            REGISTER_STATUS_HINT,
+            settings.namespace,
         )
     worker = build_worker(
-        client, task_queue=settings.task_queue, registry=registry, workspace=settings.workspace, roles=options.roles,
-        layout=options.layout, rate_limits=options.rate_limits, max_concurrent_activities=options.max_concurrent,
+        client,
+        task_queue=settings.task_queue,
+        registry=registry,
+        workspace=settings.workspace,
+        roles=options.roles,
+        layout=options.layout,
+        rate_limits=options.rate_limits,
+        max_concurrent_activities=options.max_concurrent,
     )
     gauge = asyncio.create_task(_count_waiting_runs(client, runtime)) if runtime is not None and has_status else None
     try:
@@ -230,5 +239,3 @@ async def _run_until_signalled(worker: WorkerGroup) -> None:
         await worker.shutdown()
     stopping.cancel()
     await running  # a worker that failed raises here
-
-

@@ -30,23 +30,47 @@ class WorkerOptions:
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     roles = ", ".join(r.value for r in ALL_ROLES)
-    parser.add_argument("--tools", action="append", default=[], metavar="MODULE", help="tool module (dotted name or .py file); repeatable")
     parser.add_argument(
-        "--role", action="append", dest="roles", choices=[r.value for r in ALL_ROLES], metavar="ROLE",
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="tool module (dotted name or .py file); repeatable",
+    )
+    parser.add_argument(
+        "--role",
+        action="append",
+        dest="roles",
+        choices=[r.value for r in ALL_ROLES],
+        metavar="ROLE",
         help=f"serve only this role's task queue ({roles}); repeatable; default: $STRATAGEM_WORKER_ROLES or all",
     )
     parser.add_argument(
-        "--rate-limit", action="append", dest="rate_limits", default=[], metavar="ROLE=N",
+        "--rate-limit",
+        action="append",
+        dest="rate_limits",
+        default=[],
+        metavar="ROLE=N",
         help="at most N activities per second on ROLE's queue, across all its workers (enforced by Temporal); "
         "repeatable; default: $STRATAGEM_RATE_LIMITS, e.g. planner=1,executor=5",
     )
     parser.add_argument(
-        "--split-queues", action="store_true", default=None,
+        "--split-queues",
+        action="store_true",
+        default=None,
         help="send each role's activities to its own queue even when this worker serves every role (default: "
         "$STRATAGEM_SPLIT_QUEUES; a worker serving only some roles always splits)",
     )
-    parser.add_argument("--max-concurrent", type=int, metavar="N", help="activities one worker of each role runs at once")
-    parser.add_argument("--processes", type=int, default=1, metavar="N", help="run N worker processes (Python runs one thread at a time per process)")
+    parser.add_argument(
+        "--max-concurrent", type=int, metavar="N", help="activities one worker of each role runs at once"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N worker processes (Python runs one thread at a time per process)",
+    )
 
 
 def roles_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> list[Role]:
@@ -57,13 +81,17 @@ def roles_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -
     known = {r.value: r for r in ALL_ROLES}
     unknown = [n for n in names if n not in known]
     if unknown:
-        raise ConfigError(f"unknown worker role '{unknown[0]}' (STRATAGEM_WORKER_ROLES); the roles are {', '.join(known)}")
+        raise ConfigError(
+            f"unknown worker role '{unknown[0]}' (STRATAGEM_WORKER_ROLES); the roles are {', '.join(known)}"
+        )
     return [known[n] for n in dict.fromkeys(names)]
 
 
 def rate_limits_from(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> dict[Role, float]:
     env = os.environ if env is None else env
-    items = list(args.rate_limits) or [i.strip() for i in (env.get("STRATAGEM_RATE_LIMITS") or "").split(",") if i.strip()]
+    items = list(args.rate_limits) or [
+        i.strip() for i in (env.get("STRATAGEM_RATE_LIMITS") or "").split(",") if i.strip()
+    ]
     known = {r.value: r for r in ALL_ROLES if r is not Role.workflow}
     limits: dict[Role, float] = {}
     for item in items:
@@ -100,8 +128,12 @@ def check_worker_args(args: argparse.Namespace) -> WorkerOptions:
         raise ConfigError("--processes must be at least 1")
     roles = roles_from(args)
     return WorkerOptions(
-        tools=tuple(args.tools), roles=tuple(roles), layout=layout_from(args, roles), rate_limits=rate_limits_from(args),
-        max_concurrent=args.max_concurrent, processes=args.processes,
+        tools=tuple(args.tools),
+        roles=tuple(roles),
+        layout=layout_from(args, roles),
+        rate_limits=rate_limits_from(args),
+        max_concurrent=args.max_concurrent,
+        processes=args.processes,
     )
 
 
@@ -141,7 +173,8 @@ def describe_worker(options: WorkerOptions, task_queue: str) -> str:
     """One line saying what a worker serves and where its runs' activities go."""
     queues = ", ".join(role_queue(task_queue, r) for r in options.roles)
     where = (
-        f"activities of the runs it drives stay on {task_queue}" if options.layout is QueueLayout.shared
+        f"activities of the runs it drives stay on {task_queue}"
+        if options.layout is QueueLayout.shared
         else "each role's activities go to its own queue"
     )
     return f"roles {', '.join(r.value for r in options.roles)} on {queues}; {where}"

@@ -55,7 +55,9 @@ async def capture(names: list[str], force: bool, generation: str = GENERATION) -
             for number, history in enumerate(histories, start=1):
                 suffix = f"-{number}" if len(histories) > 1 else ""
                 path = target / f"{name}{suffix}.json"
-                path.write_text(json.dumps({"workflow_id": history.workflow_id, "history": history.to_json_dict()}, indent=1) + "\n")
+                path.write_text(
+                    json.dumps({"workflow_id": history.workflow_id, "history": history.to_json_dict()}, indent=1) + "\n"
+                )
                 print(f"{name}: wrote {path.relative_to(HERE.parent)} ({len(history.events)} events)")
     finally:
         await env.shutdown()

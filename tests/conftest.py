@@ -44,9 +44,19 @@ FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 # A developer's shell must not change what the tests see: the CLI processes they start would
 # encrypt, or store elsewhere, while the in-process workers do not.
 for _name in (
-    "STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_ENCRYPTION_ACCEPT_PLAIN", "STRATAGEM_STORE",
-    "STRATAGEM_INLINE_LIMIT", "STRATAGEM_CONFIG", "STRATAGEM_APPROVER_KEYS", "STRATAGEM_SIGNING_KEY",
-    "STRATAGEM_ALLOW_UNSIGNED", "STRATAGEM_WORKSPACE_ROOTS", "STRATAGEM_MODEL_URLS", "STRATAGEM_HTTP_DENY", *TELEMETRY_ENV,
+    "STRATAGEM_ENCRYPTION_KEY",
+    "STRATAGEM_ENCRYPTION_OLD_KEYS",
+    "STRATAGEM_ENCRYPTION_ACCEPT_PLAIN",
+    "STRATAGEM_STORE",
+    "STRATAGEM_INLINE_LIMIT",
+    "STRATAGEM_CONFIG",
+    "STRATAGEM_APPROVER_KEYS",
+    "STRATAGEM_SIGNING_KEY",
+    "STRATAGEM_ALLOW_UNSIGNED",
+    "STRATAGEM_WORKSPACE_ROOTS",
+    "STRATAGEM_MODEL_URLS",
+    "STRATAGEM_HTTP_DENY",
+    *TELEMETRY_ENV,
 ):
     os.environ.pop(_name, None)
 
@@ -65,7 +75,10 @@ _core_logger.addFilter(_KnownServerWarnings())
 Runtime.set_default(
     Runtime(
         telemetry=TelemetryConfig(
-            logging=LoggingConfig(filter=TelemetryFilter(core_level="WARN", other_level="WARN"), forwarding=LogForwardingConfig(logger=_core_logger))
+            logging=LoggingConfig(
+                filter=TelemetryFilter(core_level="WARN", other_level="WARN"),
+                forwarding=LogForwardingConfig(logger=_core_logger),
+            )
         )
     ),
     error_if_already_set=False,
@@ -275,7 +288,9 @@ def payload_sizes(history: Any) -> list[int]:
 
 
 @asynccontextmanager
-async def harness_for(env: WorkflowEnvironment, tmp_path: Path, registry: ToolRegistry | None = None) -> AsyncIterator[Harness]:
+async def harness_for(
+    env: WorkflowEnvironment, tmp_path: Path, registry: ToolRegistry | None = None
+) -> AsyncIterator[Harness]:
     """A worker with `registry` (default: the fixture tools) on a task queue of its own."""
     workspace = tmp_path / "workspace"
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"

@@ -13,7 +13,18 @@ from stratagem.tools import ToolContext, tool
 def _log(ctx: ToolContext, record: dict) -> None:
     ctx.workspace.mkdir(parents=True, exist_ok=True)
     with (ctx.workspace / "calls.jsonl").open("a") as f:
-        f.write(json.dumps({**record, "step": ctx.step_id, "revision": ctx.revision, "attempt": ctx.attempt, "key": ctx.idempotency_key}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    **record,
+                    "step": ctx.step_id,
+                    "revision": ctx.revision,
+                    "attempt": ctx.attempt,
+                    "key": ctx.idempotency_key,
+                }
+            )
+            + "\n"
+        )
 
 
 @tool

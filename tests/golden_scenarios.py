@@ -35,7 +35,13 @@ async def revise(h: Harness) -> list:
 
 
 async def replan(h: Harness) -> list:
-    first = {"goal": "onboard", "steps": [step("profile", "fetch_profile", user="ada"), step("charge", "broken", ["profile"], reason="card declined")]}
+    first = {
+        "goal": "onboard",
+        "steps": [
+            step("profile", "fetch_profile", user="ada"),
+            step("charge", "broken", ["profile"], reason="card declined"),
+        ],
+    }
     second = {"goal": "onboard", "steps": [step("invoice", "record", label="invoice")], "reason": "invoice instead"}
     planner = h.script("golden-planner.yaml", {"planner": [{"plan": first}, {"plan": second}]})
     run = await h.start(goal="onboard ada", planner=planner, auto_approve=True)
@@ -59,8 +65,9 @@ async def continue_as_new(h: Harness) -> list:
 async def archive(h: Harness) -> list:
     """A run that continues as new with enough routine events to archive them first."""
     steps = [step(f"w{i}", "record", label=f"wide {i}") for i in range(160)]
-    run = await h.start({"goal": "a wide plan", "steps": steps}, auto_approve=True, max_parallel=40,
-                        continue_as_new_after_events=400)
+    run = await h.start(
+        {"goal": "a wide plan", "steps": steps}, auto_approve=True, max_parallel=40, continue_as_new_after_events=400
+    )
     await run.result()
     return [run]
 
@@ -85,13 +92,27 @@ async def budget_pause(h: Harness) -> list:
         "goal": "write",
         "steps": [
             {"id": "draft", "title": "Draft", "kind": "llm", "instructions": "draft it", "tools": ["record"]},
-            {"id": "polish", "title": "Polish", "kind": "llm", "instructions": "polish ${draft}", "depends_on": ["draft"]},
+            {
+                "id": "polish",
+                "title": "Polish",
+                "kind": "llm",
+                "instructions": "polish ${draft}",
+                "depends_on": ["draft"],
+            },
         ],
     }
-    model_calls = {"executor": {"draft": [
-        {"call": {"tool": "record", "args": {"label": "drafted"}}, "usage": {"input_tokens": 60, "output_tokens": 40}},
-        {"text": "draft", "usage": {"input_tokens": 60, "output_tokens": 40}},
-    ], "polish": {"text": "polished", "usage": {"input_tokens": 60, "output_tokens": 40}}}}
+    model_calls = {
+        "executor": {
+            "draft": [
+                {
+                    "call": {"tool": "record", "args": {"label": "drafted"}},
+                    "usage": {"input_tokens": 60, "output_tokens": 40},
+                },
+                {"text": "draft", "usage": {"input_tokens": 60, "output_tokens": 40}},
+            ],
+            "polish": {"text": "polished", "usage": {"input_tokens": 60, "output_tokens": 40}},
+        }
+    }
     model = h.script("golden-exec.yaml", model_calls)
     run = await h.start(plan, auto_approve=True, executor=model, budget={"model_calls": 2})
     await h.wait_for(run, lambda s: any(p.kind is DecisionKind.budget for p in s.pending))

@@ -59,16 +59,20 @@ async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(u
             {
                 "goal": "pay",
                 "steps": [
-                    {"id": "pay", "title": "Pay the vendor", "tool": "record", "args": {"label": "paid"}, "risk": "high"}
+                    {
+                        "id": "pay",
+                        "title": "Pay the vendor",
+                        "tool": "record",
+                        "args": {"label": "paid"},
+                        "risk": "high",
+                    }
                 ],
             },
         )
         await harness.wait_for(victim, lambda s: bool(s.pending))
         await victim.approve(ApproveInput(by="alice", revision=1))  # the plan; the payment waits on its own
         await harness.wait_for(victim, lambda s: [p.step_id for p in s.pending] == ["pay"])
-        url = (
-            f"http://127.0.0.1:{ui_port}/api/v1/namespaces/default/workflows/{victim.id}/signal/approve_signal"
-        )
+        url = f"http://127.0.0.1:{ui_port}/api/v1/namespaces/default/workflows/{victim.id}/signal/approve_signal"
         decision = json.dumps({"by": "alice", "step_id": "pay"}).encode()
         body = {"input": {"payloads": [{"metadata": {"encoding": b64(b"json/plain")}, "data": b64(decision)}]}}
         attacker = await harness.start(
@@ -164,7 +168,13 @@ async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
     plan = {
         "goal": "pay [bold]vendors[/]",
         "steps": [
-            {"id": "research", "title": "Summarise the vendor [conceal]", "kind": "llm", "instructions": "look", "tools": ["http_request"]},
+            {
+                "id": "research",
+                "title": "Summarise the vendor [conceal]",
+                "kind": "llm",
+                "instructions": "look",
+                "tools": ["http_request"],
+            },
             {"id": "broken", "title": "a [/] title", "tool": "record", "args": {"label": "x"}},
             {"id": "hidden", "title": f"{CONCEAL}quiet", "tool": "record", "args": {"label": "y"}},
             {"id": "pay", "title": "Pay", "tool": "record", "args": {"label": f"pay to vendor-{'0' * 60}123 {amount}"}},
@@ -196,7 +206,6 @@ async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
 
 
 async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
-
     from stratagem.ledger import Ledger
     from stratagem.plan import Author, AuthorKind, Plan, Step
     from stratagem.run import Phase, RunInput, RunOptions, RunState
@@ -204,14 +213,22 @@ async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
 
     run_id = f"forged-{uuid.uuid4().hex[:8]}"
     plan = Plan(
-        goal="pay", revision=1, author=Author(kind=AuthorKind.human, name="alice"),
+        goal="pay",
+        revision=1,
+        author=Author(kind=AuthorKind.human, name="alice"),
         steps=[Step(id="pay", title="Pay", tool="record", args={"label": "forged payment"}, risk="high")],
     )
     ledger = Ledger(run_id=run_id)
     ledger.revisions.append(plan)
     state = RunState(
-        run_id=run_id, execution_id="x", goal="pay", options=RunOptions(), ledger=ledger,
-        phase=Phase.running, approved_revision=1, step_approvals={"pay": True},
+        run_id=run_id,
+        execution_id="x",
+        goal="pay",
+        options=RunOptions(),
+        ledger=ledger,
+        phase=Phase.running,
+        approved_revision=1,
+        step_approvals={"pay": True},
     )
     handle = await harness.client.start_workflow(
         StratagemRun.run, RunInput(goal="pay", state=state), id=run_id, task_queue=harness.task_queue
@@ -246,7 +263,13 @@ async def test_a_tools_error_leaves_no_credential_in_history_ledger_or_log(harne
         await run.result()
     history = json.dumps((await run.handle.fetch_history()).to_json_dict())
     # The plan's own arguments hold the text (a person wrote it into the plan); the failures must not.
-    failures = json.dumps([e for e in json.loads(history)["events"] if "Failed" in e.get("eventType", "") or "FAILED" in e.get("eventType", "")])
+    failures = json.dumps(
+        [
+            e
+            for e in json.loads(history)["events"]
+            if "Failed" in e.get("eventType", "") or "FAILED" in e.get("eventType", "")
+        ]
+    )
     for leak in LEAKS:
         assert leak not in failures, leak
         assert leak not in (await run.ledger()).steps["charge"].error
@@ -260,7 +283,10 @@ async def test_an_executors_failed_tool_call_is_stored_and_shown_to_the_model_re
         "exec.yaml",
         {"executor": {"s": [{"call": {"tool": "broken", "args": {"reason": reason}}}, {"text": "gave up"}]}},
     )
-    plan = {"goal": "g", "steps": [{"id": "s", "title": "s", "kind": "llm", "instructions": "try", "tools": ["broken"]}]}
+    plan = {
+        "goal": "g",
+        "steps": [{"id": "s", "title": "s", "kind": "llm", "instructions": "try", "tools": ["broken"]}],
+    }
     run = await harness.start(plan, auto_approve=True, executor=executor)
     await run.result()
     [call] = (await run.ledger()).steps["s"].tool_calls
@@ -273,23 +299,35 @@ async def test_an_executors_failed_tool_call_is_stored_and_shown_to_the_model_re
 
 def looping_executor(harness, name: str, steps: str, calls: int = 12, tokens: int = 100) -> str:
     """Executors that keep calling a tool, each call reporting `tokens` tokens."""
-    loop = [{"call": {"tool": "add", "args": {"a": 1, "b": 1}}, "usage": {"input_tokens": tokens - 10, "output_tokens": 10}}]
+    loop = [
+        {"call": {"tool": "add", "args": {"a": 1, "b": 1}}, "usage": {"input_tokens": tokens - 10, "output_tokens": 10}}
+    ]
     script = {s: loop * calls + [{"text": "done", "usage": {"input_tokens": 5, "output_tokens": 5}}] for s in steps}
     return harness.script(name, {"executor": script})
 
 
 async def test_steps_started_together_cannot_spend_past_the_token_budget(harness):
     executor = looping_executor(harness, "greedy.yaml", "bcd", calls=8)
-    cheap = harness.script("cheap.yaml", {"executor": {"a": {"text": "ok", "usage": {"input_tokens": 10, "output_tokens": 10}}}})
+    cheap = harness.script(
+        "cheap.yaml", {"executor": {"a": {"text": "ok", "usage": {"input_tokens": 10, "output_tokens": 10}}}}
+    )
     plan = {
         "goal": "g",
         "steps": [
             {"id": "a", "title": "a", "kind": "llm", "instructions": "warm up", "tier": "cheap"},
-            *[{"id": s, "title": s, "kind": "llm", "instructions": "loop", "tools": ["add"], "depends_on": ["a"]} for s in "bcd"],
+            *[
+                {"id": s, "title": s, "kind": "llm", "instructions": "loop", "tools": ["add"], "depends_on": ["a"]}
+                for s in "bcd"
+            ],
         ],
     }
     run = await harness.start(
-        plan, auto_approve=True, executor=executor, tiers={"cheap": cheap}, budget={"tokens": 1000}, max_parallel=4,
+        plan,
+        auto_approve=True,
+        executor=executor,
+        tiers={"cheap": cheap},
+        budget={"tokens": 1000},
+        max_parallel=4,
     )
     status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.budget for p in s.pending), timeout=60)
     ledger = await run.ledger()

@@ -32,7 +32,9 @@ def registry() -> ToolRegistry:
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(run_id="run-1", step_id="step-a", revision=0, attempt=1, workspace=tmp_path / "ws", execution_id="e1")
+    return ToolContext(
+        run_id="run-1", step_id="step-a", revision=0, attempt=1, workspace=tmp_path / "ws", execution_id="e1"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -437,7 +439,9 @@ async def test_append_csv_row_is_idempotent_per_step_revision(registry, ctx):
     assert second == {"path": "out.csv", "rows": 1, "repeated": True}
     assert _csv_text(ctx) == "name,amount,paid,note\nAda,12.5,true,\n"
 
-    revised = ToolContext(run_id="run-1", step_id="step-a", revision=1, attempt=1, workspace=ctx.workspace, execution_id="e1")
+    revised = ToolContext(
+        run_id="run-1", step_id="step-a", revision=1, attempt=1, workspace=ctx.workspace, execution_id="e1"
+    )
     third = await registry.invoke("append_csv_row", args, revised)
     assert third == {"path": "out.csv", "rows": 2, "repeated": False}
     assert _csv_text(ctx) == "name,amount,paid,note\nAda,12.5,true,\nAda,12.5,true,\n"
@@ -549,11 +553,17 @@ def test_catalog_describes_the_builtin_tools(registry):
 
 
 async def test_csv_cells_that_a_spreadsheet_would_run_are_made_inert(registry, ctx):
-    row = {"=name": "=HYPERLINK(\"http://evil.example\",\"click\")", "amount": -5, "note": "+1+1", "who": "@SUM(A1)", "tab": "\tx"}
+    row = {
+        "=name": '=HYPERLINK("http://evil.example","click")',
+        "amount": -5,
+        "note": "+1+1",
+        "who": "@SUM(A1)",
+        "tab": "\tx",
+    }
     await registry.invoke("append_csv_row", {"path": "out.csv", "row": row}, ctx)
     rows = list(csv.reader(io.StringIO((ctx.workspace / "out.csv").read_text())))
     assert rows[0][0] == "'=name"
-    assert rows[1] == ["'=HYPERLINK(\"http://evil.example\",\"click\")", "-5", "'+1+1", "'@SUM(A1)", "'\tx"]
+    assert rows[1] == ['\'=HYPERLINK("http://evil.example","click")', "-5", "'+1+1", "'@SUM(A1)", "'\tx"]
 
 
 async def test_a_planted_hard_link_does_not_lead_out_of_the_workspace(registry, ctx, tmp_path):
@@ -576,7 +586,11 @@ async def test_an_overlong_file_name_is_one_clear_refusal_without_the_workers_pa
 async def test_a_plan_names_a_secret_and_the_worker_fills_it_in(registry, ctx, server, monkeypatch):
     monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     monkeypatch.setenv("STRATAGEM_SECRET_CRM_TOKEN", "tok-0123456789")
-    args = {"method": "GET", "url": server.url("/echo-headers"), "headers": {"Authorization": "Bearer ${secret:crm_token}"}}
+    args = {
+        "method": "GET",
+        "url": server.url("/echo-headers"),
+        "headers": {"Authorization": "Bearer ${secret:crm_token}"},
+    }
     result = await registry.invoke("http_request", args, ctx)
     assert server.received[0].headers["authorization"] == ["Bearer tok-0123456789"]  # sent
     assert "tok-0123456789" not in json.dumps(result) and result["json"] == {"authorization": "Bearer [redacted]"}
@@ -599,12 +613,19 @@ def test_the_deadline_survives_the_switch_to_tls(tmp_path):
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
         .sign(key, hashes.SHA256())
     )
     (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
     listener = socket.socket()

@@ -25,8 +25,10 @@ PLAN = {"goal": "add twice", "steps": [step("a", "add", a=1, b=2), step("b", "ad
 
 def run_input(plan: dict = PLAN, level: int = 0) -> RunInput:
     return RunInput(
-        plan=PlanDraft.model_validate(plan), author=Author(kind=AuthorKind.human, name="ada"),
-        options=RunOptions(auto_approve=True), level=level,
+        plan=PlanDraft.model_validate(plan),
+        author=Author(kind=AuthorKind.human, name="ada"),
+        options=RunOptions(auto_approve=True),
+        level=level,
     )
 
 
@@ -42,7 +44,8 @@ def scheduled(history, activity_type: str) -> list[str]:
 
 def local_catalogue_markers(history) -> int:
     return sum(
-        1 for e in history.events
+        1
+        for e in history.events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         and activity_io.DESCRIBE_TOOLS_HERE.encode() in e.SerializeToString()
     )
@@ -69,10 +72,17 @@ async def test_a_workflow_only_worker_takes_the_catalogue_of_the_tools_role_not_
     queue = f"catalog-{uuid.uuid4().hex[:8]}"
     tools = ToolRegistry.from_modules([FIXTURE_TOOLS])
     workflow_only = build_worker(
-        dev_env.client, task_queue=queue, registry=ToolRegistry.from_modules([]), workspace=tmp_path / "ws", roles=[Role.workflow]
+        dev_env.client,
+        task_queue=queue,
+        registry=ToolRegistry.from_modules([]),
+        workspace=tmp_path / "ws",
+        roles=[Role.workflow],
     )
     the_rest = build_worker(
-        dev_env.client, task_queue=queue, registry=tools, workspace=tmp_path / "ws",
+        dev_env.client,
+        task_queue=queue,
+        registry=tools,
+        workspace=tmp_path / "ws",
         roles=[Role.planner, Role.executor, Role.tools],
     )
     async with workflow_only, the_rest:
@@ -113,7 +123,10 @@ async def test_a_run_below_level_3_still_asks_the_tools_role(dev_harness):
     """Runs started before level 3 replay the activity they scheduled (the golden histories
     hold such runs); one started by hand at level 2 takes that path too."""
     handle = await dev_harness.client.start_workflow(
-        "StratagemRun", run_input(level=2), id=f"test-{uuid.uuid4().hex[:10]}", task_queue=dev_harness.task_queue,
+        "StratagemRun",
+        run_input(level=2),
+        id=f"test-{uuid.uuid4().hex[:10]}",
+        task_queue=dev_harness.task_queue,
     )
     await asyncio.wait_for(handle.result(), timeout=60)
     history = await handle.fetch_history()

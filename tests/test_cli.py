@@ -21,10 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ("--tools", str(ROOT / "tests" / "fixture_tools.py"))
 
 
-def cli(*args: str, env: dict[str, str], timeout: float = 90, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str], timeout: float = 90, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "stratagem.cli", *args],
-        cwd=env.get("CLI_CWD", ROOT), env=env, capture_output=True, text=True, timeout=timeout, input=stdin,
+        cwd=env.get("CLI_CWD", ROOT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
     )
 
 
@@ -50,7 +57,9 @@ async def acli(*args: str, env: dict[str, str], timeout: float = 90) -> subproce
 async def test_detached_run_approved_from_another_terminal(cli_env, tmp_path):
     env, harness = cli_env
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "say hi", "steps": [step("hi", "record", label="hi")]})
-    started = await acli("run", *TOOLS, "--plan", plan, "--detach", "--json", "--id", "cli-approve", "--by", "alice", env=env)
+    started = await acli(
+        "run", *TOOLS, "--plan", plan, "--detach", "--json", "--id", "cli-approve", "--by", "alice", env=env
+    )
     assert started.returncode == 0, started.stderr
     assert json.loads(started.stdout) == {"run_id": "cli-approve"}
 
@@ -58,8 +67,13 @@ async def test_detached_run_approved_from_another_terminal(cli_env, tmp_path):
     assert json.loads(status.stdout)["phase"] == "awaiting_approval"
     assert harness.calls() == []
 
-    one_line_error(await acli("approve", "cli-approve", "--revision", "3", "--by", "bob", env=env), "there is no revision 3: the current plan is revision 1")
-    approved = await acli("approve", "cli-approve", "--revision", "1", "--by", "bob", "--comment", "fine", "--json", env=env)
+    one_line_error(
+        await acli("approve", "cli-approve", "--revision", "3", "--by", "bob", env=env),
+        "there is no revision 3: the current plan is revision 1",
+    )
+    approved = await acli(
+        "approve", "cli-approve", "--revision", "1", "--by", "bob", "--comment", "fine", "--json", env=env
+    )
     assert approved.returncode == 0 and json.loads(approved.stdout)["phase"] == "running"
 
     waited = await acli("wait", "cli-approve", "--json", env=env)
@@ -68,7 +82,9 @@ async def test_detached_run_approved_from_another_terminal(cli_env, tmp_path):
 
     audit = await acli("audit", "cli-approve", env=env)
     records = [json.loads(line) for line in audit.stdout.splitlines()]
-    assert {"type": "decision", "by": "bob", "comment": "fine"}.items() <= next(r for r in records if r["type"] == "decision").items()
+    assert {"type": "decision", "by": "bob", "comment": "fine"}.items() <= next(
+        r for r in records if r["type"] == "decision"
+    ).items()
     assert records[-1]["kind"] == "run_succeeded"
 
     listed = await acli("list", "--json", env=env)
@@ -92,7 +108,10 @@ async def test_human_step_answered_from_the_command_line(cli_env, tmp_path):
     env, _ = cli_env
     plan = write_plan(
         tmp_path / "plan.yaml",
-        {"goal": "ask", "steps": [{"id": "terms", "title": "Terms", "kind": "human", "instructions": "Payment terms?"}]},
+        {
+            "goal": "ask",
+            "steps": [{"id": "terms", "title": "Terms", "kind": "human", "instructions": "Payment terms?"}],
+        },
     )
     await acli("run", *TOOLS, "--plan", plan, "--detach", "--auto-approve", "--id", "cli-human", env=env)
     for _ in range(100):
@@ -160,7 +179,10 @@ def test_embedded_server_starts_itself_and_state_survives_a_restart(tmp_path):
         "TEMPORAL_TASK_QUEUE": "cli-embedded",
         "CLI_CWD": str(tmp_path),
     }
-    plan = write_plan(tmp_path / "plan.yaml", {"goal": "persist", "steps": [step("save", "write_file", path="out.txt", content="kept")]})
+    plan = write_plan(
+        tmp_path / "plan.yaml",
+        {"goal": "persist", "steps": [step("save", "write_file", path="out.txt", content="kept")]},
+    )
     pids: list[int] = []
     server: subprocess.Popen[str] | None = None
     try:
@@ -180,7 +202,13 @@ def test_embedded_server_starts_itself_and_state_survives_a_restart(tmp_path):
         time.sleep(0.5)
         one_line_error(cli("status", "durable", env=env), "no Temporal server is reachable")
 
-        server = subprocess.Popen([sys.executable, "-m", "stratagem.cli", "server"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "stratagem.cli", "server"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         wait_listening(port)
         assert cli("approve", "durable", "--revision", "1", "--by", "ops", env=env).returncode == 0
         waited = cli("wait", "durable", "--json", env=env, timeout=120)
@@ -216,7 +244,12 @@ class Terminal:
         self.master, slave = pty.openpty()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "stratagem.cli", *args],
-            cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=controlling_terminal,
+            cwd=cwd,
+            env=env,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            preexec_fn=controlling_terminal,
         )
         os.close(slave)
         self.screen = ""
@@ -265,7 +298,11 @@ async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_pat
         "assert text.startswith('# Revision 1 of run') and \"reason: ''\" in text\n"
         "p.write_text(text.replace('label: draft', 'label: edited by a person').replace(\"reason: ''\", 'reason: a warmer greeting'))\n"
     )
-    terminal = Terminal(["run", *TOOLS, "--plan", plan, "--by", "erin"], {**env, "EDITOR": f"{sys.executable} {editor}", "COLUMNS": "200"}, tmp_path)
+    terminal = Terminal(
+        ["run", *TOOLS, "--plan", plan, "--by", "erin"],
+        {**env, "EDITOR": f"{sys.executable} {editor}", "COLUMNS": "200"},
+        tmp_path,
+    )
     try:
         await terminal.expect("approve revision 1?")
         assert "Plan revision 1: greet" in terminal.text and "record" in terminal.text
@@ -298,7 +335,9 @@ TERMS = {
 async def test_terminal_answers_json_and_survives_a_missing_editor(cli_env, tmp_path):
     env, _ = cli_env
     plan = write_plan(tmp_path / "plan.yaml", TERMS)
-    terminal = Terminal(["run", *TOOLS, "--plan", plan], {**env, "EDITOR": "/nonexistent/editor", "COLUMNS": "200"}, tmp_path)
+    terminal = Terminal(
+        ["run", *TOOLS, "--plan", plan], {**env, "EDITOR": "/nonexistent/editor", "COLUMNS": "200"}, tmp_path
+    )
     try:
         await terminal.expect("approve revision 1?")
         terminal.type("e\n")
@@ -342,7 +381,9 @@ async def test_wait_at_a_terminal_asks_what_run_left_open(cli_env, tmp_path):
         await terminal.expect("later: still following run cli-later")
         await terminal.expect("stratagem approve cli-later --revision 1")  # the command to decide instead
         terminal.type("\x03")
-        await terminal.expect("Follow it again (at a terminal, it asks what is still open) with: stratagem wait cli-later")
+        await terminal.expect(
+            "Follow it again (at a terminal, it asks what is still open) with: stratagem wait cli-later"
+        )
         assert await terminal.exit_status() == 130
     finally:
         terminal.close()
@@ -385,7 +426,9 @@ async def test_decisions_on_finished_runs_and_bad_models_are_refused_in_one_line
     env, _ = cli_env
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
     assert (await acli("run", *TOOLS, "--plan", plan, "--auto-approve", "--id", "cli-done", env=env)).returncode == 0
-    one_line_error(await acli("approve", "cli-done", env=env), "run cli-done has ended (completed); it takes no decisions")
+    one_line_error(
+        await acli("approve", "cli-done", env=env), "run cli-done has ended (completed); it takes no decisions"
+    )
     one_line_error(await acli("cancel", "cli-done", env=env), "run cli-done has already finished (completed)")
     one_line_error(await acli("run", "g", "--planner", "scripted:nope.yaml", env=env), "scripted model file")
     one_line_error(await acli("run", "g", "--planner", "nosuch:model", env=env), "unknown model provider 'nosuch'")
@@ -395,9 +438,17 @@ async def test_decisions_on_finished_runs_and_bad_models_are_refused_in_one_line
 
 async def test_a_goal_is_planned_by_the_planner_model(cli_env, tmp_path):
     env, harness = cli_env
-    plan = {"goal": "greet ada", "steps": [step("profile", "fetch_profile", user="ada"), step("hi", "greet", ["profile"], name="${profile.name}")]}
+    plan = {
+        "goal": "greet ada",
+        "steps": [
+            step("profile", "fetch_profile", user="ada"),
+            step("hi", "greet", ["profile"], name="${profile.name}"),
+        ],
+    }
     (tmp_path / "planner.yaml").write_text(yaml.safe_dump({"planner": [{"plan": plan}]}))
-    done = await acli("run", *TOOLS, "greet ada", "--planner", "scripted:planner.yaml", "--auto-approve", "--json", env=env)
+    done = await acli(
+        "run", *TOOLS, "greet ada", "--planner", "scripted:planner.yaml", "--auto-approve", "--json", env=env
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "succeeded" and result["outputs"] == {"hi": "Hello, Ada!"}
@@ -441,21 +492,38 @@ async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activit
     workspace = tmp_path / "ws"
 
     def run_input(plan: dict, **options) -> RunInput:
-        return RunInput(plan=PlanDraft.model_validate(plan), author=Author(kind=AuthorKind.human, name="ada"),
-                        options=RunOptions(**options))
+        return RunInput(
+            plan=PlanDraft.model_validate(plan),
+            author=Author(kind=AuthorKind.human, name="ada"),
+            options=RunOptions(**options),
+        )
 
-    async with build_worker(dev_env.client, task_queue=queue, registry=ToolRegistry.from_modules([FIXTURE_TOOLS]),
-                            workspace=workspace, store=FileStore(tmp_path / "store")):
-        plan = {"goal": "fast", "steps": [step("a", "quick", label="fail once"), step("b", "record", ["a"], label="${a}")]}
+    async with build_worker(
+        dev_env.client,
+        task_queue=queue,
+        registry=ToolRegistry.from_modules([FIXTURE_TOOLS]),
+        workspace=workspace,
+        store=FileStore(tmp_path / "store"),
+    ):
+        plan = {
+            "goal": "fast",
+            "steps": [step("a", "quick", label="fail once"), step("b", "record", ["a"], label="${a}")],
+        }
         finished = await start_run(dev_env.client, run_input(plan, auto_approve=True), task_queue=queue)
         assert (await finished.result()).outputs == {"b": "FAIL ONCE"}
-        waiting = await start_run(dev_env.client, run_input({"goal": "later", "steps": [step("c", "record", label="later")]}),
-                                  task_queue=queue)
+        waiting = await start_run(
+            dev_env.client,
+            run_input({"goal": "later", "steps": [step("c", "record", label="later")]}),
+            task_queue=queue,
+        )
         while (await waiting.status()).phase.value != "awaiting_approval":
             await asyncio.sleep(0.05)
     env = {
-        **os.environ, "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
-        "TEMPORAL_TASK_QUEUE": queue, "STRATAGEM_HOME": str(tmp_path / "home"), "CLI_CWD": str(tmp_path),
+        **os.environ,
+        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "TEMPORAL_TASK_QUEUE": queue,
+        "STRATAGEM_HOME": str(tmp_path / "home"),
+        "CLI_CWD": str(tmp_path),
     }
     shown = await acli("status", finished.id, "--json", env=env)
     assert shown.returncode == 0, shown.stderr
@@ -465,8 +533,11 @@ async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activit
     assert approved.returncode == 0, approved.stderr
     await asyncio.sleep(1)
     history = await waiting.handle.fetch_history()
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
-                 if e.HasField("activity_task_scheduled_event_attributes")]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
     started = [e for e in history.events if e.HasField("activity_task_started_event_attributes")]
     # The catalogue was read in a local activity of the worker's first task (level 3).
     assert scheduled == ["stratagem.run_tool"] and started == []
@@ -489,8 +560,13 @@ def test_runs_started_from_two_folders_write_into_their_own_workspaces(tmp_path)
     pids: list[int] = []
     try:
         for folder, run_id, extra in [(folders[0], "from-one", []), (folders[1], "from-two", ["--auto-approve"])]:
-            plan = write_plan(folder / "plan.yaml", {"goal": "g", "steps": [step("save", "write_file", path="out.txt", content=run_id)]})
-            started = cli("run", "--plan", plan, "--detach", "--id", run_id, *extra, env={**env, "CLI_CWD": str(folder)})
+            plan = write_plan(
+                folder / "plan.yaml",
+                {"goal": "g", "steps": [step("save", "write_file", path="out.txt", content=run_id)]},
+            )
+            started = cli(
+                "run", "--plan", plan, "--detach", "--id", run_id, *extra, env={**env, "CLI_CWD": str(folder)}
+            )
             assert started.returncode == 0, started.stderr
             pids += [int(p) for p in re.findall(r"pid (\d+)", started.stdout)]
         assert cli("wait", "from-two", "--json", env=env, timeout=120).returncode == 0
@@ -531,7 +607,9 @@ async def test_following_a_run_shows_what_a_new_revision_changed(cli_env, tmp_pa
     await harness.wait_for(run, lambda s: s.revision == 2)
     await run.reject(RejectInput(by="ann", reason="done looking"))
     followed = await acli("wait", run.id, env=env)
-    assert "from revision 1 by human:alice" in followed.stdout and "to revision 2 by human:ann: no dock" in followed.stdout
+    assert (
+        "from revision 1 by human:alice" in followed.stdout and "to revision 2 by human:ann: no dock" in followed.stdout
+    )
     assert "args.label: laptop, monitor, dock → laptop, monitor" in followed.stdout
 
 
@@ -547,7 +625,9 @@ def test_a_home_never_silently_uses_a_server_it_did_not_start(tmp_path):
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS", "TEMPORAL_PROFILE")}
         env.update(STRATAGEM_HOME=str(tmp_path / "new-home"), CLI_CWD=str(tmp_path))
-        plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("s", "write_file", path="x", content="x")]})
+        plan = write_plan(
+            tmp_path / "plan.yaml", {"goal": "g", "steps": [step("s", "write_file", path="x", content="x")]}
+        )
         done = cli("run", "--plan", plan, "--detach", env=env)
         one_line_error(done, "a Temporal server that this STRATAGEM_HOME")
         assert "set TEMPORAL_ADDRESS=localhost:7233" in done.stderr

@@ -29,11 +29,24 @@ async def status_json(run_id: str, env: dict) -> dict:
 async def test_a_budget_pauses_the_run_and_the_command_line_raises_it(cli_env, tmp_path):
     env, _ = cli_env
     usage = {"usage": {"input_tokens": 70, "output_tokens": 30}}
-    (tmp_path / "exec.yaml").write_text(yaml.safe_dump({"executor": {"a": {"text": "A", **usage}, "b": {"text": "B", **usage}}}))
+    (tmp_path / "exec.yaml").write_text(
+        yaml.safe_dump({"executor": {"a": {"text": "A", **usage}, "b": {"text": "B", **usage}}})
+    )
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [llm("a"), llm("b", depends_on=["a"])]})
     started = await acli(
-        "run", *TOOLS, "--plan", plan, "--executor", "scripted:exec.yaml", "--budget-calls", "1",
-        "--auto-approve", "--detach", "--id", "cli-budget", env=env,
+        "run",
+        *TOOLS,
+        "--plan",
+        plan,
+        "--executor",
+        "scripted:exec.yaml",
+        "--budget-calls",
+        "1",
+        "--auto-approve",
+        "--detach",
+        "--id",
+        "cli-budget",
+        env=env,
     )
     assert started.returncode == 0, started.stderr
     for _ in range(100):
@@ -51,8 +64,12 @@ async def test_a_budget_pauses_the_run_and_the_command_line_raises_it(cli_env, t
     assert "model usage: 1 call, 70 in / 30 out tokens, $0.0000" in shown.stdout
 
     one_line_error(await acli("budget", "cli-budget", env=env), "give a limit to raise")
-    one_line_error(await acli("budget", "cli-budget", "--calls", "1", env=env), "leaves no room: the run has used 1 already")
-    one_line_error(await acli("budget", "cli-budget", "--calls", "3", "--stop", env=env), "--stop ends the run; give it no limits")
+    one_line_error(
+        await acli("budget", "cli-budget", "--calls", "1", env=env), "leaves no room: the run has used 1 already"
+    )
+    one_line_error(
+        await acli("budget", "cli-budget", "--calls", "3", "--stop", env=env), "--stop ends the run; give it no limits"
+    )
     raised = await acli("budget", "cli-budget", "--calls", "3", "--by", "dana", "--json", env=env)
     assert raised.returncode == 0, raised.stderr
     assert json.loads(raised.stdout)["message"] == "budget changed"
@@ -66,12 +83,24 @@ async def test_a_budget_pauses_the_run_and_the_command_line_raises_it(cli_env, t
 
 async def test_joint_mode_and_tiers_from_the_command_line(cli_env, tmp_path):
     env, harness = cli_env
-    (tmp_path / "joint.yaml").write_text(yaml.safe_dump(
-        {"executor": {"task": [{"call": {"tool": "record", "args": {"label": "joint"}}}, {"text": "recorded"}]}}
-    ))
+    (tmp_path / "joint.yaml").write_text(
+        yaml.safe_dump(
+            {"executor": {"task": [{"call": {"tool": "record", "args": {"label": "joint"}}}, {"text": "recorded"}]}}
+        )
+    )
     done = await acli(
-        "run", *TOOLS, "record that we were here", "--mode", "joint", "--executor", "scripted:joint.yaml",
-        "--allow-tool", "record", "--auto-approve", "--json", env=env,
+        "run",
+        *TOOLS,
+        "record that we were here",
+        "--mode",
+        "joint",
+        "--executor",
+        "scripted:joint.yaml",
+        "--allow-tool",
+        "record",
+        "--auto-approve",
+        "--json",
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["outputs"] == {"task": "recorded"}
@@ -89,14 +118,26 @@ async def test_model_option_mistakes_are_one_line(cli_env, tmp_path):
     env, _ = cli_env
     env = {k: v for k, v in env.items() if k not in KEYLESS}
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
-    one_line_error(await acli("run", "g", "--planner", "openai:gpt-4.1", env=env), "OPENAI_API_KEY is not set in the worker's environment")
-    one_line_error(await acli("run", "g", "--planner", "scripted:p.yaml", "--tier", "fast", env=env), "--tier 'fast' is not NAME=MODEL")
-    one_line_error(await acli("run", "g", "--config", "nope.yaml", env=env), "configuration file 'nope.yaml' does not exist")
-    one_line_error(await acli("run", "--plan", plan, "--mode", "joint", env=env), "--mode joint takes a goal, not --plan")
+    one_line_error(
+        await acli("run", "g", "--planner", "openai:gpt-4.1", env=env),
+        "OPENAI_API_KEY is not set in the worker's environment",
+    )
+    one_line_error(
+        await acli("run", "g", "--planner", "scripted:p.yaml", "--tier", "fast", env=env),
+        "--tier 'fast' is not NAME=MODEL",
+    )
+    one_line_error(
+        await acli("run", "g", "--config", "nope.yaml", env=env), "configuration file 'nope.yaml' does not exist"
+    )
+    one_line_error(
+        await acli("run", "--plan", plan, "--mode", "joint", env=env), "--mode joint takes a goal, not --plan"
+    )
     one_line_error(await acli("run", "g", "--mode", "joint", env=env), "--mode joint needs a model: --executor MODEL")
     (tmp_path / "p.yaml").write_text("executor: {}\n")
     one_line_error(
-        await acli("run", *TOOLS, "g", "--mode", "joint", "--executor", "scripted:p.yaml", "--allow-tool", "rm_rf", env=env),
+        await acli(
+            "run", *TOOLS, "g", "--mode", "joint", "--executor", "scripted:p.yaml", "--allow-tool", "rm_rf", env=env
+        ),
         "--allow-tool names unknown tool(s): rm_rf",
     )
     one_line_error(
@@ -111,7 +152,10 @@ async def test_model_option_mistakes_are_one_line(cli_env, tmp_path):
 
 def test_limits_typed_at_the_prompt_are_checked():
     assert parse_limits("tokens=200000, cost=2.5 calls=10 seconds=90") == {
-        "tokens": 200000, "cost_usd": 2.5, "model_calls": 10, "wall_clock_seconds": 90.0,
+        "tokens": 200000,
+        "cost_usd": 2.5,
+        "model_calls": 10,
+        "wall_clock_seconds": 90.0,
     }
     for text, message in [
         ("tokens=0.5", "tokens must be a whole number"),
@@ -148,7 +192,10 @@ async def test_a_stored_output_is_described_and_printed_on_demand(cli_env, tmp_p
 
 async def test_watch_streams_from_an_offset_without_gaps_or_repeats(cli_env, tmp_path):
     env, _ = cli_env
-    plan = write_plan(tmp_path / "w.yaml", {"goal": "g", "steps": [step("a", "record", label="a"), step("b", "record", ["a"], label="b")]})
+    plan = write_plan(
+        tmp_path / "w.yaml",
+        {"goal": "g", "steps": [step("a", "record", label="a"), step("b", "record", ["a"], label="b")]},
+    )
     assert (await acli("run", *TOOLS, "--plan", plan, "--auto-approve", "--id", "cli-watch", env=env)).returncode == 0
     whole = await acli("watch", "cli-watch", "--json", env=env)
     assert whole.returncode == 0, whole.stderr

@@ -19,20 +19,36 @@ from stratagem.server import is_listening
 async def test_outputs_and_transcripts_read_as_text_and_json_stays_for_machines(cli_env, tmp_path):
     env, _ = cli_env
     script = tmp_path / "executor.yaml"
-    script.write_text(yaml.safe_dump({"executor": {"greet": {"json": {"greeting": "Hallo Zoë", "team": ["Tomás", "Ana"]}}}}, allow_unicode=True))
+    script.write_text(
+        yaml.safe_dump(
+            {"executor": {"greet": {"json": {"greeting": "Hallo Zoë", "team": ["Tomás", "Ana"]}}}}, allow_unicode=True
+        )
+    )
     plan = write_plan(
         tmp_path / "plan.yaml",
-        {"goal": "greet", "steps": [{"id": "greet", "title": "Greet", "kind": "llm", "instructions": "Greet Zoë", "output_format": "json"}]},
+        {
+            "goal": "greet",
+            "steps": [
+                {"id": "greet", "title": "Greet", "kind": "llm", "instructions": "Greet Zoë", "output_format": "json"}
+            ],
+        },
     )
-    done = await acli("run", *TOOLS, "--plan", plan, "--executor", f"scripted:{script}", "--auto-approve", "--id", "cli-zoe", env=env)
+    done = await acli(
+        "run", *TOOLS, "--plan", plan, "--executor", f"scripted:{script}", "--auto-approve", "--id", "cli-zoe", env=env
+    )
     assert done.returncode == 0, done.stderr
     assert '"greeting": "Hallo Zoë"' in done.stdout and "\\u00eb" not in done.stdout  # the result, as written
 
     shown = await acli("output", "cli-zoe", "greet", env=env)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.startswith('{\n  "greeting": "Hallo Zoë",\n  "team": [\n    "Tomás",')  # indented, its own letters
+    assert shown.stdout.startswith(
+        '{\n  "greeting": "Hallo Zoë",\n  "team": [\n    "Tomás",'
+    )  # indented, its own letters
     machine = await acli("output", "cli-zoe", "greet", "--json", env=env)
-    assert machine.stdout.count("\n") == 1 and json.loads(machine.stdout) == {"greeting": "Hallo Zoë", "team": ["Tomás", "Ana"]}
+    assert machine.stdout.count("\n") == 1 and json.loads(machine.stdout) == {
+        "greeting": "Hallo Zoë",
+        "team": ["Tomás", "Ana"],
+    }
 
     transcript = await acli("output", "cli-zoe", "greet", "--transcript", env=env)
     assert transcript.returncode == 0, transcript.stderr
@@ -46,7 +62,10 @@ async def test_outputs_and_transcripts_read_as_text_and_json_stays_for_machines(
 
 async def test_list_columns_line_up_and_limit_is_documented(cli_env, tmp_path):
     env, _ = cli_env
-    plan = write_plan(tmp_path / "plan.yaml", {"goal": "wait here", "steps": [{"id": "hi", "title": "hi", "tool": "record", "args": {"label": "hi"}}]})
+    plan = write_plan(
+        tmp_path / "plan.yaml",
+        {"goal": "wait here", "steps": [{"id": "hi", "title": "hi", "tool": "record", "args": {"label": "hi"}}]},
+    )
     for run_id in ("l1", "a-much-longer-run-id"):
         assert (await acli("run", *TOOLS, "--plan", plan, "--detach", "--id", run_id, env=env)).returncode == 0
     listed = await acli("list", env=env)
@@ -72,11 +91,22 @@ async def test_a_broken_json_answer_shows_the_parser_s_whole_message(cli_env, tm
 def test_a_configuration_file_reports_every_mistake_in_one_line(tmp_path):
     config = tmp_path / "stratagem.yaml"
     config.write_text("planner: gpt-4.1\nbudget: {tokens: -1}\ncolour: blue\n")
-    plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [{"id": "hi", "title": "hi", "tool": "record", "args": {"label": "hi"}}]})
-    env = {**os.environ, "STRATAGEM_HOME": str(tmp_path / "home"), "TEMPORAL_ADDRESS": "127.0.0.1:1", "CLI_CWD": str(tmp_path)}
+    plan = write_plan(
+        tmp_path / "plan.yaml",
+        {"goal": "g", "steps": [{"id": "hi", "title": "hi", "tool": "record", "args": {"label": "hi"}}]},
+    )
+    env = {
+        **os.environ,
+        "STRATAGEM_HOME": str(tmp_path / "home"),
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+        "CLI_CWD": str(tmp_path),
+    }
     done = cli("run", *TOOLS, "--plan", plan, "--config", str(config), "--detach", env=env)
     one_line_error(done, "has 3 mistakes: planner: model 'gpt-4.1' is not of the form provider:name")
-    assert "budget.tokens: Input should be greater than or equal to 1; colour: Extra inputs are not permitted" in done.stderr
+    assert (
+        "budget.tokens: Input should be greater than or equal to 1; colour: Extra inputs are not permitted"
+        in done.stderr
+    )
     assert len(done.stderr.strip().splitlines()) == 1
 
 
@@ -86,7 +116,11 @@ def test_a_foreground_server_keeps_its_log_out_of_the_terminal(tmp_path):
     port = free_port_pair()
     env = {**os.environ, "STRATAGEM_HOME": str(home), "TEMPORAL_ADDRESS": f"127.0.0.1:{port}"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "stratagem.cli", "server"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "stratagem.cli", "server"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         wait_listening(port)

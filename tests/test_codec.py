@@ -83,18 +83,27 @@ async def test_round_trip_hides_everything_and_keeps_the_payload_exact():
 
 
 async def test_unencrypted_payloads_are_refused_unless_the_operator_accepts_them():
-    plain = [Payload(metadata={"encoding": b"json/plain"}, data=b'{"phase": "running"}'), Payload(metadata={"encoding": b"binary/null"})]
+    plain = [
+        Payload(metadata={"encoding": b"json/plain"}, data=b'{"phase": "running"}'),
+        Payload(metadata={"encoding": b"binary/null"}),
+    ]
     refused = await EncryptionCodec(key_bytes(KEY_A)).decode(plain)
-    assert [p.metadata["encoding"] for p in refused] == [REFUSED_ENCODING, REFUSED_ENCODING] and not any(p.data for p in refused)
+    assert [p.metadata["encoding"] for p in refused] == [REFUSED_ENCODING, REFUSED_ENCODING] and not any(
+        p.data for p in refused
+    )
     assert await EncryptionCodec(key_bytes(KEY_A), accept_plain=True).decode(plain) == plain
 
 
 async def test_a_wrong_key_names_both_key_ids_and_never_garbles():
-    [sealed] = await EncryptionCodec(key_bytes(KEY_A)).encode([Payload(metadata={"encoding": b"json/plain"}, data=b"1")])
+    [sealed] = await EncryptionCodec(key_bytes(KEY_A)).encode(
+        [Payload(metadata={"encoding": b"json/plain"}, data=b"1")]
+    )
     with pytest.raises(EncryptionKeyError) as info:
         await EncryptionCodec(key_bytes(KEY_B)).decode([sealed])
     message = str(info.value)
-    assert f"encrypted with key {ID_A}" in message and f"this process has key {ID_B} (STRATAGEM_ENCRYPTION_KEY)" in message
+    assert (
+        f"encrypted with key {ID_A}" in message and f"this process has key {ID_B} (STRATAGEM_ENCRYPTION_KEY)" in message
+    )
     assert "\n" not in message and KEY_A not in message and KEY_B not in message
     assert isinstance(info.value, ConfigError)  # one line from the CLI, and never an ApplicationError
 
@@ -143,12 +152,18 @@ async def test_failures_are_sealed_but_key_mismatches_stay_readable():
     "env, expected",
     [
         ({"STRATAGEM_ENCRYPTION_KEY": "not base64!"}, "STRATAGEM_ENCRYPTION_KEY is not valid base64"),
-        ({"STRATAGEM_ENCRYPTION_KEY": base64.b64encode(b"k" * 16).decode()}, "STRATAGEM_ENCRYPTION_KEY decodes to 16 bytes, not 32"),
+        (
+            {"STRATAGEM_ENCRYPTION_KEY": base64.b64encode(b"k" * 16).decode()},
+            "STRATAGEM_ENCRYPTION_KEY decodes to 16 bytes, not 32",
+        ),
         (
             {"STRATAGEM_ENCRYPTION_KEY": KEY_A, "STRATAGEM_ENCRYPTION_OLD_KEYS": f"{KEY_B}, abcd"},
             "STRATAGEM_ENCRYPTION_OLD_KEYS (key 2) decodes to 3 bytes, not 32",
         ),
-        ({"STRATAGEM_ENCRYPTION_OLD_KEYS": KEY_B}, "STRATAGEM_ENCRYPTION_OLD_KEYS is set but STRATAGEM_ENCRYPTION_KEY is not"),
+        (
+            {"STRATAGEM_ENCRYPTION_OLD_KEYS": KEY_B},
+            "STRATAGEM_ENCRYPTION_OLD_KEYS is set but STRATAGEM_ENCRYPTION_KEY is not",
+        ),
     ],
 )
 async def test_a_malformed_key_is_one_clear_line(env: dict[str, str], expected: str):
@@ -230,8 +245,8 @@ def is_patch_bookkeeping(path: str) -> bool:
     as `running`), and the trace context that activities and continue-as-new carry in their
     headers (ids only)."""
     return (
-        ".marker_recorded_event_attributes.details[data]" in path or
-        ".search_attributes.indexed_fields[TemporalChangeVersion]" in path
+        ".marker_recorded_event_attributes.details[data]" in path
+        or ".search_attributes.indexed_fields[TemporalChangeVersion]" in path
         or ".search_attributes.indexed_fields[StratagemStatus]" in path
         or ".header.fields[_tracer-data]" in path
         or ".details[patch-data]" in path
@@ -258,7 +273,9 @@ async def client_with(
     env: WorkflowEnvironment, key: str | None, old: str | None = None, *, accept_plain: bool = False
 ) -> Client:
     """A client built the way every Stratagem process builds one: `connect()` and Settings."""
-    settings = Settings(address=target(env), namespace=env.client.namespace, encryption_key=key, encryption_old_keys=old)
+    settings = Settings(
+        address=target(env), namespace=env.client.namespace, encryption_key=key, encryption_old_keys=old
+    )
     client = await connect(settings)
     if accept_plain:  # what STRATAGEM_ENCRYPTION_ACCEPT_PLAIN=1 gives every process
         converter = client.data_converter
@@ -294,10 +311,12 @@ async def test_histories_hold_only_ciphertext(dev_env: WorkflowEnvironment, tmp_
     async with worker(client, task_queue, tmp_path / "workspace"):
         good = await start_run(
             client,
-            run_input([
-                step("lookup", "fetch_profile", user="ada"),
-                step("payroll", "record", ["lookup"], label=f"{SECRET_OUTPUT} for ${{lookup.name}}"),
-            ]),
+            run_input(
+                [
+                    step("lookup", "fetch_profile", user="ada"),
+                    step("payroll", "record", ["lookup"], label=f"{SECRET_OUTPUT} for ${{lookup.name}}"),
+                ]
+            ),
             task_queue=task_queue,
             run_id=f"enc-ok-{uuid.uuid4().hex[:8]}",
         )
@@ -333,7 +352,9 @@ async def test_histories_hold_only_ciphertext(dev_env: WorkflowEnvironment, tmp_
 
         # With the key, the same raw history reads back in full.
         history = await client.get_workflow_handle(run.id).fetch_history()
-        decoded = b"".join(p.data for p in await client.data_converter.payload_codec.decode([p for _, p in payloads_of(history)]))
+        decoded = b"".join(
+            p.data for p in await client.data_converter.payload_codec.decode([p for _, p in payloads_of(history)])
+        )
         assert GOAL.encode() in decoded
         await replay(history, client)
         if run is good:
@@ -351,14 +372,23 @@ async def test_histories_hold_only_ciphertext(dev_env: WorkflowEnvironment, tmp_
     # A listing from a shell without the key still lists the runs, saying it cannot read them.
     env = {**os.environ, "TEMPORAL_ADDRESS": target(dev_env), "STRATAGEM_HOME": str(tmp_path / "home")}
     listed = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "stratagem.cli", "list", "--json"], env=env, capture_output=True, text=True, timeout=60
+        subprocess.run,
+        [sys.executable, "-m", "stratagem.cli", "list", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert listed.returncode == 0, listed.stderr
     rows = {row["run_id"]: row for row in json.loads(listed.stdout)}
     assert rows[good.id]["goal"] == "(unreadable: encrypted with a key this shell lacks)"
     with_key = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "stratagem.cli", "list", "--json"], env={**env, "STRATAGEM_ENCRYPTION_KEY": KEY_A},
-        capture_output=True, text=True, timeout=60,
+        subprocess.run,
+        [sys.executable, "-m", "stratagem.cli", "list", "--json"],
+        env={**env, "STRATAGEM_ENCRYPTION_KEY": KEY_A},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert {row["run_id"]: row for row in json.loads(with_key.stdout)}[good.id]["goal"] == GOAL
 
@@ -377,7 +407,9 @@ async def test_decisions_and_queries_work_encrypted(dev_env: WorkflowEnvironment
     task_queue = f"tq-review-{uuid.uuid4().hex[:8]}"
     async with worker(client, task_queue, tmp_path / "workspace"):
         run = await start_run(
-            client, run_input([step("note", "record", label=SECRET_OUTPUT)], auto_approve=False), task_queue=task_queue,
+            client,
+            run_input([step("note", "record", label=SECRET_OUTPUT)], auto_approve=False),
+            task_queue=task_queue,
             run_id=f"enc-review-{uuid.uuid4().hex[:8]}",
         )
         for _ in range(200):
@@ -402,7 +434,9 @@ async def test_a_run_started_before_encryption_stays_readable(dev_env: WorkflowE
     client = await client_with(dev_env, KEY_A, accept_plain=True)
     task_queue = f"tq-mixed-{uuid.uuid4().hex[:8]}"
     run = await start_run(
-        unencrypted, run_input([step("note", "record", label=SECRET_OUTPUT)], goal="mixed history"), task_queue=task_queue,
+        unencrypted,
+        run_input([step("note", "record", label=SECRET_OUTPUT)], goal="mixed history"),
+        task_queue=task_queue,
         run_id=f"enc-mixed-{uuid.uuid4().hex[:8]}",
     )
     async with worker(client, task_queue, tmp_path / "workspace"):
@@ -411,7 +445,11 @@ async def test_a_run_started_before_encryption_stays_readable(dev_env: WorkflowE
     history = await run.handle.fetch_history()
     encodings = {p.metadata.get("encoding") for path, p in payloads_of(history) if "WORKFLOW_EXECUTION_STARTED" in path}
     assert encodings == {b"json/plain"}  # the input, memo and summary from before
-    completed = [p for path, p in payloads_of(history) if "ACTIVITY_TASK_COMPLETED" in path or "WORKFLOW_EXECUTION_COMPLETED" in path]
+    completed = [
+        p
+        for path, p in payloads_of(history)
+        if "ACTIVITY_TASK_COMPLETED" in path or "WORKFLOW_EXECUTION_COMPLETED" in path
+    ]
     assert completed and all(p.metadata.get("encoding") == ENCODING for p in completed)
     assert all(SECRET_OUTPUT.encode() not in p.data for p in completed)  # the output came after encryption was on
     with pytest.raises(AssertionError):  # the plan in the input did not: the check sees plaintext
@@ -419,12 +457,17 @@ async def test_a_run_started_before_encryption_stays_readable(dev_env: WorkflowE
     await replay(history, client)
 
 
-async def test_a_worker_with_the_wrong_key_fails_its_task_and_changes_nothing(dev_env: WorkflowEnvironment, tmp_path: Path):
+async def test_a_worker_with_the_wrong_key_fails_its_task_and_changes_nothing(
+    dev_env: WorkflowEnvironment, tmp_path: Path
+):
     client = await client_with(dev_env, KEY_A)
     wrong = await client_with(dev_env, KEY_B)
     task_queue = f"tq-wrong-{uuid.uuid4().hex[:8]}"
     run = await start_run(
-        client, run_input([step("note", "record", label=SECRET_OUTPUT)]), task_queue=task_queue, run_id=f"enc-wrong-{uuid.uuid4().hex[:8]}"
+        client,
+        run_input([step("note", "record", label=SECRET_OUTPUT)]),
+        task_queue=task_queue,
+        run_id=f"enc-wrong-{uuid.uuid4().hex[:8]}",
     )
 
     async def task_failure() -> Failure | None:
@@ -461,7 +504,9 @@ async def test_a_plain_decision_from_a_client_without_the_key_is_refused(dev_env
     task_queue = f"tq-plain-{uuid.uuid4().hex[:8]}"
     async with worker(client, task_queue, tmp_path / "workspace"):
         run = await start_run(
-            client, run_input([step("pay", "record", label="paid")], auto_approve=False), task_queue=task_queue,
+            client,
+            run_input([step("pay", "record", label="paid")], auto_approve=False),
+            task_queue=task_queue,
             run_id=f"enc-plain-{uuid.uuid4().hex[:8]}",
         )
         for _ in range(200):

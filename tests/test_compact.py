@@ -33,8 +33,16 @@ def state() -> RunState:
     ledger.record(EventKind.step_succeeded, NOW, revision=1, step_id="greet", attempt=2, model=None)
     options = RunOptions(max_parallel=8, approvers=[], review_timeout_seconds=None)
     pending = [PendingDecision(kind=DecisionKind.step_approval, revision=1, since=NOW, step_id="note")]
-    return RunState(run_id="r", execution_id="e", goal="g", options=options, ledger=ledger, phase=Phase.running,
-                    pending=pending, answers={"ask": None})
+    return RunState(
+        run_id="r",
+        execution_id="e",
+        goal="g",
+        options=options,
+        ledger=ledger,
+        phase=Phase.running,
+        pending=pending,
+        answers={"ask": None},
+    )
 
 
 def test_the_state_round_trips_exactly_and_smaller():

@@ -37,7 +37,9 @@ def settings_from(monkeypatch, **env: str) -> Settings:
 
 
 def test_an_api_key_turns_tls_on_and_never_shows(monkeypatch):
-    settings = settings_from(monkeypatch, TEMPORAL_ADDRESS="ns.acct.tmprl.cloud:7233", TEMPORAL_NAMESPACE="ns.acct", TEMPORAL_API_KEY=API_KEY)
+    settings = settings_from(
+        monkeypatch, TEMPORAL_ADDRESS="ns.acct.tmprl.cloud:7233", TEMPORAL_NAMESPACE="ns.acct", TEMPORAL_API_KEY=API_KEY
+    )
     assert (settings.address, settings.namespace, settings.api_key) == ("ns.acct.tmprl.cloud:7233", "ns.acct", API_KEY)
     assert settings.connect_options()["tls"] is True and settings.connect_options()["api_key"] == API_KEY
     assert settings.secured and API_KEY not in repr(settings)
@@ -51,8 +53,15 @@ def test_a_profile_file_and_the_environment_over_it(monkeypatch, tmp_path):
         '[profile.prod.grpc_meta]\nx-team = "ops"\n'
     )
     prod = settings_from(monkeypatch, TEMPORAL_CONFIG_FILE=str(config), TEMPORAL_PROFILE="prod")
-    assert (prod.address, prod.namespace, prod.api_key, dict(prod.rpc_metadata)) == ("prod.example:7233", "finance", API_KEY, {"x-team": "ops"})
-    overridden = settings_from(monkeypatch, TEMPORAL_CONFIG_FILE=str(config), TEMPORAL_PROFILE="prod", TEMPORAL_NAMESPACE="audit")
+    assert (prod.address, prod.namespace, prod.api_key, dict(prod.rpc_metadata)) == (
+        "prod.example:7233",
+        "finance",
+        API_KEY,
+        {"x-team": "ops"},
+    )
+    overridden = settings_from(
+        monkeypatch, TEMPORAL_CONFIG_FILE=str(config), TEMPORAL_PROFILE="prod", TEMPORAL_NAMESPACE="audit"
+    )
     assert overridden.namespace == "audit" and overridden.address == "prod.example:7233"
     default = settings_from(monkeypatch, TEMPORAL_CONFIG_FILE=str(config))
     assert default.address == "localhost:7233" and not default.secured
@@ -63,8 +72,10 @@ def test_a_profile_file_and_the_environment_over_it(monkeypatch, tmp_path):
 def test_a_missing_certificate_is_one_line(monkeypatch, tmp_path):
     with pytest.raises(ConfigError, match=f"Temporal connection: cannot read {tmp_path}/client.pem: no such file"):
         settings_from(
-            monkeypatch, TEMPORAL_ADDRESS="mtls.example:7233",
-            TEMPORAL_TLS_CLIENT_CERT_PATH=str(tmp_path / "client.pem"), TEMPORAL_TLS_CLIENT_KEY_PATH=str(tmp_path / "client.key"),
+            monkeypatch,
+            TEMPORAL_ADDRESS="mtls.example:7233",
+            TEMPORAL_TLS_CLIENT_CERT_PATH=str(tmp_path / "client.pem"),
+            TEMPORAL_TLS_CLIENT_KEY_PATH=str(tmp_path / "client.key"),
         )
 
 
@@ -89,7 +100,9 @@ def _cert(name: str, key, issuer_name: str, issuer_key, *, ca: bool = False, san
     )
     if san:
         builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("temporal.test"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.DNSName("temporal.test"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
             critical=False,
         )
     return builder.sign(issuer_key, hashes.SHA256())
@@ -106,7 +119,9 @@ def write_pki(folder: Path) -> dict[str, Path]:
         if key is not None:
             files[f"{name}.key"] = folder / f"{name}.key"
             files[f"{name}.key"].write_bytes(
-                key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+                key.private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+                )
             )
 
     save("ca", ca, None)
@@ -169,7 +184,11 @@ async def test_mutual_tls_through_a_profile_file(dev_env, tmp_path):
         assert proxy.handshakes >= 1  # the connection really went through the mTLS proxy
 
         # Without the client certificate the proxy refuses the handshake: one line, exit 2.
-        config.write_text(config.read_text().replace(f'client_cert_path = "{pki["client.pem"]}"\nclient_key_path = "{pki["client.key"]}"\n', ""))
+        config.write_text(
+            config.read_text().replace(
+                f'client_cert_path = "{pki["client.pem"]}"\nclient_key_path = "{pki["client.key"]}"\n', ""
+            )
+        )
         refused = await acli("list", env=env)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         assert refused.stderr.startswith("error: ") and len(refused.stderr.strip().splitlines()) == 1
@@ -182,17 +201,34 @@ def test_the_api_key_reaches_no_log(dev_env, tmp_path):
     and neither its output nor a failing command's error shows the key."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
     env.update(
-        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host, TEMPORAL_API_KEY=API_KEY, TEMPORAL_TLS="false",
-        TEMPORAL_TASK_QUEUE="apikey-q", STRATAGEM_WORKSPACE=str(tmp_path / "ws"), STRATAGEM_HOME=str(tmp_path / "home"),
+        TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+        TEMPORAL_API_KEY=API_KEY,
+        TEMPORAL_TLS="false",
+        TEMPORAL_TASK_QUEUE="apikey-q",
+        STRATAGEM_WORKSPACE=str(tmp_path / "ws"),
+        STRATAGEM_HOME=str(tmp_path / "home"),
     )
-    worker = subprocess.Popen([sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, "worker.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
-        status = subprocess.run([sys.executable, "-m", "stratagem.cli", "status", "no-such-run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        status = subprocess.run(
+            [sys.executable, "-m", "stratagem.cli", "status", "no-such-run"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert status.returncode == 2 and "no run with id 'no-such-run'" in status.stderr
         assert API_KEY not in status.stdout + status.stderr
         bad = subprocess.run(
-            [sys.executable, "-m", "stratagem.cli", "list"], cwd=ROOT, env={**env, "TEMPORAL_ADDRESS": "127.0.0.1:1"},
-            capture_output=True, text=True, timeout=60,
+            [sys.executable, "-m", "stratagem.cli", "list"],
+            cwd=ROOT,
+            env={**env, "TEMPORAL_ADDRESS": "127.0.0.1:1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert bad.returncode == 2 and API_KEY not in bad.stdout + bad.stderr
     finally:

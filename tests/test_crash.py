@@ -45,8 +45,12 @@ SEED = int(os.environ.get("CRASH_SEED", "20251121"))
 
 def work(id: str, label: str, seconds: float, depends_on: list[str] | None = None, **extra: Any) -> dict[str, Any]:
     return {
-        "id": id, "title": id.replace("_", " "), "tool": "crash_work",
-        "args": {"label": label, "seconds": round(seconds, 2)}, "depends_on": depends_on or [], **extra,
+        "id": id,
+        "title": id.replace("_", " "),
+        "tool": "crash_work",
+        "args": {"label": label, "seconds": round(seconds, 2)},
+        "depends_on": depends_on or [],
+        **extra,
     }
 
 
@@ -133,7 +137,11 @@ class Workers:
         with (self.logs / f"worker-{self.started}.log").open("wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "worker.py", "--tools", CRASH_TOOLS],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         self.alive.append(process)
         return process
@@ -167,11 +175,17 @@ async def wait_for_pollers(client: Any, task_queue: str, pids: set[int], seconds
         )
         enhanced = await client.workflow_service.describe_task_queue(
             DescribeTaskQueueRequest(
-                namespace=client.namespace, task_queue=queue, task_queue_types=[activity], report_pollers=True,
+                namespace=client.namespace,
+                task_queue=queue,
+                task_queue_types=[activity],
+                report_pollers=True,
                 api_mode=DescribeTaskQueueMode.DESCRIBE_TASK_QUEUE_MODE_ENHANCED,
             )
         )
-        pollers = [*legacy.pollers, *(p for v in enhanced.versions_info.values() for t in v.types_info.values() for p in t.pollers)]
+        pollers = [
+            *legacy.pollers,
+            *(p for v in enhanced.versions_info.values() for t in v.types_info.values() for p in t.pollers),
+        ]
         seen |= {int(p.identity.split("@")[0]) for p in pollers if p.identity.split("@")[0].isdigit()}
         if pids <= seen:
             return
@@ -211,7 +225,11 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
         async def start_runs() -> None:
             for index, (plan, _) in enumerate(plans):
                 run_input = RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="ops"), options=options)
-                runs.append(await start_run(client, run_input, task_queue=task_queue, run_id=f"crash-{SEED}-{index}-{uuid.uuid4().hex[:6]}"))
+                runs.append(
+                    await start_run(
+                        client, run_input, task_queue=task_queue, run_id=f"crash-{SEED}-{index}-{uuid.uuid4().hex[:6]}"
+                    )
+                )
                 await asyncio.sleep(0.5)
 
         async def chaos() -> None:
@@ -237,11 +255,15 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
             results = await asyncio.wait_for(asyncio.gather(*(outcome(r) for r in runs)), timeout=50)
         except TimeoutError:
             unfinished = [(r.id, (await r.status()).model_dump(mode="json")) for r in runs if r.id not in finished]
-            raise AssertionError(f"{why} runs still open 50 s after the last kill: {unfinished}; kills {kills}") from None
+            raise AssertionError(
+                f"{why} runs still open 50 s after the last kill: {unfinished}; kills {kills}"
+            ) from None
         elapsed = time.monotonic() - began
         for run, result in zip(runs, results, strict=False):
             assert not isinstance(result, BaseException), f"{why} run {run.id} raised {result!r}; kills {kills}"
-            assert result.status is Phase.succeeded, f"{why} run {run.id}: {result.status} {result.reason}; kills {kills}"
+            assert (
+                result.status is Phase.succeeded
+            ), f"{why} run {run.id}: {result.status} {result.reason}; kills {kills}"
         ledgers = [await run.ledger() for run in runs]  # queried while healthy workers remain
     finally:
         workers.close()
@@ -257,7 +279,9 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
         execution_id = run.handle.first_execution_run_id
         assert execution_id, why
         # The ledger: every step succeeded once, with the output its inputs imply.
-        assert {s: r.status for s, r in ledger.steps.items()} == {s: StepStatus.succeeded for s in expected}, f"{why} {run.id}"
+        assert {s: r.status for s, r in ledger.steps.items()} == {
+            s: StepStatus.succeeded for s in expected
+        }, f"{why} {run.id}"
         assert {s: r.output for s, r in ledger.steps.items()} == expected, f"{why} {run.id}"
         succeeded = Counter(e.step_id for e in ledger.events if e.kind is EventKind.step_succeeded)
         assert succeeded == Counter(expected.keys()), f"{why} {run.id}: step_succeeded events {succeeded}"
@@ -265,30 +289,43 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
 
         rows = effect_rows(workspace, run.id)
         effects = Counter(row["step"] for row in rows)
-        assert effects == Counter(expected.keys()), f"{why} {run.id}: side effects per step {effects} (once each expected)"
+        assert effects == Counter(
+            expected.keys()
+        ), f"{why} {run.id}: side effects per step {effects} (once each expected)"
         for step_id, record in ledger.steps.items():
             key = f"{run.id}/{execution_id}/{step_id}/r{record.revision}"
             assert record.revision == 1, f"{why} {run.id}/{step_id}"
             attempts = by_step[(run.id, step_id)]
             # Every attempt, on whichever process, used the one key of (run, step, revision).
-            assert {a["key"] for a in attempts} == {key}, f"{why} {run.id}/{step_id}: keys {sorted({a['key'] for a in attempts})}"
-            assert all(a["revision"] == 1 and a["execution_id"] == execution_id for a in attempts), f"{why} {run.id}/{step_id}"
+            assert {a["key"] for a in attempts} == {
+                key
+            }, f"{why} {run.id}/{step_id}: keys {sorted({a['key'] for a in attempts})}"
+            assert all(
+                a["revision"] == 1 and a["execution_id"] == execution_id for a in attempts
+            ), f"{why} {run.id}/{step_id}"
             assert [row["key"] for row in rows if row["step"] == step_id] == [key], f"{why} {run.id}/{step_id}"
             # The attempt the ledger counts is the last one that ran, and it ran to its end.
             numbers = {a["attempt"] for a in attempts}
-            assert max(numbers) == record.attempts, f"{why} {run.id}/{step_id}: ran attempts {sorted(numbers)}, ledger says {record.attempts}"
-            assert any(a["event"] == "end" and a["attempt"] == record.attempts for a in attempts), f"{why} {run.id}/{step_id}"
+            assert (
+                max(numbers) == record.attempts
+            ), f"{why} {run.id}/{step_id}: ran attempts {sorted(numbers)}, ledger says {record.attempts}"
+            assert any(
+                a["event"] == "end" and a["attempt"] == record.attempts for a in attempts
+            ), f"{why} {run.id}/{step_id}"
             # An attempt cut short ran on a worker that was killed (no healthy attempt is lost).
             for attempt in numbers - {record.attempts}:
                 pids = {a["pid"] for a in attempts if a["attempt"] == attempt}
                 ended = any(a["event"] == "end" for a in attempts if a["attempt"] == attempt)
-                assert ended or pids <= killed, f"{why} {run.id}/{step_id}: attempt {attempt} on {pids} stopped; killed {kills}"
+                assert (
+                    ended or pids <= killed
+                ), f"{why} {run.id}/{step_id}: attempt {attempt} on {pids} stopped; killed {kills}"
 
     # The crashes did hit steps mid-flight: some ran more than once, across processes, and some
     # were killed after their side effect, which the retry found done and did not repeat.
     retried = {s for s, attempts in by_step.items() if len({a["attempt"] for a in attempts}) > 1}
     interrupted = {
-        s for s, attempts in by_step.items()
+        s
+        for s, attempts in by_step.items()
         if any(a["pid"] in killed for a in attempts) and len({a["pid"] for a in attempts}) > 1
     }
     repeated = {s for s, attempts in by_step.items() if any(a["event"] == "effect" and a["repeated"] for a in attempts)}
@@ -394,7 +431,9 @@ def test_embedded_server_killed_with_runs_in_three_states(tmp_path):
         raise AssertionError(f"{args}: {done.stdout} {done.stderr}")
 
     def attempts(name: str, step_id: str) -> list[dict[str, Any]]:
-        return [a for a in read_jsonl(workspace / "attempts.jsonl") if a["run_id"] == ids[name] and a["step"] == step_id]
+        return [
+            a for a in read_jsonl(workspace / "attempts.jsonl") if a["run_id"] == ids[name] and a["step"] == step_id
+        ]
 
     try:
         start("review")  # starts the embedded server and the background worker
@@ -413,7 +452,11 @@ def test_embedded_server_killed_with_runs_in_three_states(tmp_path):
         time.sleep(SERVER_DOWNTIME)
 
         server = subprocess.Popen(
-            [sys.executable, "-m", "stratagem.cli", "server"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            [sys.executable, "-m", "stratagem.cli", "server"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         wait_listening(port)
         hiccups.clear()

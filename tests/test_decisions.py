@@ -39,10 +39,17 @@ def make_state(phase: Phase = Phase.awaiting_approval, revisions: int = 1, execu
     ledger = Ledger(run_id="run-1")
     for revision in range(1, revisions + 1):
         plan = draft(tool_step("first"), tool_step("second"))
-        ledger.add_revision(Plan.from_draft(plan, revision=revision, author=Author(kind=AuthorKind.human, name="ann"), reason="r"))
+        ledger.add_revision(
+            Plan.from_draft(plan, revision=revision, author=Author(kind=AuthorKind.human, name="ann"), reason="r")
+        )
     return RunState(
-        run_id="run-1", execution_id="exec-1", goal="goal", options=RunOptions(executor=executor), phase=phase,
-        ledger=ledger, catalog=ToolCatalog(tools=[ToolSpec(name="record")]),
+        run_id="run-1",
+        execution_id="exec-1",
+        goal="goal",
+        options=RunOptions(executor=executor),
+        phase=phase,
+        ledger=ledger,
+        catalog=ToolCatalog(tools=[ToolSpec(name="record")]),
     )
 
 
@@ -71,7 +78,10 @@ def test_a_stale_revision_is_refused() -> None:
     expected = "revision 1 is stale: the current plan is revision 2"
     assert refused(decisions.check_approve, state, ApproveInput(by="bob", revision=1)) == expected
     assert refused(decisions.check_reject, state, RejectInput(by="bob", reason="no", revision=1)) == expected
-    assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("a")), revision=1)) == expected
+    assert (
+        refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("a")), revision=1))
+        == expected
+    )
 
 
 def test_a_finished_run_takes_no_decisions() -> None:
@@ -126,7 +136,9 @@ def test_a_revision_may_not_change_a_step_that_already_succeeded() -> None:
     state = make_state()
     state.ledger.steps["first"].status, state.ledger.steps["first"].revision = StepStatus.succeeded, 1
     message = refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("first", "changed"))))
-    assert message.startswith("the revised plan is invalid: step 'first' already succeeded (revision 1) and cannot be changed")
+    assert message.startswith(
+        "the revised plan is invalid: step 'first' already succeeded (revision 1) and cannot be changed"
+    )
     decisions.check_revise(state, ReviseInput(by="bob", plan=draft(tool_step("third"))))  # omitting it carries it
 
 
@@ -157,7 +169,9 @@ def test_a_step_rejection_says_why_the_run_stops() -> None:
     decisions.request_step_approval(state, state.plan.steps[1], NOW)  # already asked: not asked twice
     assert [p.step_id for p in state.pending] == ["second"]
     assert decisions.decide_step(state, ApproveInput(by="auto_approve", step_id="first"), via="auto", now=NOW) is None
-    why = decisions.decide_step(state, RejectInput(by="cfo", reason="too costly", step_id="second"), via="update", now=NOW)
+    why = decisions.decide_step(
+        state, RejectInput(by="cfo", reason="too costly", step_id="second"), via="update", now=NOW
+    )
     assert why == "step 'second' rejected by cfo: too costly"
     assert state.step_approvals == {"first": True, "second": False} and state.ledger.auto_approved is True
     decisions.remove_pending(state, "second")
@@ -168,7 +182,9 @@ def test_a_revision_keeps_an_escalation_visible() -> None:
     state = make_state()
     state.pending = [decisions.plan_approval_request(state, NOW)]
     state.pending[0].escalated = True
-    new = Plan.from_draft(draft(tool_step("a")), revision=2, author=Author(kind=AuthorKind.human, name="bob"), reason="edit")
+    new = Plan.from_draft(
+        draft(tool_step("a")), revision=2, author=Author(kind=AuthorKind.human, name="bob"), reason="edit"
+    )
     state.ledger.add_revision(new)
     decisions.record_revision(state, ReviseInput(by="bob", plan=draft(tool_step("a"))), new, via="update", now=NOW)
     assert [(p.revision, p.escalated) for p in state.pending] == [(2, True)]
@@ -187,7 +203,9 @@ def test_an_answer_waits_for_its_step() -> None:
 
 
 def _plan(revision: int, *steps: dict) -> Plan:
-    return Plan(goal="g", steps=[Step(**s) for s in steps], revision=revision, author=Author(kind=AuthorKind.model, name="m"))
+    return Plan(
+        goal="g", steps=[Step(**s) for s in steps], revision=revision, author=Author(kind=AuthorKind.model, name="m")
+    )
 
 
 @pytest.mark.parametrize(
@@ -195,7 +213,11 @@ def _plan(revision: int, *steps: dict) -> Plan:
     [
         ({"risk": "high"}, {"risk": "medium"}, "risk lowered from high to medium"),
         ({"requires_approval": True}, {"requires_approval": False}, "no longer requires approval"),
-        ({"kind": "llm", "tools": ["read_file"]}, {"kind": "llm", "tools": ["read_file", "http_request"]}, "may now call http_request"),
+        (
+            {"kind": "llm", "tools": ["read_file"]},
+            {"kind": "llm", "tools": ["read_file", "http_request"]},
+            "may now call http_request",
+        ),
         ({"risk": "high", "args": {"to": "a"}}, {"risk": "high", "args": {"to": "b"}}, "what it does changed"),
         ({"args": {"to": "a"}}, {"risk": "high", "args": {"to": "b"}}, "what it does changed"),
     ],
@@ -211,4 +233,9 @@ def test_tightening_or_plain_changes_pass():
     base = {"id": "s", "title": "s", "tool": "record", "args": {"x": 1}}
     assert decisions.loosened(_plan(1, base), _plan(2, {**base, "risk": "high"})) == []
     assert decisions.loosened(_plan(1, base), _plan(2, {**base, "args": {"x": 2}})) == []  # not gated
-    assert decisions.loosened(_plan(1, base), _plan(2, base, {"id": "new", "title": "n", "tool": "record", "risk": "high"})) == []
+    assert (
+        decisions.loosened(
+            _plan(1, base), _plan(2, base, {"id": "new", "title": "n", "tool": "record", "risk": "high"})
+        )
+        == []
+    )

@@ -41,8 +41,12 @@ WORKER_ENV = {
 }
 # Taken from the host's environment, optional: they must default to empty.
 WORKER_PASS_THROUGH = (
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
-    "STRATAGEM_ENCRYPTION_KEY", "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    "STRATAGEM_ENCRYPTION_KEY",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
 )
 
 
@@ -126,8 +130,10 @@ def depends_on(service: dict[str, Any]) -> dict[str, str]:
 def one_shot(services: dict[str, dict[str, Any]]) -> set[str]:
     """Services something waits on to complete: jobs, not long-running services."""
     return {
-        target for service in services.values()
-        for target, condition in depends_on(service).items() if condition == "service_completed_successfully"
+        target
+        for service in services.values()
+        for target, condition in depends_on(service).items()
+        if condition == "service_completed_successfully"
     }
 
 
@@ -177,7 +183,9 @@ def test_every_service_has_a_pinned_image_or_a_build(services: dict[str, dict[st
         assert "$" not in image, f"{name}: the image tag must be pinned in the file, not taken from a variable"
         repository, _, tag = image.rpartition(":")
         assert repository and "/" not in tag, f"{name}: image {image!r} has no tag"
-        assert tag != "latest" and re.match(r"v?\d+(\.\d+)+", tag), f"{name}: image {image!r} is not pinned to a version"
+        assert tag != "latest" and re.match(
+            r"v?\d+(\.\d+)+", tag
+        ), f"{name}: image {image!r} is not pinned to a version"
 
 
 def test_long_running_services_have_healthchecks(services: dict[str, dict[str, Any]]) -> None:
@@ -219,7 +227,9 @@ def test_startup_order(services: dict[str, dict[str, Any]]) -> None:
         for target, condition in depends_on(service).items():
             assert target in services, f"{name} depends on unknown service {target}"
             if condition == "service_healthy":
-                assert "healthcheck" in services[target], f"{name} waits for {target} to be healthy, which has no healthcheck"
+                assert (
+                    "healthcheck" in services[target]
+                ), f"{name} waits for {target} to be healthy, which has no healthcheck"
             # A service every `up` starts cannot wait for one that only a profile starts.
             assert not services[target].get("profiles") or service.get("profiles"), f"{name} needs profiled {target}"
 
@@ -332,7 +342,9 @@ def test_temporal_reads_the_mounted_dynamic_config(services: dict[str, dict[str,
 
 def test_named_volumes_are_declared(compose: dict[str, Any], services: dict[str, dict[str, Any]]) -> None:
     used = {
-        str(volume).split(":")[0] for service in services.values() for volume in service.get("volumes", [])
+        str(volume).split(":")[0]
+        for service in services.values()
+        for volume in service.get("volumes", [])
         if not str(volume).startswith((".", "/"))
     }
     assert used == set(compose.get("volumes") or {}), "every named volume is declared, and every declared one used"
@@ -372,7 +384,9 @@ def test_collector_pipelines_use_defined_components(services: dict[str, dict[str
     for name, pipeline in service["pipelines"].items():
         for kind in ("receivers", "processors", "exporters"):
             for component in pipeline.get(kind, []):
-                assert component in (collector.get(kind) or {}), f"pipeline {name} uses undefined {kind[:-1]} {component}"
+                assert component in (
+                    collector.get(kind) or {}
+                ), f"pipeline {name} uses undefined {kind[:-1]} {component}"
     exporters = service["pipelines"]["traces"]["exporters"]
     assert "debug" in exporters
     jaeger = [name for name in exporters if name.split("/")[0] in ("otlp", "otlp_grpc", "otlp_http", "otlphttp")]
@@ -463,8 +477,23 @@ def ignored(path: str) -> bool:
 
 
 DOCKERFILE_KEYWORDS = {
-    "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME", "USER",
-    "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL",
+    "FROM",
+    "RUN",
+    "CMD",
+    "LABEL",
+    "EXPOSE",
+    "ENV",
+    "ADD",
+    "COPY",
+    "ENTRYPOINT",
+    "VOLUME",
+    "USER",
+    "WORKDIR",
+    "ARG",
+    "ONBUILD",
+    "STOPSIGNAL",
+    "HEALTHCHECK",
+    "SHELL",
 }
 
 
@@ -476,7 +505,9 @@ def test_dockerfile_instructions_are_known() -> None:
 
 def test_base_image_is_pinned() -> None:
     bases = [rest.split()[0] for keyword, rest in dockerfile_instructions() if keyword == "FROM"]
-    assert bases and all(re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", base) for base in bases), bases
+    assert bases and all(
+        re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", base) for base in bases
+    ), bases
 
 
 def test_image_runs_as_a_non_root_user() -> None:
@@ -506,7 +537,8 @@ def test_image_contains_what_pyproject_packages() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     copied = {
         source.rstrip("/")
-        for keyword, rest in dockerfile_instructions() if keyword == "COPY"
+        for keyword, rest in dockerfile_instructions()
+        if keyword == "COPY"
         for source in shlex.split(rest)[:-1]
     }
     needed = {pattern.rstrip("*") for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]}
@@ -546,7 +578,16 @@ def test_image_settings() -> None:
 
 
 def test_dockerignore_keeps_local_state_out() -> None:
-    for path in (".venv", ".git", ".pytest_cache", "tests", "workspace", "bench", "stratagem/__pycache__", "stratagem.egg-info"):
+    for path in (
+        ".venv",
+        ".git",
+        ".pytest_cache",
+        "tests",
+        "workspace",
+        "bench",
+        "stratagem/__pycache__",
+        "stratagem.egg-info",
+    ):
         assert ignored(path), f"{path} reaches the build context"
     for path in ("README.md", "pyproject.toml", "stratagem/cli/__init__.py", "examples/vendor_onboarding/tools.py"):
         assert not ignored(path), f"{path} is needed by the build"

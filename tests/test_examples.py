@@ -58,7 +58,9 @@ class Example:
     def module(self) -> Any:
         """The example's tools module, as the registry imported it."""
         registry = self.registry()
-        name = next(n for n in ("create_vendor_record", "revenue_by_region", "create_directory_account") if n in registry)
+        name = next(
+            n for n in ("create_vendor_record", "revenue_by_region", "create_directory_account") if n in registry
+        )
         return sys.modules[registry.get(name).function.__module__]
 
 
@@ -131,7 +133,9 @@ def example_harness(env: WorkflowEnvironment, tmp_path: Path, example: Example):
     return harness_for(env, tmp_path, example.registry())
 
 
-async def drive(run, answers: dict[str, Any], timeout: float = 60) -> tuple[RunStatus, list[tuple[str, str | None, str]]]:
+async def drive(
+    run, answers: dict[str, Any], timeout: float = 60
+) -> tuple[RunStatus, list[tuple[str, str | None, str]]]:
     """Approve the plan and gated steps and answer human steps, as the quickstart does, until the run ends.
 
     Returns the final status and the decisions made: (kind, step id, prompt)."""
@@ -181,7 +185,10 @@ async def test_vendor_onboarding_end_to_end(time_env, tmp_path):
         ledger = await run.ledger()
 
     # Only the plan and the high-risk payment asked for a decision.
-    assert [(kind, step) for kind, step, _ in decisions] == [("plan_approval", None), ("step_approval", "first_payment")]
+    assert [(kind, step) for kind, step, _ in decisions] == [
+        ("plan_approval", None),
+        ("step_approval", "first_payment"),
+    ]
     assert started_before_any_finished(ledger, {"sanctions_check", "vat_check", "bank_check"})
 
     ws = harness.workspace
@@ -199,7 +206,12 @@ async def test_vendor_onboarding_end_to_end(time_env, tmp_path):
     assert payment["reference"] == "Onboarding V-C0B7E361: first order PO-2025-1042"
     assert payment["idempotency_key"].endswith("/first_payment/r1")
     assert result.outputs == {
-        "first_payment": {"payment_id": payment["payment_id"], "amount_eur": 1200.0, "ledger": "payments/ledger.csv", "repeated": False}
+        "first_payment": {
+            "payment_id": payment["payment_id"],
+            "amount_eur": 1200.0,
+            "ledger": "payments/ledger.csv",
+            "repeated": False,
+        }
     }
 
 
@@ -234,7 +246,9 @@ async def test_monthly_report_end_to_end(time_env, tmp_path):
 
     # The revenue figure computed here, independently of the tools, from the shipped CSV.
     sales = read_csv(EXAMPLES / "monthly_report" / "data" / "sales.csv")
-    october = sum(Decimal(r["quantity"]) * Decimal(r["unit_price_eur"]) for r in sales if r["order_date"].startswith("2025-10"))
+    october = sum(
+        Decimal(r["quantity"]) * Decimal(r["unit_price_eur"]) for r in sales if r["order_date"].startswith("2025-10")
+    )
     assert october == Decimal("58225.00")
     assert ledger.steps["revenue"].output["total_display"] == "EUR 58,225.00"
     assert ledger.steps["revenue"].output["change_display"] == "+12.0%"
@@ -250,7 +264,9 @@ async def test_monthly_report_end_to_end(time_env, tmp_path):
     assert "${" not in prompt
     assert ledger.steps["finance_review"].output == example.answers["finance_review"]
 
-    assert result.outputs == {"write_report": {"path": "reports/operations-2025-10.md", "bytes": ledger.steps["write_report"].output["bytes"]}}
+    assert result.outputs == {
+        "write_report": {"path": "reports/operations-2025-10.md", "bytes": ledger.steps["write_report"].output["bytes"]}
+    }
     report = (harness.workspace / "reports" / "operations-2025-10.md").read_text()
     assert report.startswith("# Operations report, October 2025\n")
     assert "| **Total** | **EUR 58,225.00** | 100.0% |" in report
@@ -272,7 +288,9 @@ async def test_employee_onboarding_end_to_end(time_env, tmp_path):
     asked = sorted((kind, step) for kind, step, _ in decisions)
     assert asked == [("human_answer", "buddy"), ("plan_approval", None), ("step_approval", "equipment")]
     prompt = next(p for kind, _, p in decisions if kind == "human_answer")
-    assert prompt.startswith("Zoë Lindqvist (zlindqvist@northwind-logistics.example) joins Platform Engineering on 2025-11-03.")
+    assert prompt.startswith(
+        "Zoë Lindqvist (zlindqvist@northwind-logistics.example) joins Platform Engineering on 2025-11-03."
+    )
     assert started_before_any_finished(ledger, {"slack", "github", "jira"})
 
     ws = harness.workspace
@@ -347,7 +365,9 @@ def test_a_new_hire_gets_one_account_however_often_the_step_runs(tmp_path):
     first = tools.create_directory_account(*args, ctx=context(tmp_path, "account"))
     retried = tools.create_directory_account(*args, ctx=context(tmp_path, "account"))
     later_run = tools.create_directory_account(*args, ctx=context(tmp_path, "account", run_id="run-2"))
-    namesake = tools.create_directory_account("Zoe Lindqvist", "Sales", "Account Executive", "m@example.com", "2026-01-05", ctx=context(tmp_path, "other"))
+    namesake = tools.create_directory_account(
+        "Zoe Lindqvist", "Sales", "Account Executive", "m@example.com", "2026-01-05", ctx=context(tmp_path, "other")
+    )
     assert (first["created"], retried["repeated"], later_run["created"]) == (True, True, False)
     assert first["username"] == retried["username"] == later_run["username"] == "zlindqvist"
     assert namesake["username"] == "zlindqvist2"
@@ -362,7 +382,12 @@ def quickstart(plan_file: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "STRATAGEM_WORKSPACE"}
     return subprocess.run(
         [sys.executable, str(EXAMPLES / "quickstart.py"), str(plan_file)],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -426,7 +451,9 @@ def test_carriers_quote_only_where_they_deliver_and_an_order_ships_once(tmp_path
     again = tools.reserve_stock("SO-1042", 3, ctx=context(tmp_path, "reserve"))
     assert (first["repeated"], again["repeated"], again["reservation_id"]) == (False, True, first["reservation_id"])
     booked = tools.book_shipment("SO-1042", quote["quote_id"], first["reservation_id"], ctx=context(tmp_path, "book"))
-    twice = tools.book_shipment("SO-1042", quote["quote_id"], first["reservation_id"], ctx=context(tmp_path, "book", run_id="run-2"))
+    twice = tools.book_shipment(
+        "SO-1042", quote["quote_id"], first["reservation_id"], ctx=context(tmp_path, "book", run_id="run-2")
+    )
     assert (booked["repeated"], twice["repeated"], twice["shipment_id"]) == (False, True, booked["shipment_id"])
     assert (booked["pickup_on"], booked["delivery_on"]) == ("2025-11-10", "2025-11-13")  # Monday + 3 working days
 
@@ -467,7 +494,9 @@ async def test_order_shipping_is_planned_fails_replans_and_succeeds_as_its_readm
     assert (result.status, result.revision, result.replans) == (Phase.succeeded, 2, 1)
     assert [(p.revision, p.author.kind) for p in ledger.revisions] == [(1, AuthorKind.model), (2, AuthorKind.model)]
     assert [(d.action.value, d.revision, d.step_id) for d in ledger.decisions] == [
-        ("approve", 1, None), ("approve", 2, None), ("approve", 2, "book"),
+        ("approve", 1, None),
+        ("approve", 2, None),
+        ("approve", 2, "book"),
     ]
     # The failed step is recorded, with its error, after one attempt; the replan says why.
     failed = ledger.steps["quote_nordbahn"]

@@ -32,8 +32,13 @@ def executor(tmp_path: Path, script: dict, progress: ExecutorProgress, saved: li
     path = tmp_path / "script.yaml"
     path.write_text(yaml.safe_dump(script))
     return Executor(
-        ScriptedModel(str(path)), request(["record"]), ToolRegistry.from_modules([FIXTURE_TOOLS]),
-        workspace=tmp_path / "ws", attempt=attempt, progress=progress, save=lambda p: saved.append(p.model_copy(deep=True)),
+        ScriptedModel(str(path)),
+        request(["record"]),
+        ToolRegistry.from_modules([FIXTURE_TOOLS]),
+        workspace=tmp_path / "ws",
+        attempt=attempt,
+        progress=progress,
+        save=lambda p: saved.append(p.model_copy(deep=True)),
     )
 
 
@@ -44,12 +49,19 @@ def logged(tmp_path: Path) -> list[dict]:
 
 async def test_a_resumed_attempt_makes_only_the_calls_still_owed(tmp_path):
     # The earlier attempt was paid for a turn with two calls and ran the first before it died.
-    turn = Message(role="assistant", tool_calls=[
-        ToolCall(id="c1", name="record", arguments={"label": "first"}),
-        ToolCall(id="c2", name="record", arguments={"label": "second"}),
-    ])
+    turn = Message(
+        role="assistant",
+        tool_calls=[
+            ToolCall(id="c1", name="record", arguments={"label": "first"}),
+            ToolCall(id="c2", name="record", arguments={"label": "second"}),
+        ],
+    )
     progress = ExecutorProgress(
-        messages=[Message(role="user", content="do it"), turn, Message(role="tool", tool_call_id="c1", content="first")],
+        messages=[
+            Message(role="user", content="do it"),
+            turn,
+            Message(role="tool", tool_call_id="c1", content="first"),
+        ],
         tool_calls=[ToolCallRecord(call=0, tool="record", status=ToolCallStatus.ok)],
     )
     saved: list = []
@@ -62,17 +74,28 @@ async def test_a_resumed_attempt_makes_only_the_calls_still_owed(tmp_path):
 
 
 async def test_a_final_answer_already_given_is_not_asked_for_again(tmp_path):
-    progress = ExecutorProgress(messages=[Message(role="user", content="do it"), Message(role="assistant", content="the answer")])
+    progress = ExecutorProgress(
+        messages=[Message(role="user", content="do it"), Message(role="assistant", content="the answer")]
+    )
     run = executor(tmp_path, {"executor": {}}, progress, [])  # any model call would fail: no response scripted
     assert await run.run() == "the answer"
     assert progress.calls == []
 
 
 async def test_unauthorized_calls_never_run_and_keys_count_every_call(tmp_path):
-    script = {"executor": {"work": [
-        {"calls": [{"tool": "delete_records", "args": {"table": "t"}}, {"tool": "record", "args": {"label": "ok"}}]},
-        {"text": "done"},
-    ]}}
+    script = {
+        "executor": {
+            "work": [
+                {
+                    "calls": [
+                        {"tool": "delete_records", "args": {"table": "t"}},
+                        {"tool": "record", "args": {"label": "ok"}},
+                    ]
+                },
+                {"text": "done"},
+            ]
+        }
+    }
     progress = ExecutorProgress()
     assert await executor(tmp_path, script, progress, []).run() == "done"
     assert [c["tool"] for c in logged(tmp_path)] == ["record"]

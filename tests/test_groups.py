@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def collected(marker: str | None) -> set[str]:
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
-    done = subprocess.run(argv + (["-m", marker] if marker else []), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        argv + (["-m", marker] if marker else []), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return {line for line in done.stdout.splitlines() if "::" in line}
 

@@ -32,7 +32,10 @@ async def eventually(check, timeout: float = 20):
 async def test_the_inbox_lists_every_run_waiting_for_a_person_oldest_first(cli_env):
     env, harness = cli_env
     assert await has_status_attribute(harness.client)
-    human = {"goal": "ask finance", "steps": [{"id": "terms", "title": "Terms", "kind": "human", "instructions": "Payment terms?"}]}
+    human = {
+        "goal": "ask finance",
+        "steps": [{"id": "terms", "title": "Terms", "kind": "human", "instructions": "Payment terms?"}],
+    }
     slow = {"goal": "busy", "steps": [step("wait", "slow", label="busy", seconds=30)]}
 
     review = await harness.start(GREETING)  # waits for plan approval: in the inbox
@@ -103,5 +106,8 @@ async def test_the_inbox_without_the_search_attribute_says_how_to_register_it(cl
         assert "already" in str(exc).lower(), exc
     listed = await acli("list", "--status", "awaiting-approval", env={**env, "TEMPORAL_NAMESPACE": namespace})
     assert listed.returncode == 2 and "Traceback" not in listed.stderr
-    assert "the approval inbox needs the StratagemStatus search attribute in namespace no-status-attribute" in listed.stderr
+    assert (
+        "the approval inbox needs the StratagemStatus search attribute in namespace no-status-attribute"
+        in listed.stderr
+    )
     assert "temporal operator search-attribute create --name StratagemStatus --type Keyword" in listed.stderr

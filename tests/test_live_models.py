@@ -34,7 +34,11 @@ def live_model(provider: str) -> str:
 @pytest.mark.parametrize("provider", sorted(MODELS))
 async def test_live_planning_produces_a_valid_plan_and_usage(harness, provider):
     model = live_model(provider)
-    run = await harness.start(goal="Add 2 and 3 with the add tool, then record the sum with the record tool.", planner=model, auto_approve=True)
+    run = await harness.start(
+        goal="Add 2 and 3 with the add tool, then record the sum with the record tool.",
+        planner=model,
+        auto_approve=True,
+    )
     result = await run.result()
     ledger = await run.ledger()
     assert any(c["tool"] == "record" for c in harness.calls()), result
@@ -46,10 +50,15 @@ async def test_live_executor_uses_only_its_tools(harness, provider):
     model = live_model(provider)
     plan = {
         "goal": "read a note",
-        "steps": [{
-            "id": "read", "title": "Read the note", "kind": "llm", "tools": ["read_note"],
-            "instructions": "Call read_note with name 'n1' and report in one sentence what it says.",
-        }],
+        "steps": [
+            {
+                "id": "read",
+                "title": "Read the note",
+                "kind": "llm",
+                "tools": ["read_note"],
+                "instructions": "Call read_note with name 'n1' and report in one sentence what it says.",
+            }
+        ],
     }
     run = await harness.start(plan, auto_approve=True, executor=model)
     await run.result()

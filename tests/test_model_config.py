@@ -16,14 +16,19 @@ def write(tmp_path, text: str):
 
 
 def test_a_full_configuration_loads(tmp_path):
-    config = load_config(write(tmp_path, """
+    config = load_config(
+        write(
+            tmp_path,
+            """
 planner: anthropic:claude-sonnet-4-5
 executor: openai:gpt-4.1-mini
 tiers: {fast: "openai:llama3.1:8b@http://127.0.0.1:11434/v1"}
 budget: {tokens: 1000, cost_usd: 2.5}
 max_tool_rounds: 4
 prices: {"openai:llama3.1:8b": {input_per_mtok: 0, output_per_mtok: 0}}
-"""))
+""",
+        )
+    )
     assert config.tiers["fast"].endswith("/v1") and config.budget.cost_usd == 2.5 and config.max_tool_rounds == 4
     assert config.prices["openai:llama3.1:8b"] == Price(input_per_mtok=0, output_per_mtok=0)
 

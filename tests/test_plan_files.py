@@ -144,7 +144,9 @@ def test_dump_plan_keeps_tricky_scalars_as_strings(tmp_path: Path) -> None:
     draft = PlanDraft.model_validate(
         {
             "goal": "Grüße & more: yes",
-            "steps": [{"id": "a", "title": "no", "tool": "t", "args": {"flag": "yes", "n": "007", "v": 1.5, "none": None}}],
+            "steps": [
+                {"id": "a", "title": "no", "tool": "t", "args": {"flag": "yes", "n": "007", "v": 1.5, "none": None}}
+            ],
         }
     )
     path = tmp_path / "out.yaml"

@@ -153,7 +153,9 @@ def test_render_tools_without_tools() -> None:
 
 
 def test_replanning_message_shows_plan_progress_and_failure(catalog: ToolCatalog) -> None:
-    current = PlanDraft.model_validate(json.loads(plan_json(GOOD, {"id": "sum", "title": "Sum", "tool": "add", "args": {"a": 1, "b": 2}})))
+    current = PlanDraft.model_validate(
+        json.loads(plan_json(GOOD, {"id": "sum", "title": "Sum", "tool": "add", "args": {"a": 1, "b": 2}}))
+    )
     progress = Progress(
         plan=current,
         records={
@@ -280,7 +282,10 @@ async def test_revision_that_changes_a_succeeded_step_is_refused_and_repaired(ca
             "keep it as it was, or add a step with a new id to do the work again"
         ]
     ]
-    assert "Progress so far:\n- sum: succeeded; output: 3\n- hello: failed; error: boom" in model.requests[0].messages[1].content
+    assert (
+        "Progress so far:\n- sum: succeeded; output: 3\n- hello: failed; error: boom"
+        in model.requests[0].messages[1].content
+    )
 
 
 async def test_revision_may_leave_out_a_succeeded_step_it_still_depends_on(catalog: ToolCatalog) -> None:
@@ -298,7 +303,9 @@ async def test_revision_may_leave_out_a_succeeded_step_it_still_depends_on(catal
 async def test_revision_is_still_checked_against_the_rules(catalog: ToolCatalog) -> None:
     revised = plan_json({"id": "hello2", "title": "Greet", "tool": "greet", "args": {"name": "${sum}"}})
     model = FakeModel([revised])
-    with pytest.raises(ModelOutputError, match=r"step 'hello2' references \$\{sum\}, but 'sum' is not among its dependencies"):
+    with pytest.raises(
+        ModelOutputError, match=r"step 'hello2' references \$\{sum\}, but 'sum' is not among its dependencies"
+    ):
         await plan_with_repairs(model, "sum and greet", catalog, progress=_progress(), max_repairs=0)
 
 
@@ -311,7 +318,7 @@ async def test_planning_end_to_end_with_the_scripted_model(tmp_path: Path, catal
         yaml.safe_dump(
             {
                 "planner": [
-                    {"text": "```json\n{\"goal\": \"say hello\"}\n```"},
+                    {"text": '```json\n{"goal": "say hello"}\n```'},
                     {
                         "plan": {
                             "goal": "say hello",
@@ -346,10 +353,10 @@ async def test_planning_end_to_end_with_the_scripted_model(tmp_path: Path, catal
 
 async def test_scripted_planning_starts_at_first_call_index(tmp_path: Path, catalog: ToolCatalog) -> None:
     script = tmp_path / "planner.yaml"
-    script.write_text(
-        yaml.safe_dump({"planner": [{"text": "not used"}, {"plan": {"goal": "g", "steps": [GOOD]}}]})
-    )
+    script.write_text(yaml.safe_dump({"planner": [{"text": "not used"}, {"plan": {"goal": "g", "steps": [GOOD]}}]}))
     outcome = await plan_with_repairs(ScriptedModel(str(script)), "g", catalog, first_call_index=1, max_repairs=0)
     assert outcome.draft.step_ids == ["hello"]
-    with pytest.raises(ModelOutputError, match=r"has 2 planner response\(s\), but the run asked for planner response #3"):
+    with pytest.raises(
+        ModelOutputError, match=r"has 2 planner response\(s\), but the run asked for planner response #3"
+    ):
         await plan_with_repairs(ScriptedModel(str(script)), "g", catalog, first_call_index=2)

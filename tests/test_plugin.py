@@ -39,7 +39,9 @@ def test_a_worker_is_configured_to_run_the_workflow_and_check_decisions_after_it
     assert isinstance(out["workflow_runner"], UnsandboxedWorkflowRunner)
     interceptors = list(out["interceptors"])
     assert interceptors[0] is shared
-    assert isinstance(interceptors[1], VerifyDecisions) and interceptors[1].policy is keys  # the last plugin's keys decide
+    assert (
+        isinstance(interceptors[1], VerifyDecisions) and interceptors[1].policy is keys
+    )  # the last plugin's keys decide
     tracing = ["OpenTelemetryInterceptor"] if tracing_enabled() else []  # the suite traces (conftest)
     assert [type(i).__name__ for i in interceptors[2:]] == tracing
 
@@ -67,10 +69,16 @@ async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployme
     client = await connect(Settings(address=address, namespace=time_env.client.namespace))
     task_queue = f"tq-{uuid.uuid4().hex[:8]}"
     registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
-    plan = PlanDraft.model_validate({"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "record", "args": {"label": "a"}}]})
-    async with build_worker(client, task_queue=task_queue, registry=registry, workspace=tmp_path / "ws", store=FileStore(tmp_path / "store")):
+    plan = PlanDraft.model_validate(
+        {"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "record", "args": {"label": "a"}}]}
+    )
+    async with build_worker(
+        client, task_queue=task_queue, registry=registry, workspace=tmp_path / "ws", store=FileStore(tmp_path / "store")
+    ):
         run = await start_run(
-            client, RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="alice")), task_queue=task_queue,
+            client,
+            RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="alice")),
+            task_queue=task_queue,
             run_id=f"test-{uuid.uuid4().hex[:10]}",
         )
         for _ in range(200):

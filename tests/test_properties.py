@@ -92,7 +92,14 @@ def ref_text(step_id: str, path: tuple[str, ...]) -> str:
 
 
 def tool_step(step_id: str, depends_on: list[str] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"id": step_id, "title": step_id, "tool": "add", "args": {"a": 1, "b": 2}, "depends_on": depends_on or [], **extra}
+    return {
+        "id": step_id,
+        "title": step_id,
+        "tool": "add",
+        "args": {"a": 1, "b": 2},
+        "depends_on": depends_on or [],
+        **extra,
+    }
 
 
 def draft_of(steps: list[dict[str, Any]]) -> PlanDraft:
@@ -221,7 +228,14 @@ def plans_with_dangling_links(draw: st.DrawFn) -> tuple[list[dict[str, Any]], li
         argument, arg_refs = text_with_refs()
         ref_targets[sid] = refs + arg_refs
         steps.append(
-            {"id": sid, "title": sid, "instructions": instructions, "tool": "greet", "args": {"name": argument}, "depends_on": depends_on}
+            {
+                "id": sid,
+                "title": sid,
+                "instructions": instructions,
+                "tool": "greet",
+                "args": {"name": argument},
+                "depends_on": depends_on,
+            }
         )
 
     ref_problems = []
@@ -272,7 +286,14 @@ NOT_INT = st.one_of(
     st.lists(st.integers(), max_size=2),
     st.dictionaries(PLAIN, st.integers(), max_size=2),
 )
-NOT_STR = st.one_of(st.integers(), st.floats(), st.booleans(), st.none(), st.lists(PLAIN, max_size=2), st.dictionaries(PLAIN, PLAIN, max_size=2))
+NOT_STR = st.one_of(
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.none(),
+    st.lists(PLAIN, max_size=2),
+    st.dictionaries(PLAIN, PLAIN, max_size=2),
+)
 NOT_LIST = st.one_of(PLAIN, st.integers(), st.booleans(), st.none(), st.dictionaries(PLAIN, st.integers(), max_size=2))
 WRONG = {"a": NOT_INT, "b": NOT_INT, "name": NOT_STR, "greeting": NOT_STR, "values": NOT_LIST}
 PARAMS = {"add": ("a", "b"), "greet": ("name", "greeting"), "total": ("values",)}
@@ -294,7 +315,21 @@ def good_args(draw: st.DrawFn, tool: str) -> dict[str, Any]:
 @st.composite
 def tool_calls(draw: st.DrawFn) -> tuple[dict[str, Any], str, str]:
     """A step with one defect (or none), the defect's name and what its problem must say."""
-    defect = draw(st.sampled_from(["none", "none", "unknown_tool", "no_tool", "wrong_type", "wrong_item", "missing", "extra", "allows_unknown"]))
+    defect = draw(
+        st.sampled_from(
+            [
+                "none",
+                "none",
+                "unknown_tool",
+                "no_tool",
+                "wrong_type",
+                "wrong_item",
+                "missing",
+                "extra",
+                "allows_unknown",
+            ]
+        )
+    )
     tool = draw(st.sampled_from(TOOL_NAMES))
     args = draw(good_args(tool))
     if defect == "unknown_tool":
@@ -316,7 +351,11 @@ def tool_calls(draw: st.DrawFn) -> tuple[dict[str, Any], str, str]:
         values = draw(st.lists(st.integers(), max_size=3))
         index = draw(st.integers(0, len(values)))
         values.insert(index, draw(NOT_INT))
-        return {"tool": tool, "args": {"values": values}}, defect, f"argument 'values.{index}' of tool 'total' is invalid: "
+        return (
+            {"tool": tool, "args": {"values": values}},
+            defect,
+            f"argument 'values.{index}' of tool 'total' is invalid: ",
+        )
     if defect == "missing":
         param = draw(st.sampled_from(REQUIRED[tool]))
         args.pop(param)
@@ -349,8 +388,14 @@ def test_each_step_with_an_unknown_tool_or_bad_arguments_gets_one_problem_and_go
 
 
 @PROPERTY
-@given(st.sampled_from(TOOL_NAMES).flatmap(lambda tool: st.tuples(st.just(tool), st.sampled_from(PARAMS[tool]), IDS, PATHS)))
-def test_an_argument_holding_a_reference_is_not_type_checked_until_run_time(case: tuple[str, str, str, tuple[str, ...]]) -> None:
+@given(
+    st.sampled_from(TOOL_NAMES).flatmap(
+        lambda tool: st.tuples(st.just(tool), st.sampled_from(PARAMS[tool]), IDS, PATHS)
+    )
+)
+def test_an_argument_holding_a_reference_is_not_type_checked_until_run_time(
+    case: tuple[str, str, str, tuple[str, ...]],
+) -> None:
     tool, param, source, path = case
     consumer = "consumer" if source != "consumer" else "consumer2"
     args = {p: ("x" if tool == "greet" else [1] if tool == "total" else 1) for p in REQUIRED[tool]}
@@ -407,7 +452,9 @@ def test_a_huge_fan_out_and_in_validates_and_pins_the_one_stray_reference() -> N
 
 # Text dense in the characters the reference syntax cares about.
 REFERENCE_SOUP = st.lists(
-    st.sampled_from(["$", "${", "$${", "{", "}", ".", "a", "B_", "-", "0", "x9", " ", "\n", "${a}", "${B_.x9}", "${a.0.a}"])
+    st.sampled_from(
+        ["$", "${", "$${", "{", "}", ".", "a", "B_", "-", "0", "x9", " ", "\n", "${a}", "${B_.x9}", "${a.0.a}"]
+    )
     | st.characters(),
     max_size=20,
 ).map("".join)
@@ -420,7 +467,9 @@ def escape(text: str) -> str:
 
 @settings(PROPERTY, max_examples=200)
 @given(REFERENCE_SOUP, st.dictionaries(st.sampled_from(["a", "B_"]) | IDS, JSON_VALUES, max_size=3))
-def test_reference_parsing_and_resolution_of_any_text_fail_only_with_reference_errors(text: str, outputs: dict[str, Any]) -> None:
+def test_reference_parsing_and_resolution_of_any_text_fail_only_with_reference_errors(
+    text: str, outputs: dict[str, Any]
+) -> None:
     refs = find_references(text)
     for ref in refs:
         assert str(ref) in text  # a reference renders exactly as it was written
@@ -450,7 +499,9 @@ def outputs_and_paths(draw: st.DrawFn) -> tuple[dict[str, Any], str, tuple[str, 
     """Outputs, and a reference into them whose path exists (with the value it reaches)."""
     keys = st.from_regex(r"[A-Za-z0-9_-]{1,5}", fullmatch=True)
     values = st.recursive(
-        JSON_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner, max_size=3)), max_leaves=8
+        JSON_SCALARS,
+        lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner, max_size=3)),
+        max_leaves=8,
     )
     outputs = draw(st.dictionaries(IDS, values, min_size=1, max_size=3))
     step_id = draw(st.sampled_from(sorted(outputs)))
@@ -472,8 +523,14 @@ def render(value: Any) -> str:
 
 
 @settings(PROPERTY, max_examples=60)
-@given(st.lists(st.one_of(REFERENCE_SOUP.map(lambda t: ("text", t)), outputs_and_paths().map(lambda o: ("ref", o))), max_size=5))
-def test_text_built_from_literals_and_references_resolves_to_what_it_was_built_from(pieces: list[tuple[str, Any]]) -> None:
+@given(
+    st.lists(
+        st.one_of(REFERENCE_SOUP.map(lambda t: ("text", t)), outputs_and_paths().map(lambda o: ("ref", o))), max_size=5
+    )
+)
+def test_text_built_from_literals_and_references_resolves_to_what_it_was_built_from(
+    pieces: list[tuple[str, Any]],
+) -> None:
     outputs: dict[str, Any] = {}
     text, expected, single = "", [], None
     for kind, piece in pieces:
@@ -503,7 +560,10 @@ def test_a_path_past_the_output_or_a_missing_step_raises_a_reference_error(
     case: tuple[dict[str, Any], str, tuple[str, ...], Any], extra: str
 ) -> None:
     outputs, step_id, path, value = case
-    if not ((isinstance(value, dict) and extra in value) or (isinstance(value, list) and extra.isdigit() and int(extra) < len(value))):
+    if not (
+        (isinstance(value, dict) and extra in value)
+        or (isinstance(value, list) and extra.isdigit() and int(extra) < len(value))
+    ):
         with pytest.raises(ReferenceResolutionError, match="has no field or index"):
             resolve_text(ref_text(step_id, (*path, extra)), outputs)
     with pytest.raises(ReferenceResolutionError, match="which has no output"):
@@ -535,7 +595,9 @@ def load_outcome(path: Path) -> PlanDraft | PlanFileError:
 @settings(PROPERTY, max_examples=100)
 @given(st.binary(max_size=200), SUFFIXES)
 @example(data=b"\xff", suffix=".yaml")  # not UTF-8
-def test_a_plan_file_of_random_bytes_loads_or_fails_with_a_plan_file_error(folder: Path, data: bytes, suffix: str) -> None:
+def test_a_plan_file_of_random_bytes_loads_or_fails_with_a_plan_file_error(
+    folder: Path, data: bytes, suffix: str
+) -> None:
     path = folder / f"bytes{suffix}"
     path.write_bytes(data)
     load_outcome(path)
@@ -543,7 +605,9 @@ def test_a_plan_file_of_random_bytes_loads_or_fails_with_a_plan_file_error(folde
 
 @settings(PROPERTY, max_examples=150)
 @given(st.text(max_size=200) | REFERENCE_SOUP, SUFFIXES)
-def test_a_plan_file_of_random_text_loads_or_fails_with_a_short_plan_file_error(folder: Path, text: str, suffix: str) -> None:
+def test_a_plan_file_of_random_text_loads_or_fails_with_a_short_plan_file_error(
+    folder: Path, text: str, suffix: str
+) -> None:
     path = folder / f"text{suffix}"
     path.write_bytes(text.encode("utf-8"))
     outcome = load_outcome(path)
@@ -564,9 +628,29 @@ def test_a_deeply_nested_plan_file_fails_with_a_plan_file_error(folder: Path, te
     load_outcome(path)
 
 
-PLAN_KEYS = ["goal", "steps", "reason", "id", "title", "instructions", "kind", "tool", "args", "tools", "tier",
-             "depends_on", "success_criteria", "risk", "requires_approval", "output_format", "timeout_seconds", "max_attempts"]
-KEYS = st.sampled_from(PLAN_KEYS) | st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=6)
+PLAN_KEYS = [
+    "goal",
+    "steps",
+    "reason",
+    "id",
+    "title",
+    "instructions",
+    "kind",
+    "tool",
+    "args",
+    "tools",
+    "tier",
+    "depends_on",
+    "success_criteria",
+    "risk",
+    "requires_approval",
+    "output_format",
+    "timeout_seconds",
+    "max_attempts",
+]
+KEYS = st.sampled_from(PLAN_KEYS) | st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), max_size=6
+)
 STRUCTURES = st.recursive(
     JSON_SCALARS | st.sampled_from(["tool", "llm", "human", "high", "json", "add", "x"]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=5),
@@ -598,8 +682,13 @@ def assert_loads_like_the_model(path: Path, data: Any) -> None:
 
 
 @settings(PROPERTY, max_examples=120)
-@given(STRUCTURES | st.fixed_dictionaries({"goal": STRUCTURES, "steps": st.lists(st.dictionaries(KEYS, STRUCTURES, max_size=6), max_size=3)}),
-       st.sampled_from([".json", ".yaml"]))
+@given(
+    STRUCTURES
+    | st.fixed_dictionaries(
+        {"goal": STRUCTURES, "steps": st.lists(st.dictionaries(KEYS, STRUCTURES, max_size=6), max_size=3)}
+    ),
+    st.sampled_from([".json", ".yaml"]),
+)
 def test_a_plan_file_of_random_structures_loads_as_the_plan_model_says(folder: Path, data: Any, suffix: str) -> None:
     assert_loads_like_the_model(write_data(folder, data, suffix), data)
 
@@ -693,7 +782,9 @@ def test_an_accepted_timeout_survives_json_and_is_a_usable_duration(seconds: flo
     if plan_problems(draft, CATALOG):
         return  # refused by validation: fine
     again, problems = parse_plan_output(draft.model_dump_json())
-    assert problems == [] and again == draft, f"timeout_seconds={seconds} came back as {again and again.steps[0].timeout_seconds}"
+    assert (
+        problems == [] and again == draft
+    ), f"timeout_seconds={seconds} came back as {again and again.steps[0].timeout_seconds}"
     timedelta(seconds=seconds)
 
 
@@ -755,14 +846,18 @@ class FakeModel:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
-        return ModelResponse(text=self.answers[len(self.requests) - 1], model=self.name, usage=Usage(input_tokens=5, output_tokens=2))
+        return ModelResponse(
+            text=self.answers[len(self.requests) - 1], model=self.name, usage=Usage(input_tokens=5, output_tokens=2)
+        )
 
 
 GARBAGE = st.one_of(
     st.text(max_size=60).filter(lambda t: "goal" not in t and "\\" not in t),
     STRUCTURES.filter(lambda d: not isinstance(d, dict) or "goal" not in d).map(json.dumps),
     IDS.map(lambda t: json.dumps({"goal": "g", "steps": [tool_step("a", tool=f"no_{t}")]})),
-    IDS.map(lambda t: json.dumps({"goal": "g", "steps": [tool_step("a", [t]), tool_step(t, ["a"])]}) if t != "a" else "[]"),
+    IDS.map(
+        lambda t: json.dumps({"goal": "g", "steps": [tool_step("a", [t]), tool_step(t, ["a"])]}) if t != "a" else "[]"
+    ),
 )
 
 

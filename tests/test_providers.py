@@ -95,7 +95,7 @@ class Wire:
 
 @pytest.fixture(params=["openai", "anthropic"])
 def wire(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Wire]:
-    with (FakeOpenAI() if request.param == "openai" else FakeAnthropic()) as fake:
+    with FakeOpenAI() if request.param == "openai" else FakeAnthropic() as fake:
         # The operator's configuration names the fake, so it is trusted with the worker's key.
         monkeypatch.setenv("STRATAGEM_MODEL_URLS", fake.base_url)
         yield Wire(request.param, fake)

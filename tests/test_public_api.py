@@ -13,9 +13,26 @@ def test_every_promised_name_is_importable():
 
 def test_the_names_a_user_needs_to_start_decide_and_serve_are_public():
     needed = {
-        "start_run", "get_run", "connect", "RunInput", "RunOptions", "Phase", "Mode", "ApproveInput", "RejectInput",
-        "ReviseInput", "AnswerInput", "BudgetInput", "DecisionOutcome", "tool", "ToolContext", "ToolRegistry",
-        "build_worker", "run_worker", "load_plan_file", "validate_plan",
+        "start_run",
+        "get_run",
+        "connect",
+        "RunInput",
+        "RunOptions",
+        "Phase",
+        "Mode",
+        "ApproveInput",
+        "RejectInput",
+        "ReviseInput",
+        "AnswerInput",
+        "BudgetInput",
+        "DecisionOutcome",
+        "tool",
+        "ToolContext",
+        "ToolRegistry",
+        "build_worker",
+        "run_worker",
+        "load_plan_file",
+        "validate_plan",
     }
     assert needed <= set(stratagem.__all__)
     assert stratagem.Phase.succeeded.value == "succeeded"
@@ -37,6 +54,8 @@ def test_the_workflows_handler_names_are_the_wire_contract():
     assert definition is not None
     assert updates <= set(definition.updates)
     assert set(handlers.DECISION_SIGNALS) <= set(definition.signals)
-    assert {handlers.STATUS, handlers.PLAN, handlers.LEDGER, handlers.PENDING, handlers.EVENTS} == {
-        "status", "plan", "ledger", "pending", "events"
-    } <= set(definition.queries)
+    assert (
+        {handlers.STATUS, handlers.PLAN, handlers.LEDGER, handlers.PENDING, handlers.EVENTS}
+        == {"status", "plan", "ledger", "pending", "events"}
+        <= set(definition.queries)
+    )

@@ -49,7 +49,10 @@ class Workers:
         log = (self.logs / f"{role.value}-{len(self.processes)}.log").open("w")
         process = subprocess.Popen(
             [sys.executable, "worker.py", "--tools", "tests/fixture_tools.py", "--role", role.value],
-            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         self.processes[role] = process
         return process
@@ -90,7 +93,9 @@ def pid_of(identities_: set[str]) -> set[int]:
 
 async def test_roles_in_separate_processes_and_a_killed_role_pauses_only_its_work(dev_env, tmp_path):
     executor = tmp_path / "executor.yaml"
-    executor.write_text(yaml.safe_dump({"executor": {"draft": "Welcome aboard, Ada."}, "synthesis": "Ada is on board."}))
+    executor.write_text(
+        yaml.safe_dump({"executor": {"draft": "Welcome aboard, Ada."}, "synthesis": "Ada is on board."})
+    )
     plan = {
         "goal": "welcome ada",
         "steps": [
@@ -102,7 +107,10 @@ async def test_roles_in_separate_processes_and_a_killed_role_pauses_only_its_wor
     planner = tmp_path / "planner.yaml"
     planner.write_text(yaml.safe_dump({"planner": [{"plan": plan}, {"plan": plan}]}))
     options = RunOptions(
-        auto_approve=True, planner=f"scripted:{planner}", executor=f"scripted:{executor}", synthesizer=f"scripted:{executor}"
+        auto_approve=True,
+        planner=f"scripted:{planner}",
+        executor=f"scripted:{executor}",
+        synthesizer=f"scripted:{executor}",
     )
     workers = Workers(dev_env, tmp_path)
     client = dev_env.client
@@ -121,7 +129,9 @@ async def test_roles_in_separate_processes_and_a_killed_role_pauses_only_its_wor
 
         # The tools worker dies. The run still plans and drafts; its tool steps wait, and nothing fails.
         workers.kill(Role.tools)
-        catalog_plan = await start_run(client, RunInput(goal="welcome ada", options=options), task_queue=workers.task_queue)
+        catalog_plan = await start_run(
+            client, RunInput(goal="welcome ada", options=options), task_queue=workers.task_queue
+        )
         await asyncio.sleep(3)
         status = await catalog_plan.status()
         assert status.phase is Phase.planning and status.steps.failed == 0  # waiting on the catalogue, a tools task
@@ -155,11 +165,26 @@ def test_role_queues():
 def test_worker_options_are_checked_in_one_line(monkeypatch):
     parser = argparse.ArgumentParser()
     add_worker_arguments(parser)
-    options = check_worker_args(parser.parse_args(["--role", "planner", "--rate-limit", "planner=0.5", "--rate-limit", "executor=5"]))
+    options = check_worker_args(
+        parser.parse_args(["--role", "planner", "--rate-limit", "planner=0.5", "--rate-limit", "executor=5"])
+    )
     assert options.roles == (Role.planner,) and options.rate_limits == {Role.planner: 0.5, Role.executor: 5.0}
     assert options.layout is QueueLayout.split  # a worker serving some roles sends each to its queue
     # --processes' children get the same worker, checked values included, one process each.
-    args = parser.parse_args(["--tools", "t.py", "--role", "planner", "--rate-limit", "planner=0.5", "--max-concurrent", "3", "--processes", "4"])
+    args = parser.parse_args(
+        [
+            "--tools",
+            "t.py",
+            "--role",
+            "planner",
+            "--rate-limit",
+            "planner=0.5",
+            "--max-concurrent",
+            "3",
+            "--processes",
+            "4",
+        ]
+    )
     child = child_argv(check_worker_args(args))
     assert child == ["--tools", "t.py", "--role", "planner", "--rate-limit", "planner=0.5", "--max-concurrent", "3"]
     again = check_worker_args(parser.parse_args(child))
@@ -167,8 +192,17 @@ def test_worker_options_are_checked_in_one_line(monkeypatch):
     # Every role: one queue for everything, unless asked to split; children split as their parent does.
     assert check_worker_args(parser.parse_args([])).layout is QueueLayout.shared
     split = check_worker_args(parser.parse_args(["--split-queues", "--processes", "2"]))
-    assert split.layout is QueueLayout.split and child_argv(split) == ["--role", "workflow", "--role", "planner", "--role",
-                                                                       "executor", "--role", "tools", "--split-queues"]
+    assert split.layout is QueueLayout.split and child_argv(split) == [
+        "--role",
+        "workflow",
+        "--role",
+        "planner",
+        "--role",
+        "executor",
+        "--role",
+        "tools",
+        "--split-queues",
+    ]
     assert check_worker_args(parser.parse_args(child_argv(split))).layout is QueueLayout.split
     monkeypatch.setenv("STRATAGEM_SPLIT_QUEUES", "1")
     assert check_worker_args(parser.parse_args([])).layout is QueueLayout.split
@@ -181,7 +215,10 @@ def test_worker_options_are_checked_in_one_line(monkeypatch):
     options = check_worker_args(parser.parse_args([]))
     assert (options.roles, options.rate_limits) == ((Role.executor, Role.tools), {Role.executor: 2.0})
     for argv, message in [
-        (["--rate-limit", "workflow=1"], "rate limit 'workflow=1' is not ROLE=N with ROLE one of planner, executor, tools"),
+        (
+            ["--rate-limit", "workflow=1"],
+            "rate limit 'workflow=1' is not ROLE=N with ROLE one of planner, executor, tools",
+        ),
         (["--rate-limit", "executor=fast"], "rate limit 'executor=fast': N must be a positive number"),
         (["--rate-limit", "executor=0"], "rate limit 'executor=0': N must be a positive number"),
         (["--processes", "0"], "--processes must be at least 1"),
@@ -211,11 +248,16 @@ async def test_one_worker_for_every_role_keeps_activities_on_the_workflow_queue(
     planner = tmp_path / "planner.yaml"
     planner.write_text(yaml.safe_dump({"planner": [{"plan": plan}]}))
     options = RunOptions(
-        auto_approve=True, planner=f"scripted:{planner}", executor=f"scripted:{script}", synthesizer=f"scripted:{script}"
+        auto_approve=True,
+        planner=f"scripted:{planner}",
+        executor=f"scripted:{script}",
+        synthesizer=f"scripted:{script}",
     )
     queue = f"layout-{uuid.uuid4().hex[:8]}"
     registry = ToolRegistry.from_modules([str(ROOT / "tests" / "fixture_tools.py")])
-    async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws", layout=layout):
+    async with build_worker(
+        dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws", layout=layout
+    ):
         run = await start_run(dev_env.client, RunInput(goal="welcome ada", options=options), task_queue=queue)
         result = await asyncio.wait_for(run.result(), timeout=60)
     assert result.status is Phase.succeeded and result.outputs["note"] == "sent: Welcome aboard, Ada."
@@ -225,7 +267,9 @@ async def test_one_worker_for_every_role_keeps_activities_on_the_workflow_queue(
             attributes = event.activity_task_scheduled_event_attributes
             queues.setdefault(attributes.activity_type.name, set()).add(attributes.task_queue.name)
     expected = {
-        activity_io.PLAN: Role.planner, activity_io.SYNTHESIZE: Role.planner, activity_io.RUN_LLM: Role.executor,
+        activity_io.PLAN: Role.planner,
+        activity_io.SYNTHESIZE: Role.planner,
+        activity_io.RUN_LLM: Role.executor,
         activity_io.RUN_TOOL: Role.tools,
     }
     for activity_type, role in expected.items():
@@ -235,8 +279,14 @@ async def test_one_worker_for_every_role_keeps_activities_on_the_workflow_queue(
 
 def test_a_shared_layout_needs_every_role(tmp_path):
     with pytest.raises(ConfigError, match="a shared queue layout needs a worker that serves every role"):
-        build_worker(None, task_queue="q", registry=ToolRegistry(), workspace=tmp_path, roles=[Role.workflow],  # type: ignore[arg-type]
-                     layout=QueueLayout.shared)
+        build_worker(
+            None,
+            task_queue="q",
+            registry=ToolRegistry(),
+            workspace=tmp_path,
+            roles=[Role.workflow],  # type: ignore[arg-type]
+            layout=QueueLayout.shared,
+        )
 
 
 async def test_a_fan_out_starts_every_branch_with_the_workflow_task_that_scheduled_it(dev_env, tmp_path):
@@ -248,15 +298,26 @@ async def test_a_fan_out_starts_every_branch_with_the_workflow_task_that_schedul
     queue = f"fan-{uuid.uuid4().hex[:8]}"
     registry = ToolRegistry.from_modules([str(ROOT / "tests" / "fixture_tools.py")])
     async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
-        run = await start_run(dev_env.client, RunInput(plan=plan, options=RunOptions(auto_approve=True, max_parallel=width)),
-                              task_queue=queue)
+        run = await start_run(
+            dev_env.client,
+            RunInput(plan=plan, options=RunOptions(auto_approve=True, max_parallel=width)),
+            task_queue=queue,
+        )
         result = await asyncio.wait_for(run.result(), timeout=60)
     assert result.status is Phase.succeeded and len(result.outputs) == width
     events = (await run.handle.fetch_history()).events
-    tools = {e.event_id for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-             and e.activity_task_scheduled_event_attributes.activity_type.name == activity_io.RUN_TOOL}
-    started = [e.event_time.ToNanoseconds() for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-               and e.activity_task_started_event_attributes.scheduled_event_id in tools]
+    tools = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity_io.RUN_TOOL
+    }
+    started = [
+        e.event_time.ToNanoseconds()
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id in tools
+    ]
     assert len(started) == width
     # Eager activities are started as the server records the workflow task's completion: one
     # timestamp for all. Polled ones start one by one, milliseconds apart.

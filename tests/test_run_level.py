@@ -16,14 +16,25 @@ from temporalio.client import WorkflowExecutionStatus
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
 
-CHAIN = {"goal": "three steps", "steps": [step("a", "add", a=1, b=2), step("b", "add", ["a"], a=3, b=4), step("c", "add", ["b"], a=5, b=6)]}
+CHAIN = {
+    "goal": "three steps",
+    "steps": [step("a", "add", a=1, b=2), step("b", "add", ["a"], a=3, b=4), step("c", "add", ["b"], a=5, b=6)],
+}
 # A header holding a literal credential: refused by a patched rule (stratagem.validation).
 LEAKY = {
     "goal": "call an API",
-    "steps": [{
-        "id": "call", "title": "call", "tool": "http_request",
-        "args": {"method": "GET", "url": "https://api.example.com", "headers": {"Authorization": "Bearer sk-live-0123456789abcdef"}},
-    }],
+    "steps": [
+        {
+            "id": "call",
+            "title": "call",
+            "tool": "http_request",
+            "args": {
+                "method": "GET",
+                "url": "https://api.example.com",
+                "headers": {"Authorization": "Bearer sk-live-0123456789abcdef"},
+            },
+        }
+    ],
 }
 
 
@@ -34,8 +45,10 @@ def kinds(history) -> list[int]:
 async def start_by_hand(harness, plan: dict, level: int):
     """What an older client, or the plain Temporal API, sends: RunInput as it is, no stamping."""
     run = RunInput(
-        plan=PlanDraft.model_validate(plan), author=Author(kind=AuthorKind.human, name="mallory"),
-        options=RunOptions(auto_approve=True), level=level,
+        plan=PlanDraft.model_validate(plan),
+        author=Author(kind=AuthorKind.human, name="mallory"),
+        options=RunOptions(auto_approve=True),
+        level=level,
     )
     return await harness.client.start_workflow(
         WORKFLOW_NAME, run, id=f"test-{uuid.uuid4().hex[:10]}", task_queue=harness.task_queue, result_type=RunResult
@@ -48,7 +61,11 @@ async def test_a_run_of_todays_client_writes_no_patch_markers_and_one_memo_per_t
     assert result.status.value == "succeeded"
     history = await run.handle.fetch_history()
     events = kinds(history)
-    markers = [e.marker_recorded_event_attributes.marker_name for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
     assert markers == ["core_local_activity"]  # the tool catalogue (test_catalog.py); no patch
     assert EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES not in events
     # Planned, approved by policy and running in one task: one memo write there, one at the end.
@@ -70,8 +87,11 @@ async def test_a_run_without_a_level_still_gets_every_patched_rule(harness):
     assert EventType.EVENT_TYPE_MARKER_RECORDED in events  # asked the patch, as older runs did
     assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED in events  # describe tools, and nothing else ran
     history = await handle.fetch_history()
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
-                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
     assert scheduled == ["stratagem.describe_tools"]
 
 
@@ -115,13 +135,16 @@ async def awaiting_approval(run) -> None:
 def memo_writes_in_the_approving_task(history) -> int:
     """Memo and search attribute writes between the update's acceptance and the next workflow task."""
     events = history.events
-    accepted = next(i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
+    accepted = next(
+        i for i, e in enumerate(events) if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    )
     writes = 0
     for event in events[accepted:]:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
             break
         writes += event.event_type in (
-            EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED, EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+            EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED,
+            EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
         )
     return writes
 

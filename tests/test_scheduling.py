@@ -22,7 +22,9 @@ def draft(*steps: dict[str, Any], goal: str = "goal", reason: str = "") -> PlanD
 
 def records(**statuses: StepStatus) -> dict[str, StepRecord]:
     return {
-        sid: StepRecord(step_id=sid, status=status, revision=1, output=f"out-{sid}" if status is StepStatus.succeeded else None)
+        sid: StepRecord(
+            step_id=sid, status=status, revision=1, output=f"out-{sid}" if status is StepStatus.succeeded else None
+        )
         for sid, status in statuses.items()
     }
 
@@ -49,8 +51,14 @@ def test_ready_steps_are_pending_steps_whose_dependencies_all_succeeded() -> Non
         step("done"),
     )
     state = ledger(
-        root=S.succeeded, child=S.pending, join=S.pending, free=S.pending,
-        busy=S.running, after_failure=S.pending, broken=S.failed, done=S.succeeded,
+        root=S.succeeded,
+        child=S.pending,
+        join=S.pending,
+        free=S.pending,
+        busy=S.running,
+        after_failure=S.pending,
+        broken=S.failed,
+        done=S.succeeded,
     )
     assert [s.id for s in ready_steps(plan, state)] == ["child", "free"]
 
@@ -117,7 +125,9 @@ def test_sink_steps_of_independent_chains_in_plan_order() -> None:
 
 def test_succeeded_step_omitted_from_the_draft_is_carried() -> None:
     current = draft(step("fetch"), step("send", "fetch"))
-    revised = draft(step("send_again", "fetch", args={"a": "${fetch}", "b": 1}), goal="new goal", reason="retry differently")
+    revised = draft(
+        step("send_again", "fetch", args={"a": "${fetch}", "b": 1}), goal="new goal", reason="retry differently"
+    )
     result = reconcile(current, revised, records(fetch=S.succeeded, send=S.failed))
     assert result.problems == []
     assert result.carried == ["fetch"]

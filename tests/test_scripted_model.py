@@ -234,7 +234,10 @@ def test_load_model_with_a_missing_script_names_the_path(tmp_path: Path) -> None
 def test_model_string_without_provider_and_name(model: str) -> None:
     with pytest.raises(ModelConfigError) as caught:
         load_model(model)
-    assert str(caught.value) == f"model '{model}' is not of the form provider:name (for example openai:gpt-4.1-mini or scripted:script.yaml)"
+    assert (
+        str(caught.value)
+        == f"model '{model}' is not of the form provider:name (for example openai:gpt-4.1-mini or scripted:script.yaml)"
+    )
 
 
 def test_unknown_provider_lists_known_ones() -> None:

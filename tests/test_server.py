@@ -155,7 +155,9 @@ async def test_a_failed_start_never_overwrites_the_pid_of_a_live_server(tmp_path
 
         # The same home on another free port: refused, two servers must not share the database.
         other = free_port_pair()
-        with pytest.raises(ConfigError, match=rf"the embedded server of .* already runs \(pid {pid}, at 127.0.0.1:{port}\)"):
+        with pytest.raises(
+            ConfigError, match=rf"the embedded server of .* already runs \(pid {pid}, at 127.0.0.1:{port}\)"
+        ):
             EmbeddedServer(f"127.0.0.1:{other}", home).start_detached()
         assert server.pid_file.read_text() == str(pid)
         with socket.socket() as s:
@@ -431,9 +433,14 @@ async def test_a_run_without_a_worker_is_reported_as_unresponsive(dev_env):
     )
     try:
         unserved = get_run(dev_env.client, run.id, rpc_timeout=timedelta(seconds=2))
-        with pytest.raises(RunUnresponsiveError, match=rf"run {run.id} did not take the decision in time: no worker is running its workflow; start one with `stratagem worker`"):
+        with pytest.raises(
+            RunUnresponsiveError,
+            match=rf"run {run.id} did not take the decision in time: no worker is running its workflow; start one with `stratagem worker`",
+        ):
             await unserved.approve(ApproveInput(by="ops", revision=1))
-        with pytest.raises(RunUnresponsiveError, match=rf"run {run.id} did not answer the status query in time: no worker"):
+        with pytest.raises(
+            RunUnresponsiveError, match=rf"run {run.id} did not answer the status query in time: no worker"
+        ):
             await unserved.status()
     finally:
         await run.handle.terminate(reason="test finished")
@@ -531,13 +538,26 @@ def test_down_stops_this_homes_server_and_worker_and_keeps_the_runs(tmp_path, wo
     try:
         server_pid = server.start_detached()
         _write_state(worker, fake.pid, [])
-        env = {**os.environ, "STRATAGEM_HOME": str(home), "TEMPORAL_ADDRESS": f"127.0.0.1:{port}", "TEMPORAL_TASK_QUEUE": "q"}
-        done = subprocess.run([sys.executable, "-m", "stratagem.cli", "down", "--json"], env=env, capture_output=True, text=True, timeout=90)
+        env = {
+            **os.environ,
+            "STRATAGEM_HOME": str(home),
+            "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
+            "TEMPORAL_TASK_QUEUE": "q",
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "stratagem.cli", "down", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"home": str(home), "worker_pid": fake.pid, "server_pid": server_pid}
         assert fake.wait(timeout=20) is not None and not is_listening(f"127.0.0.1:{port}")
         assert not (home / "server.pid").exists() and (home / "temporal.db").exists()
-        again = subprocess.run([sys.executable, "-m", "stratagem.cli", "down"], env=env, capture_output=True, text=True, timeout=60)
+        again = subprocess.run(
+            [sys.executable, "-m", "stratagem.cli", "down"], env=env, capture_output=True, text=True, timeout=60
+        )
         assert again.returncode == 0 and "nothing of" in again.stdout
     finally:
         _kill(fake.pid)
@@ -550,7 +570,9 @@ def test_a_killed_foreground_server_takes_its_temporal_child_along(tmp_path):
     home = tmp_path / "home"
     port = free_port_pair()
     env = {**os.environ, "STRATAGEM_HOME": str(home), "TEMPORAL_ADDRESS": f"127.0.0.1:{port}"}
-    process = subprocess.Popen([sys.executable, "-m", "stratagem.cli", "server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratagem.cli", "server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         for _ in range(300):
             if is_listening(f"127.0.0.1:{port}"):

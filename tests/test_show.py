@@ -25,7 +25,13 @@ from stratagem.usage import UsageTotals
 
 def plan_of(steps: list[dict], revision: int = 1, reason: str = "", goal: str = "g") -> Plan:
     return Plan.model_validate(
-        {"goal": goal, "steps": steps, "reason": reason, "revision": revision, "author": Author(kind=AuthorKind.human, name="ann")}
+        {
+            "goal": goal,
+            "steps": steps,
+            "reason": reason,
+            "revision": revision,
+            "author": Author(kind=AuthorKind.human, name="ann"),
+        }
     )
 
 
@@ -39,7 +45,12 @@ def ledger_of(*plans: Plan, statuses: dict[str, StepStatus] | None = None) -> Le
 
 
 DIAMOND = plan_of(
-    [step("top", "record"), step("left", "record", ["top"]), step("right", "record", ["top"]), step("bottom", "record", ["left", "right"])]
+    [
+        step("top", "record"),
+        step("left", "record", ["top"]),
+        step("right", "record", ["top"]),
+        step("bottom", "record", ["left", "right"]),
+    ]
 )
 
 
@@ -93,15 +104,21 @@ def test_mermaid_edges_classes_and_escaping():
     lines = text.splitlines()
     assert lines[0] == "flowchart TD"
     assert mermaid_id("a-1") == "s_a_d1" and mermaid_id("a_1") == "s_a__1" and mermaid_id("end") == "s_end"
-    assert [line.strip() for line in lines if "-->" in line] == ["s_a_d1 --> s_a__1", "s_a_d1 --> s_end", "s_a__1 --> s_end"]
+    assert [line.strip() for line in lines if "-->" in line] == [
+        "s_a_d1 --> s_a__1",
+        "s_a_d1 --> s_end",
+        "s_a__1 --> s_end",
+    ]
     assert [line.strip() for line in lines if line.strip().startswith("class ")] == [
-        "class s_a_d1 succeeded", "class s_a__1 failed", "class s_end pending"
+        "class s_a_d1 succeeded",
+        "class s_a__1 failed",
+        "class s_end pending",
     ]
     assert len([line for line in lines if "classDef" in line]) == 6
     assert "classDef failed fill:#f8d7da" in text and "classDef running fill:#cce5ff" in text
     node = next(line.strip() for line in lines if line.strip().startswith("s_a_d1["))
     assert node == 's_a_d1["a-1: say #quot;hi#quot; #91;now#93; #35;1 then #lt;b#gt;<br/>succeeded"]'
-    label = node[len('s_a_d1["'):-2]
+    label = node[len('s_a_d1["') : -2]
     assert '"' not in label and "[" not in label and "]" not in label and "\n" not in text.rstrip("\n").split("\n")[1]
 
 
@@ -120,7 +137,15 @@ def test_diff_reports_added_removed_and_changed_fields():
             step("profile", "fetch_profile", user="ada"),
             step("invoice", "record", label="invoice"),
             step("welcome", "record", ["invoice"], label="hello"),
-            {"id": "think", "title": "think", "kind": "llm", "instructions": "plan it well", "tools": [], "tier": "fast", "risk": "high"},
+            {
+                "id": "think",
+                "title": "think",
+                "kind": "llm",
+                "instructions": "plan it well",
+                "tools": [],
+                "tier": "fast",
+                "risk": "high",
+            },
         ],
         revision=2,
         reason="invoice instead",
@@ -129,7 +154,12 @@ def test_diff_reports_added_removed_and_changed_fields():
     assert diff["added"] == ["invoice"] and diff["removed"] == ["charge"]
     assert diff["changed"] == {
         "welcome": {"args": [{"label": "hi"}, {"label": "hello"}], "depends_on": [["charge"], ["invoice"]]},
-        "think": {"instructions": ["plan it", "plan it well"], "tools": [["record"], []], "tier": [None, "fast"], "risk": ["low", "high"]},
+        "think": {
+            "instructions": ["plan it", "plan it well"],
+            "tools": [["record"], []],
+            "tier": [None, "fast"],
+            "risk": ["low", "high"],
+        },
     }
     assert (diff["from"], diff["to"]) == (1, 2) and "goal" not in diff
     assert diff["revisions"] == [
@@ -173,7 +203,13 @@ async def test_show_on_a_revised_run(cli_env, tmp_path):
     env, _ = cli_env
     first = write_plan(
         tmp_path / "one.yaml",
-        {"goal": "onboard", "steps": [step("profile", "fetch_profile", user="ada"), step("charge", "record", ["profile"], label="charge")]},
+        {
+            "goal": "onboard",
+            "steps": [
+                step("profile", "fetch_profile", user="ada"),
+                step("charge", "record", ["profile"], label="charge"),
+            ],
+        },
     )
     second = write_plan(
         tmp_path / "two.yaml",
@@ -188,7 +224,9 @@ async def test_show_on_a_revised_run(cli_env, tmp_path):
     )
     started = await acli("run", *TOOLS, "--plan", first, "--detach", "--id", "cli-show", "--by", "ann", env=env)
     assert started.returncode == 0, started.stderr
-    revised = await acli("revise", "cli-show", second, "--revision", "1", "--reason", "invoice instead", "--by", "bob", env=env)
+    revised = await acli(
+        "revise", "cli-show", second, "--revision", "1", "--reason", "invoice instead", "--by", "bob", env=env
+    )
     assert revised.returncode == 0, revised.stderr
     assert (await acli("approve", "cli-show", "--revision", "2", "--by", "bob", env=env)).returncode == 0
     assert (await acli("wait", "cli-show", env=env)).returncode == 0
@@ -222,5 +260,7 @@ async def test_show_on_a_revised_run(cli_env, tmp_path):
     data = json.loads((await acli("show", "cli-show", "--json", env=env)).stdout)
     assert (data["run_id"], data["revision"], data["goal"]) == ("cli-show", 2, "onboard")
     assert [(s["id"], s["status"], s["attempts"]) for s in data["steps"]] == [
-        ("profile", "succeeded", 1), ("invoice", "succeeded", 1), ("welcome", "succeeded", 1)
+        ("profile", "succeeded", 1),
+        ("invoice", "succeeded", 1),
+        ("welcome", "succeeded", 1),
     ]

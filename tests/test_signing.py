@@ -107,12 +107,18 @@ async def test_forged_decisions_from_the_temporal_cli_change_nothing(dev_env, tm
         await harness.wait_for(run, lambda s: bool(s.pending))
         decision = json.dumps({"by": "alice", "revision": 1})
 
-        update = await temporal(dev_env, "workflow", "update", "execute", "--workflow-id", run.id, "--name", "approve", "--input", decision)
+        update = await temporal(
+            dev_env, "workflow", "update", "execute", "--workflow-id", run.id, "--name", "approve", "--input", decision
+        )
         assert update.returncode != 0 and "only signed decisions" in update.stdout + update.stderr
 
-        signal = await temporal(dev_env, "workflow", "signal", "--workflow-id", run.id, "--name", "approve_signal", "--input", decision)
+        signal = await temporal(
+            dev_env, "workflow", "signal", "--workflow-id", run.id, "--name", "approve_signal", "--input", decision
+        )
         assert signal.returncode == 0, signal.stderr  # a signal cannot be refused: it is recorded as ignored
-        forged = MALLORY.sign(run.id, "approve", ApproveInput(by="alice", revision=1)).model_copy(update={"signer": "alice"})
+        forged = MALLORY.sign(run.id, "approve", ApproveInput(by="alice", revision=1)).model_copy(
+            update={"signer": "alice"}
+        )
         await run.handle.signal("approve_signal", forged)
         for _ in range(100):
             ledger = await run.ledger()
@@ -159,14 +165,20 @@ async def test_the_cli_signs_with_the_key_keygen_wrote(dev_env, tmp_path, monkey
         run = await harness.start(PAY)
         await harness.wait_for(run, lambda s: bool(s.pending))
         env.update(
-            TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host, TEMPORAL_TASK_QUEUE=harness.task_queue,
-            STRATAGEM_STORE=str(harness.store.root), STRATAGEM_APPROVER_KEYS=keys["approver_key"],
+            TEMPORAL_ADDRESS=dev_env.client.service_client.config.target_host,
+            TEMPORAL_TASK_QUEUE=harness.task_queue,
+            STRATAGEM_STORE=str(harness.store.root),
+            STRATAGEM_APPROVER_KEYS=keys["approver_key"],
         )
         unsigned = await acli("approve", run.id, "--revision", "1", "--by", "alice", env=env)
         assert unsigned.returncode != 0 and "only signed decisions" in unsigned.stderr
-        mismatch = await acli("approve", run.id, "--by", "bob", env={**env, "STRATAGEM_SIGNING_KEY": keys["private_key_file"]})
+        mismatch = await acli(
+            "approve", run.id, "--by", "bob", env={**env, "STRATAGEM_SIGNING_KEY": keys["private_key_file"]}
+        )
         assert mismatch.returncode == 2 and "does not match the signing key's name 'alice'" in mismatch.stderr
-        done = await acli("approve", run.id, "--revision", "1", env={**env, "STRATAGEM_SIGNING_KEY": keys["private_key_file"]})
+        done = await acli(
+            "approve", run.id, "--revision", "1", env={**env, "STRATAGEM_SIGNING_KEY": keys["private_key_file"]}
+        )
         assert done.returncode == 0, done.stderr
         await run.result()
         status = await acli("status", run.id, env=env)

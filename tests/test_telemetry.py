@@ -53,7 +53,10 @@ def test_traces_exporters_follow_the_standard_variables(env, expected):
 
 
 def test_an_exporter_stratagem_does_not_ship_is_one_clear_error():
-    with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER=zipkin names an exporter Stratagem does not ship: zipkin; use otlp, console, none"):
+    with pytest.raises(
+        ConfigError,
+        match="OTEL_TRACES_EXPORTER=zipkin names an exporter Stratagem does not ship: zipkin; use otlp, console, none",
+    ):
         traces_exporters({"OTEL_TRACES_EXPORTER": "zipkin"})
 
 
@@ -61,20 +64,40 @@ def test_metrics_configuration():
     assert metrics_config({}) is None
     prometheus = metrics_config({"OTEL_METRICS_EXPORTER": "prometheus"})
     assert isinstance(prometheus, PrometheusConfig) and prometheus.bind_address == "localhost:9464"
-    custom = metrics_config({"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0", "OTEL_EXPORTER_PROMETHEUS_PORT": "9000"})
+    custom = metrics_config(
+        {
+            "OTEL_METRICS_EXPORTER": "prometheus",
+            "OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0",
+            "OTEL_EXPORTER_PROMETHEUS_PORT": "9000",
+        }
+    )
     assert custom.bind_address == "0.0.0.0:9000"
     # Unset, metrics follow the OTLP endpoint; over HTTP the signal's path is appended.
-    otlp = metrics_config({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/", "OTEL_EXPORTER_OTLP_HEADERS": "api-key=abc"})
+    otlp = metrics_config(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/", "OTEL_EXPORTER_OTLP_HEADERS": "api-key=abc"}
+    )
     assert isinstance(otlp, OpenTelemetryConfig) and otlp.url == "http://collector:4318/v1/metrics" and otlp.http
     assert otlp.headers == {"api-key": "abc"}
-    grpc = metrics_config({"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+    grpc = metrics_config(
+        {
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        }
+    )
     assert grpc.url == "http://collector:4317" and not grpc.http
     with pytest.raises(ConfigError, match="OTEL_EXPORTER_PROMETHEUS_PORT=99999 is not a port number"):
         metrics_config({"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "99999"})
     with pytest.raises(ConfigError, match="OTEL_METRICS_EXPORTER=otlp needs OTEL_EXPORTER_OTLP_ENDPOINT"):
         metrics_config({"OTEL_METRICS_EXPORTER": "otlp"})
     with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL=http/json is not supported"):
-        metrics_config({"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+        metrics_config(
+            {
+                "OTEL_METRICS_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json",
+            }
+        )
     with pytest.raises(ConfigError, match="the Temporal runtime serves one"):
         metrics_config({"OTEL_METRICS_EXPORTER": "prometheus,otlp"})
 
@@ -146,7 +169,9 @@ async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_me
     port = free_port()
     task_queue = f"otel-{uuid.uuid4().hex[:8]}"
     executor = tmp_path / "executor.yaml"
-    executor.write_text("executor:\n  draft:\n    - text: Welcome aboard.\n      usage: {input_tokens: 1200, output_tokens: 300}\n")
+    executor.write_text(
+        "executor:\n  draft:\n    - text: Welcome aboard.\n      usage: {input_tokens: 1200, output_tokens: 300}\n"
+    )
     model = f"scripted:{executor}"
     env = {
         **os.environ,
@@ -163,14 +188,28 @@ async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_me
     }
     worker = subprocess.Popen(
         [sys.executable, "worker.py", "--tools", "tests/fixture_tools.py"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
-        draft = {"id": "draft", "title": "Draft", "kind": "llm", "instructions": "Welcome ${fetch_profile.name}", "depends_on": ["fetch_profile"]}
+        draft = {
+            "id": "draft",
+            "title": "Draft",
+            "kind": "llm",
+            "instructions": "Welcome ${fetch_profile.name}",
+            "depends_on": ["fetch_profile"],
+        }
         plan = PlanDraft.model_validate({"goal": "greet", "steps": [*GREETING["steps"], draft]})
-        options = RunOptions(auto_approve=True, executor=model, prices={model: Price(input_per_mtok=1.0, output_per_mtok=2.0)})
+        options = RunOptions(
+            auto_approve=True, executor=model, prices={model: Price(input_per_mtok=1.0, output_per_mtok=2.0)}
+        )
         run = await start_run(
-            dev_env.client, RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="ops"), options=options), task_queue=task_queue
+            dev_env.client,
+            RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="ops"), options=options),
+            task_queue=task_queue,
         )
         result = await asyncio.wait_for(run.result(), timeout=60)
         assert result.status is Phase.succeeded
@@ -187,10 +226,14 @@ async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_me
             ):
                 break
             await asyncio.sleep(0.2)
-        assert sample(lines, "stratagem_steps_finished", status="succeeded", task_queue=task_queue) == 4, "\n".join(lines)
+        assert sample(lines, "stratagem_steps_finished", status="succeeded", task_queue=task_queue) == 4, "\n".join(
+            lines
+        )
         assert sample(lines, "stratagem_model_input_tokens", model=model, purpose="execute") == 1200
         assert sample(lines, "stratagem_model_output_tokens", model=model, purpose="execute") == 300
-        assert sample(lines, "stratagem_model_call_cost_sum", model=model) == pytest.approx((1200 * 1.0 + 300 * 2.0) / 1e6)
+        assert sample(lines, "stratagem_model_call_cost_sum", model=model) == pytest.approx(
+            (1200 * 1.0 + 300 * 2.0) / 1e6
+        )
         assert sample(lines, "temporal_workflow_completed", task_queue=task_queue) == 1
         assert any(line.startswith("stratagem_runs_awaiting_approval") for line in lines)
     finally:
@@ -200,7 +243,13 @@ async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_me
 
     spans = collector.spans()
     names = {span.name for _, span in spans}
-    assert {f"run {run.id}", "step greet", "step greet attempt 1", "execute_tool greet", "step draft attempt 1"} <= names, names
+    assert {
+        f"run {run.id}",
+        "step greet",
+        "step greet attempt 1",
+        "execute_tool greet",
+        "step draft attempt 1",
+    } <= names, names
     assert {resource["service.name"] for resource, _ in spans} == {"stratagem-test-worker"}
     assert len({span.trace_id for _, span in spans if span.name.startswith(("run ", "step "))}) == 1
     chat = next(span for _, span in spans if span.name.startswith("chat "))

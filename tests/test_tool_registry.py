@@ -44,7 +44,9 @@ def add(a: int, b: int = 2) -> int:
 
 
 def context(step_id: str = "send", revision: int = 1, attempt: int = 1, workspace: Path = Path("/tmp")) -> ToolContext:
-    return ToolContext(run_id="run-7", step_id=step_id, revision=revision, attempt=attempt, workspace=workspace, execution_id="x1")
+    return ToolContext(
+        run_id="run-7", step_id=step_id, revision=revision, attempt=attempt, workspace=workspace, execution_id="x1"
+    )
 
 
 # --- schema generation --------------------------------------------------------------------------
@@ -271,7 +273,9 @@ def test_module_with_no_tools_is_refused(tmp_path: Path) -> None:
 def test_bad_module_name_gives_a_clear_error() -> None:
     with pytest.raises(ToolRegistrationError) as caught:
         ToolRegistry().load_module("no_such_tools_module")
-    assert str(caught.value) == "cannot import tool module 'no_such_tools_module': No module named 'no_such_tools_module'"
+    assert (
+        str(caught.value) == "cannot import tool module 'no_such_tools_module': No module named 'no_such_tools_module'"
+    )
 
 
 def test_missing_module_file(tmp_path: Path) -> None:
@@ -304,7 +308,10 @@ async def test_invoke_validates_and_fills_defaults() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"a": "forty"}, "tool 'add_numbers': 'a' input should be a valid integer, unable to parse string as an integer"),
+        (
+            {"a": "forty"},
+            "tool 'add_numbers': 'a' input should be a valid integer, unable to parse string as an integer",
+        ),
         ({"b": 1}, "tool 'add_numbers': 'a' field required"),
         ({"a": 1, "c": 3}, "tool 'add_numbers': 'c' extra inputs are not permitted"),
     ],

@@ -44,10 +44,17 @@ def tree(trace: Trace) -> str:
 async def test_span_tree_of_a_run_with_a_replan(harness):
     first = {
         "goal": "onboard",
-        "steps": [step("profile", "fetch_profile", user="ada"), step("charge", "broken", ["profile"], reason="card declined")],
+        "steps": [
+            step("profile", "fetch_profile", user="ada"),
+            step("charge", "broken", ["profile"], reason="card declined"),
+        ],
         "reason": "first try",
     }
-    second = {"goal": "onboard", "steps": [step("invoice", "record", label="invoice instead")], "reason": "invoice instead"}
+    second = {
+        "goal": "onboard",
+        "steps": [step("invoice", "record", label="invoice instead")],
+        "reason": "invoice instead",
+    }
     planner = harness.script("planner.yaml", {"planner": [{"plan": first}, {"plan": second}]})
     price = Price(input_per_mtok=2.0, output_per_mtok=8.0)
     run = await harness.start(goal="onboard ada", planner=planner, prices={planner: price})
@@ -108,8 +115,12 @@ def llm_plan() -> dict:
         "steps": [
             step("profile", "fetch_profile", user="ada"),
             {
-                "id": "draft", "title": "Draft the welcome", "kind": "llm", "depends_on": ["profile"],
-                "instructions": "Write to ${profile.name}; record it.", "tools": ["record"],
+                "id": "draft",
+                "title": "Draft the welcome",
+                "kind": "llm",
+                "depends_on": ["profile"],
+                "instructions": "Write to ${profile.name}; record it.",
+                "tools": ["record"],
             },
         ],
     }
@@ -126,13 +137,25 @@ async def test_a_worker_restart_exports_every_span_once(dev_env, tmp_path):
     registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
     workspace, store = tmp_path / "ws", FileStore(tmp_path / "store")
     harness = Harness(dev_env, workspace, f"restart-{uuid.uuid4().hex[:8]}", store)
-    executor = harness.script("executor.yaml", {"executor": {"draft": [
-        {"call": {"tool": "record", "args": {"label": "welcome sent"}}, "usage": {"input_tokens": 120, "output_tokens": 30}},
-        {"text": "Welcome aboard, Ada.", "usage": {"input_tokens": 160, "output_tokens": 12}},
-    ]}})
+    executor = harness.script(
+        "executor.yaml",
+        {
+            "executor": {
+                "draft": [
+                    {
+                        "call": {"tool": "record", "args": {"label": "welcome sent"}},
+                        "usage": {"input_tokens": 120, "output_tokens": 30},
+                    },
+                    {"text": "Welcome aboard, Ada.", "usage": {"input_tokens": 160, "output_tokens": 12}},
+                ]
+            }
+        },
+    )
 
     def worker():
-        return build_worker(dev_env.client, task_queue=harness.task_queue, registry=registry, workspace=workspace, store=store)
+        return build_worker(
+            dev_env.client, task_queue=harness.task_queue, registry=registry, workspace=workspace, store=store
+        )
 
     async with worker():
         run = await harness.start(llm_plan(), executor=executor)
@@ -167,7 +190,10 @@ async def test_a_worker_restart_exports_every_span_once(dev_env, tmp_path):
 
 
 async def test_a_continued_run_stays_one_trace(harness):
-    plan = {"goal": "many", "steps": [step(f"s{i}", "record", [f"s{i - 1}"] if i else [], label=str(i)) for i in range(8)]}
+    plan = {
+        "goal": "many",
+        "steps": [step(f"s{i}", "record", [f"s{i - 1}"] if i else [], label=str(i)) for i in range(8)],
+    }
     run = await harness.start(plan, auto_approve=True, continue_as_new_after_events=40)
     result = await run.result()
     assert result.status is Phase.succeeded
@@ -180,4 +206,6 @@ async def test_a_continued_run_stays_one_trace(harness):
     while kids := [c for c in trace.children(chain[-1]) if c.name.startswith("run ")]:
         chain.extend(kids)
     assert len(chain) == len(continued) + 1
-    assert sorted(s.name for s in trace.spans if s.name.startswith("step ") and "attempt" not in s.name) == [f"step s{i}" for i in range(8)]
+    assert sorted(s.name for s in trace.spans if s.name.startswith("step ") and "attempt" not in s.name) == [
+        f"step s{i}" for i in range(8)
+    ]

@@ -43,7 +43,13 @@ def catalog() -> ToolCatalog:
 
 
 def tool_step(step_id: str, tool: str = "add", args: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"id": step_id, "title": step_id.upper(), "tool": tool, "args": {"a": 1, "b": 2} if args is None else args, **extra}
+    return {
+        "id": step_id,
+        "title": step_id.upper(),
+        "tool": tool,
+        "args": {"a": 1, "b": 2} if args is None else args,
+        **extra,
+    }
 
 
 def plan(*steps: dict[str, Any]) -> PlanDraft:
@@ -75,9 +81,7 @@ def test_valid_diamond_plan_has_no_problems(catalog: ToolCatalog) -> None:
 
 def test_duplicate_ids(catalog: ToolCatalog) -> None:
     draft = plan(tool_step("a"), tool_step("a"), tool_step("b"))
-    assert plan_problems(draft, catalog) == [
-        "duplicate step id 'a' (2 steps share it); step ids must be unique"
-    ]
+    assert plan_problems(draft, catalog) == ["duplicate step id 'a' (2 steps share it); step ids must be unique"]
 
 
 def test_unknown_tool_suggests_the_closest_name_and_lists_available(catalog: ToolCatalog) -> None:
@@ -347,7 +351,12 @@ def test_plan_from_draft_keeps_steps_and_fills_reason_only_when_empty() -> None:
     draft = plan(tool_step("a"))
     author = Author(kind=AuthorKind.human, name="alice")
     first = Plan.from_draft(draft, revision=1, author=author, reason="initial plan")
-    assert (first.revision, first.reason, first.step_ids, str(first.author)) == (1, "initial plan", ["a"], "human:alice")
+    assert (first.revision, first.reason, first.step_ids, str(first.author)) == (
+        1,
+        "initial plan",
+        ["a"],
+        "human:alice",
+    )
     kept = Plan.from_draft(draft.model_copy(update={"reason": "mine"}), revision=1, author=author, reason="other")
     assert kept.reason == "mine"
 
@@ -400,7 +409,9 @@ def test_long_chains_validate_without_recursion_and_long_cycles_stay_readable():
     assert plan_problems(PlanDraft.model_validate({"goal": "g", "steps": steps}), catalog) == []
 
     steps[0]["depends_on"] = [f"s{n-1}"]
-    [problem] = [p for p in plan_problems(PlanDraft.model_validate({"goal": "g", "steps": steps}), catalog) if "cycle" in p]
+    [problem] = [
+        p for p in plan_problems(PlanDraft.model_validate({"goal": "g", "steps": steps}), catalog) if "cycle" in p
+    ]
     assert problem.startswith("dependency cycle: s0 -> s4999 -> s4998")
     assert f"({n + 1 - 10} more)" in problem and len(problem) < 200
 
@@ -441,9 +452,26 @@ def test_a_step_with_a_tier_needs_no_default_executor(catalog):
 
 def test_a_literal_credential_in_headers_is_refused_and_a_secret_reference_is_not():
     catalog = ToolRegistry.from_modules([]).catalog()
+
     def plan(value):
-        return PlanDraft.model_validate({"goal": "g", "steps": [{"id": "call", "title": "t", "tool": "http_request",
-            "args": {"method": "GET", "url": "https://api.example.com", "headers": {"Authorization": value}}}]})
+        return PlanDraft.model_validate(
+            {
+                "goal": "g",
+                "steps": [
+                    {
+                        "id": "call",
+                        "title": "t",
+                        "tool": "http_request",
+                        "args": {
+                            "method": "GET",
+                            "url": "https://api.example.com",
+                            "headers": {"Authorization": value},
+                        },
+                    }
+                ],
+            }
+        )
+
     [problem] = plan_problems(plan("Bearer sk-live-0123456789"), catalog)
     assert "header 'Authorization' holds a literal credential" in problem and "${secret:NAME}" in problem
     assert plan_problems(plan("Bearer ${secret:CRM_TOKEN}"), catalog) == []

@@ -31,11 +31,21 @@ async def test_worker_script_runs_a_plan_from_the_environment(dev_env, tmp_path)
     }
     worker = subprocess.Popen(
         [sys.executable, "worker.py", "--tools", "tests/fixture_tools.py"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         plan = PlanDraft.model_validate(
-            {"goal": "process", "steps": [*GREETING["steps"], step("save", "write_file", ["greet"], path="out.txt", content="${greet}")]}
+            {
+                "goal": "process",
+                "steps": [
+                    *GREETING["steps"],
+                    step("save", "write_file", ["greet"], path="out.txt", content="${greet}"),
+                ],
+            }
         )
         run = await start_run(
             dev_env.client,
@@ -61,7 +71,10 @@ async def test_worker_script_runs_a_plan_from_the_environment(dev_env, tmp_path)
 def test_worker_script_reports_a_bad_tool_module_in_one_line(tmp_path):
     done = subprocess.run(
         [sys.executable, "worker.py", "--tools", "no_such_tools_module"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1"},
     )
     assert done.returncode == 2

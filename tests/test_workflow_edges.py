@@ -54,7 +54,9 @@ async def test_a_reused_run_id_gets_fresh_idempotency_keys(harness):
     for _ in range(2):
         run = await start_run(
             harness.client,
-            RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="ops"), options=RunOptions(auto_approve=True)),
+            RunInput(
+                plan=plan, author=Author(kind=AuthorKind.human, name="ops"), options=RunOptions(auto_approve=True)
+            ),
             task_queue=harness.task_queue,
             run_id=run_id,
         )
@@ -90,7 +92,9 @@ async def test_a_question_carried_by_continue_as_new_can_be_answered_later(dev_h
     # clock locked for every later test of the session.
     steps = [step(f"q{i}", "add", a=i, b=1) for i in range(6)]
     steps.append({"id": "ask", "title": "Ask", "kind": "human", "instructions": "Proceed?"})
-    run = await dev_harness.start({"goal": "g", "steps": steps}, auto_approve=True, continue_as_new_after_events=20, max_parallel=1)
+    run = await dev_harness.start(
+        {"goal": "g", "steps": steps}, auto_approve=True, continue_as_new_after_events=20, max_parallel=1
+    )
     status = await dev_harness.wait_for(run, lambda s: s.continued >= 1 and s.steps.succeeded == 6)
     assert [p.step_id for p in status.pending] == ["ask"]
     await run.answer(AnswerInput(step_id="ask", answer="later", by="ops"))
@@ -162,7 +166,10 @@ async def test_large_outputs_live_in_the_store_and_still_feed_later_steps(harnes
 
 
 async def test_a_hanging_tool_times_out_each_attempt_and_fails_its_step(dev_harness):
-    plan = {"goal": "g", "steps": [{**step("stuck", "slow", label="stuck", seconds=60), "timeout_seconds": 1.5, "max_attempts": 2}]}
+    plan = {
+        "goal": "g",
+        "steps": [{**step("stuck", "slow", label="stuck", seconds=60), "timeout_seconds": 1.5, "max_attempts": 2}],
+    }
     run = await dev_harness.start(plan, auto_approve=True)
     with pytest.raises(WorkflowFailureError) as info:
         await run.result()
@@ -175,7 +182,9 @@ async def test_a_hanging_tool_times_out_each_attempt_and_fails_its_step(dev_harn
 async def test_a_decision_for_an_ended_or_unknown_run_says_which(harness):
     from stratagem.client import get_run
 
-    run = await harness.start({"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}, auto_approve=True)
+    run = await harness.start(
+        {"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "add", "args": {"a": 1, "b": 2}}]}, auto_approve=True
+    )
     await run.result()
     with pytest.raises(DecisionRefusedError, match=r"has ended \(completed\); it takes no decisions"):
         await run.approve(ApproveInput(by="x"))

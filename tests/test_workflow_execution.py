@@ -60,8 +60,20 @@ async def test_human_step_takes_an_answer_by_update_or_signal(harness):
         "goal": "collect approvals",
         "steps": [
             step("profile", "fetch_profile", user="ada"),
-            {"id": "ask_budget", "title": "Ask budget", "kind": "human", "instructions": "Budget for ${profile.name}?", "depends_on": ["profile"]},
-            {"id": "ask_owner", "title": "Ask owner", "kind": "human", "instructions": "Who owns it?", "depends_on": ["profile"]},
+            {
+                "id": "ask_budget",
+                "title": "Ask budget",
+                "kind": "human",
+                "instructions": "Budget for ${profile.name}?",
+                "depends_on": ["profile"],
+            },
+            {
+                "id": "ask_owner",
+                "title": "Ask owner",
+                "kind": "human",
+                "instructions": "Who owns it?",
+                "depends_on": ["profile"],
+            },
             step("done", "record", ["ask_budget", "ask_owner"], label="${ask_budget.amount} by ${ask_owner}"),
         ],
     }
@@ -95,8 +107,21 @@ async def test_llm_steps_and_synthesis_use_the_scripted_models(harness):
         "goal": "welcome",
         "steps": [
             step("profile", "fetch_profile", user="ada"),
-            {"id": "draft", "title": "Draft", "kind": "llm", "instructions": "Write to ${profile.name}", "depends_on": ["profile"]},
-            {"id": "classify", "title": "Classify", "kind": "llm", "instructions": "Segment?", "output_format": "json", "depends_on": ["profile"]},
+            {
+                "id": "draft",
+                "title": "Draft",
+                "kind": "llm",
+                "instructions": "Write to ${profile.name}",
+                "depends_on": ["profile"],
+            },
+            {
+                "id": "classify",
+                "title": "Classify",
+                "kind": "llm",
+                "instructions": "Segment?",
+                "output_format": "json",
+                "depends_on": ["profile"],
+            },
         ],
     }
     run = await harness.start(plan, auto_approve=True, executor=model, synthesizer=model)
@@ -156,23 +181,37 @@ async def test_failure_then_replan_then_success(harness):
     result = await run.result()
     assert result.status is Phase.succeeded and result.replans == 1
     # The carried profile step is a sink of revision 2 (nothing there depends on it).
-    assert result.outputs == {"profile": {"name": "Ada", "email": "ada@example.com", "tags": ["new", "vip"]}, "welcome": "welcome after invoice instead"}
+    assert result.outputs == {
+        "profile": {"name": "Ada", "email": "ada@example.com", "tags": ["new", "vip"]},
+        "welcome": "welcome after invoice instead",
+    }
 
     ledger = await run.ledger()
     # Dropped by revision 2, the failed step keeps its status and error: the ledger remembers why.
     assert ledger.steps["charge"].status is StepStatus.failed and ledger.steps["charge"].error == "card declined"
     assert ledger.steps["charge"].attempts == 1  # non-retryable: one attempt only
     assert ledger.steps["profile"].revision == 1  # ran once, under revision 1, never again
-    assert [c["label"] for c in harness.calls() if c["tool"] == "record"] == ["invoice instead", "welcome after invoice instead"]
+    assert [c["label"] for c in harness.calls() if c["tool"] == "record"] == [
+        "invoice instead",
+        "welcome after invoice instead",
+    ]
     kinds = [e.kind for e in ledger.events]
-    assert kinds.index(EventKind.step_failed) < kinds.index(EventKind.replan_requested) < kinds.index(EventKind.plan_approved, kinds.index(EventKind.replan_requested))
+    assert (
+        kinds.index(EventKind.step_failed)
+        < kinds.index(EventKind.replan_requested)
+        < kinds.index(EventKind.plan_approved, kinds.index(EventKind.replan_requested))
+    )
 
 
 async def test_replan_keeps_a_failed_step_and_runs_it_again_under_the_new_revision(harness):
     plan = {"goal": "retry later", "steps": [step("wobbly", "flaky", label="ok", failures=1)]}
     again = {"goal": "retry later", "steps": [{**step("wobbly", "flaky", label="ok", failures=1), "max_attempts": 2}]}
     run = await harness.start(
-        plan, auto_approve=True, step_max_attempts=1, planner=replan_script(harness, again), replan_requires_approval=False
+        plan,
+        auto_approve=True,
+        step_max_attempts=1,
+        planner=replan_script(harness, again),
+        replan_requires_approval=False,
     )
     assert (await run.result()).outputs == {"wobbly": "ok"}
     revisions = [c["revision"] for c in harness.calls()]
@@ -183,9 +222,7 @@ async def test_replan_keeps_a_failed_step_and_runs_it_again_under_the_new_revisi
 
 async def test_replan_cap_ends_the_run(harness):
     failing = {"goal": "doomed", "steps": [step("charge", "broken", reason="card declined")]}
-    run = await harness.start(
-        failing, auto_approve=True, max_replans=1, planner=replan_script(harness, failing)
-    )
+    run = await harness.start(failing, auto_approve=True, max_replans=1, planner=replan_script(harness, failing))
     message = await failure_of(run)
     assert "step 'charge' failed: card declined; the replan limit (1) is reached" in message
     ledger = await run.ledger()
@@ -229,7 +266,9 @@ async def test_continue_as_new_carries_a_pending_human_step(dev_harness):
     # clock locked for every later test of the session.
     steps = [step(f"s{i}", "add", a=i, b=1) for i in range(6)]
     steps.append({"id": "ask", "title": "Ask", "kind": "human", "instructions": "ok?", "depends_on": ["s0"]})
-    run = await dev_harness.start({"goal": "wait", "steps": steps}, auto_approve=True, continue_as_new_after_events=30, max_parallel=1)
+    run = await dev_harness.start(
+        {"goal": "wait", "steps": steps}, auto_approve=True, continue_as_new_after_events=30, max_parallel=1
+    )
     await dev_harness.wait_for(run, lambda s: s.continued >= 1 and any(p.step_id == "ask" for p in s.pending))
     await run.answer(AnswerInput(step_id="ask", answer="yes", by="ops"))
     result = await run.result()
@@ -239,7 +278,11 @@ async def test_continue_as_new_carries_a_pending_human_step(dev_harness):
 async def test_cancel_leaves_the_ledger_consistent(dev_harness):
     plan = {
         "goal": "long",
-        "steps": [step("quick", "record", label="q"), step("long", "slow", ["quick"], label="long", seconds=60), step("after", "record", ["long"], label="a")],
+        "steps": [
+            step("quick", "record", label="q"),
+            step("long", "slow", ["quick"], label="long", seconds=60),
+            step("after", "record", ["long"], label="a"),
+        ],
     }
     run = await dev_harness.start(plan, auto_approve=True)
     await dev_harness.wait_for(run, lambda s: s.steps.running == 1 and s.steps.succeeded == 1)
@@ -301,7 +344,9 @@ async def test_each_run_writes_into_its_own_workspace(harness, tmp_path, monkeyp
     monkeypatch.setenv("STRATAGEM_WORKSPACE_ROOTS", f"{tmp_path / 'folder-one'}:{tmp_path / 'folder-two'}")
     first = await harness.start(write_plan("memo.txt", "first"), workspace=str(one))
     await harness.wait_for(first, awaiting)
-    second = await harness.start(write_plan("memo.txt", "second"), workspace=str(two), auto_approve=True)  # started later, elsewhere
+    second = await harness.start(
+        write_plan("memo.txt", "second"), workspace=str(two), auto_approve=True
+    )  # started later, elsewhere
     # Polled, not awaited: awaiting a result lets the time-skipping server skip time while the
     # first run idles at its review, and under load the first run was then found timed out.
     await harness.wait_for(second, lambda s: s.phase is Phase.succeeded)

@@ -30,7 +30,14 @@ register_provider("recording", RecordingScripted)
 
 
 def llm(id: str, instructions: str = "do it", depends_on: list[str] | None = None, **fields) -> dict:
-    return {"id": id, "title": id, "kind": "llm", "instructions": instructions, "depends_on": depends_on or [], **fields}
+    return {
+        "id": id,
+        "title": id,
+        "kind": "llm",
+        "instructions": instructions,
+        "depends_on": depends_on or [],
+        **fields,
+    }
 
 
 def usage(i: int, o: int) -> dict:
@@ -45,7 +52,12 @@ async def test_executor_calls_allowed_tools_and_is_refused_the_rest(harness):
                 "research": [
                     {"call": {"tool": "read_note", "args": {"name": "a"}}},
                     # The note told it to delete; the step does not allow that.
-                    {"calls": [{"tool": "delete_records", "args": {"table": "customers"}}, {"tool": "record", "args": {"label": "checked"}}]},
+                    {
+                        "calls": [
+                            {"tool": "delete_records", "args": {"table": "customers"}},
+                            {"tool": "record", "args": {"label": "checked"}},
+                        ]
+                    },
                     {"text": "checked the note"},
                 ]
             }
@@ -117,13 +129,19 @@ async def test_an_unpriced_model_is_counted_but_not_costed(harness):
 async def resumes_after_a_failed_attempt(harness) -> None:
     model = harness.script(
         "resume.yaml",
-        {"executor": {"work": [
-            {"call": {"tool": "record", "args": {"label": "side effect"}}, **usage(100, 10)},
-            {"fail": "upstream 503"},
-            {"text": "finished", **usage(150, 20)},
-        ]}},
+        {
+            "executor": {
+                "work": [
+                    {"call": {"tool": "record", "args": {"label": "side effect"}}, **usage(100, 10)},
+                    {"fail": "upstream 503"},
+                    {"text": "finished", **usage(150, 20)},
+                ]
+            }
+        },
     )
-    run = await harness.start({"goal": "g", "steps": [llm("work", tools=["record"])]}, auto_approve=True, executor=model)
+    run = await harness.start(
+        {"goal": "g", "steps": [llm("work", tools=["record"])]}, auto_approve=True, executor=model
+    )
     assert (await run.result()).outputs == {"work": "finished"}
     # The tool ran once: the second attempt resumed after it instead of starting over.
     assert [c["label"] for c in harness.calls()] == ["side effect"]
@@ -154,20 +172,26 @@ async def test_the_dev_server_hands_the_checkpoint_to_the_next_attempt(dev_harne
 
 async def test_a_timed_out_step_still_counts_the_calls_it_paid_for(dev_harness):
     model = dev_harness.script(
-        "hang.yaml", {"executor": {"hang": {"call": {"tool": "slow", "args": {"label": "x", "seconds": 6}}, **usage(50, 5)}}}
+        "hang.yaml",
+        {"executor": {"hang": {"call": {"tool": "slow", "args": {"label": "x", "seconds": 6}}, **usage(50, 5)}}},
     )
     plan = {"goal": "g", "steps": [llm("hang", tools=["slow"], timeout_seconds=2, max_attempts=1)]}
     run = await dev_harness.start(plan, auto_approve=True, executor=model)
     with pytest.raises(WorkflowFailureError):
         await run.result()
     ledger = await run.ledger()
-    assert ledger.steps["hang"].status is StepStatus.failed and ledger.steps["hang"].error == "timed out: an attempt took longer than its time limit"
+    assert (
+        ledger.steps["hang"].status is StepStatus.failed
+        and ledger.steps["hang"].error == "timed out: an attempt took longer than its time limit"
+    )
     # The model call was checkpointed before the tool hung, and reached the workflow with the timeout.
     assert (ledger.usage.calls, ledger.usage.tokens) == (1, 55)
 
 
 async def test_a_step_that_never_finishes_fails_with_its_usage_counted(harness):
-    model = harness.script("loop.yaml", {"executor": {"spin": {"call": {"tool": "record", "args": {"label": "again"}}, **usage(10, 1)}}})
+    model = harness.script(
+        "loop.yaml", {"executor": {"spin": {"call": {"tool": "record", "args": {"label": "again"}}, **usage(10, 1)}}}
+    )
     run = await harness.start(
         {"goal": "g", "steps": [llm("spin", tools=["record"])]}, auto_approve=True, executor=model, max_tool_rounds=3
     )
@@ -192,7 +216,9 @@ async def test_tiers_route_steps_to_their_models(harness):
 
 
 async def test_a_step_naming_an_unrouted_tier_is_refused_before_it_runs(harness):
-    run = await harness.start({"goal": "g", "steps": [llm("x", tier="huge")]}, auto_approve=True, executor="scripted:none.yaml")
+    run = await harness.start(
+        {"goal": "g", "steps": [llm("x", tier="huge")]}, auto_approve=True, executor="scripted:none.yaml"
+    )
     with pytest.raises(Exception) as caught:
         await run.result()
     assert "names model tier 'huge', which the run does not route (configured tiers: none)" in str(caught.value.cause)
@@ -228,8 +254,12 @@ async def test_joint_mode_is_one_reviewed_loop(harness):
 
 
 async def test_joint_mode_does_not_replan(harness):
-    model = harness.script("joint_fail.yaml", {"executor": {"task": {"call": {"tool": "broken", "args": {"reason": "x"}}}}})
-    run = await harness.start(goal="g", mode="joint", executor=model, joint_tools=["broken"], auto_approve=True, max_tool_rounds=1)
+    model = harness.script(
+        "joint_fail.yaml", {"executor": {"task": {"call": {"tool": "broken", "args": {"reason": "x"}}}}}
+    )
+    run = await harness.start(
+        goal="g", mode="joint", executor=model, joint_tools=["broken"], auto_approve=True, max_tool_rounds=1
+    )
     with pytest.raises(Exception) as caught:
         await run.result()
     assert "a joint run does not replan" in str(caught.value.cause)
@@ -257,7 +287,9 @@ async def test_the_budget_pauses_the_run_before_a_step_would_cross_the_line(harn
     spans = sorted((ledger.steps[s].started_at, ledger.steps[s].ended_at) for s in "ab")
     assert all(earlier[1] <= later[0] for earlier, later in zip(spans, spans[1:], strict=False))
 
-    with pytest.raises(DecisionRefusedError, match="a tokens limit of 200 leaves no room: the run has used 200 already"):
+    with pytest.raises(
+        DecisionRefusedError, match="a tokens limit of 200 leaves no room: the run has used 200 already"
+    ):
         await run.budget(BudgetInput(by="bob", tokens=200))
     outcome = await run.budget(BudgetInput(by="bob", tokens=1000, reason="worth it"))
     assert outcome.accepted
@@ -340,7 +372,16 @@ async def test_a_used_up_budget_holds_a_human_step_too(harness):
     model = harness.script("big.yaml", {"executor": {"draft": {"text": "draft", **usage(700, 103)}}})
     plan = {
         "goal": "g",
-        "steps": [llm("draft"), {"id": "ok", "title": "ok?", "kind": "human", "instructions": "Is the draft fine?", "depends_on": ["draft"]}],
+        "steps": [
+            llm("draft"),
+            {
+                "id": "ok",
+                "title": "ok?",
+                "kind": "human",
+                "instructions": "Is the draft fine?",
+                "depends_on": ["draft"],
+            },
+        ],
     }
     run = await harness.start(plan, auto_approve=True, executor=model, budget={"tokens": 500})
     status = await harness.wait_for(run, lambda s: bool(s.pending))

@@ -48,7 +48,12 @@ async def test_no_step_runs_before_approval(harness):
 
     ledger = await run.ledger()
     [decision] = ledger.decisions
-    assert (decision.action, decision.by, decision.revision, decision.comment) == (DecisionAction.approve, "bob", 1, "looks right")
+    assert (decision.action, decision.by, decision.revision, decision.comment) == (
+        DecisionAction.approve,
+        "bob",
+        1,
+        "looks right",
+    )
     assert ledger.auto_approved is False
     kinds = [e.kind for e in ledger.events]
     assert kinds.index(EventKind.plan_approved) < kinds.index(EventKind.step_started)
@@ -82,7 +87,10 @@ async def test_revise_then_approve_runs_the_revised_plan(harness):
     run = await harness.start(SIDE_EFFECT)
     await harness.wait_for(run, awaiting)
     edited = PlanDraft.model_validate(
-        {"goal": "write something else", "steps": [step("first", "record", label="uno"), step("third", "record", ["first"], label="tres")]}
+        {
+            "goal": "write something else",
+            "steps": [step("first", "record", label="uno"), step("third", "record", ["first"], label="tres")],
+        }
     )
     outcome = await run.revise(ReviseInput(by="dave", plan=edited, reason="use Spanish"))
     assert outcome.revision == 2 and outcome.phase is Phase.awaiting_approval
@@ -108,8 +116,12 @@ async def test_revise_then_approve_runs_the_revised_plan(harness):
 async def test_refused_decisions_leave_no_trace_in_history(harness):
     run = await harness.start(SIDE_EFFECT)
     await harness.wait_for(run, awaiting)
-    assert "there is no revision 7: the current plan is revision 1" in await refused(run.approve(ApproveInput(by="bob", revision=7)))
-    assert "step 'first' is not waiting for approval" in await refused(run.approve(ApproveInput(by="bob", step_id="first")))
+    assert "there is no revision 7: the current plan is revision 1" in await refused(
+        run.approve(ApproveInput(by="bob", revision=7))
+    )
+    assert "step 'first' is not waiting for approval" in await refused(
+        run.approve(ApproveInput(by="bob", step_id="first"))
+    )
     assert await update_events(run) == 0
     ledger = await run.ledger()
     assert ledger.decisions == []
@@ -128,7 +140,11 @@ async def test_refused_decisions_leave_no_trace_in_history(harness):
         ([step("a", "add", a="one", b=2)], "argument 'a' of tool 'add' is invalid"),
         ([step("a", "record", ["ghost"], label="x")], "step 'a' depends on missing step 'ghost'"),
         (
-            [step("a", "record", ["c"], label="x"), step("b", "record", ["a"], label="x"), step("c", "record", ["b"], label="x")],
+            [
+                step("a", "record", ["c"], label="x"),
+                step("b", "record", ["a"], label="x"),
+                step("c", "record", ["b"], label="x"),
+            ],
             "dependency cycle: a -> c -> b -> a",
         ),
         (
@@ -270,7 +286,10 @@ async def test_only_listed_approvers_decide(harness):
     await run.approve(ApproveInput(by="carol", step_id="first"))
     await run.result()
     ledger = await run.ledger()
-    assert [(d.by, d.action) for d in ledger.decisions] == [("bob", DecisionAction.approve), ("carol", DecisionAction.approve)]
+    assert [(d.by, d.action) for d in ledger.decisions] == [
+        ("bob", DecisionAction.approve),
+        ("carol", DecisionAction.approve),
+    ]
     ignored = [e for e in ledger.events if e.kind is EventKind.signal_ignored]
     assert len(ignored) == 1 and ignored[0].actor == "mallory"
     assert [c["label"] for c in harness.calls()] == ["one", "two"]

@@ -25,7 +25,7 @@ class Budgets(RunCore):
     def _record_calls(self, calls: list[CallUsage], purpose: str, step_id: str | None = None) -> UsageTotals:
         totals = transitions.record_calls(self.state, calls, purpose, self._now(), step_id)
         self._budget_epoch += 1
-        self._observe.calls(self.state.ledger.calls[-totals.calls:] if totals.calls else [])
+        self._observe.calls(self.state.ledger.calls[-totals.calls :] if totals.calls else [])
         return totals
 
     def _record_step_work(self, step: Step, calls: list[CallUsage], tool_calls: list[ToolCallRecord]) -> None:
@@ -80,9 +80,13 @@ class Budgets(RunCore):
             return []
         short = []
         if left.tokens is not None and 0 < left.tokens < left.call_tokens:
-            short.append(f"the token budget has {left.tokens:,} left, less than one model call takes ({left.call_tokens:,})")
+            short.append(
+                f"the token budget has {left.tokens:,} left, less than one model call takes ({left.call_tokens:,})"
+            )
         if left.cost_usd is not None and 0 < left.cost_usd < left.call_cost_usd:
-            short.append(f"the cost budget has ${left.cost_usd:,.4f} left, less than one model call costs (${left.call_cost_usd:,.4f})")
+            short.append(
+                f"the cost budget has ${left.cost_usd:,.4f} left, less than one model call costs (${left.call_cost_usd:,.4f})"
+            )
         if short and self._patched(BUDGET_SHORT_PATCH):
             return short
         return []

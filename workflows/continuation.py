@@ -40,7 +40,9 @@ class Continuation(RunCore):
         await workflow.wait_condition(workflow.all_handlers_finished)
         self.state.continued += 1
         self.state.ledger.record(
-            EventKind.continued_as_new, self._now(), revision=self.state.plan.revision if self.state.plan else None,
+            EventKind.continued_as_new,
+            self._now(),
+            revision=self.state.plan.revision if self.state.plan else None,
             history_events=workflow.info().get_current_history_length(),
         )
         # Converted here, not by Temporal as the run ends, so this execution can let go of its

@@ -88,8 +88,10 @@ class RunCore:
     def _outcome_attributes(self) -> dict[str, Any]:
         state = self.state
         return {
-            "stratagem.phase": state.phase.value, "stratagem.replans": state.ledger.replans,
-            "stratagem.model_calls": state.ledger.usage.calls, "stratagem.cost_usd": state.ledger.usage.cost_usd,
+            "stratagem.phase": state.phase.value,
+            "stratagem.replans": state.ledger.replans,
+            "stratagem.model_calls": state.ledger.usage.calls,
+            "stratagem.cost_usd": state.ledger.usage.cost_usd,
         }
 
     def _now(self) -> datetime:
@@ -188,5 +190,6 @@ class RunCore:
         return (
             self._memo_hold is not None
             and self._memo_hold == workflow.info().get_current_history_length()
-            and self.state.phase is Phase.running and not self.state.pending
+            and self.state.phase is Phase.running
+            and not self.state.pending
         )

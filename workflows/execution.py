@@ -53,7 +53,9 @@ class Execution(Planning, Continuation):
         # Human steps already out for an answer when a continue-as-new carried them here: their
         # question stays asked, only the waiting resumes.
         self._resumed = [
-            s for s in state.plan.steps if s.kind is StepKind.human and state.ledger.steps[s.id].status is StepStatus.running
+            s
+            for s in state.plan.steps
+            if s.kind is StepKind.human and state.ledger.steps[s.id].status is StepStatus.running
         ]
         while True:
             if not self._winding_down and self._finished_here > 0 and self._continue_as_new_due():
@@ -110,7 +112,9 @@ class Execution(Planning, Continuation):
         attributes: dict[str, Any] = {}
         if self._observe.tracing:
             attributes = {
-                "stratagem.step.id": step.id, "stratagem.step.kind": step.kind.value, "stratagem.step.title": step.title[:200],
+                "stratagem.step.id": step.id,
+                "stratagem.step.kind": step.kind.value,
+                "stratagem.step.title": step.title[:200],
                 "stratagem.revision": self.state.plan.revision,
             }
             if step.tool:
@@ -182,11 +186,16 @@ class Execution(Planning, Continuation):
                     self._budget_reruns.add(step.id)
                     record.status = StepStatus.pending
                     state.ledger.record(
-                        EventKind.budget_exhausted, self._now(), revision=plan.revision, step_id=step.id,
+                        EventKind.budget_exhausted,
+                        self._now(),
+                        revision=plan.revision,
+                        step_id=step.id,
                         message=cause_message(exc),
                     )
                     return True
-                self._step_failed(record, cause_message(exc), attempts=cause_attempts(exc, max_attempts(step, state.options)))
+                self._step_failed(
+                    record, cause_message(exc), attempts=cause_attempts(exc, max_attempts(step, state.options))
+                )
                 return False
             self._record_step_work(step, result.calls, result.tool_calls)
             record.attempts += result.attempt
@@ -194,8 +203,12 @@ class Execution(Planning, Continuation):
             record.transcript = result.transcript
             self._close_step(record, StepStatus.succeeded, None)
             state.ledger.record(
-                EventKind.step_succeeded, self._now(), revision=plan.revision, step_id=step.id,
-                attempt=result.attempt, model=result.model,
+                EventKind.step_succeeded,
+                self._now(),
+                revision=plan.revision,
+                step_id=step.id,
+                attempt=result.attempt,
+                model=result.model,
             )
         except (asyncio.CancelledError, TemporalCancelledError):
             self._close_step(record, StepStatus.cancelled, "cancelled")
@@ -236,29 +249,47 @@ class Execution(Planning, Continuation):
                 await self._park(step.id, lambda: self._budget_epoch != epoch or held_back())
                 continue
             # At most one model-using step may be out while the next could cross a limit.
-            hold = uses_model and self._model_steps_in_flight > 0 and (
-                step.id in self._budget_reruns
-                or may_cross(state.options.budget, state.ledger.usage, state.ledger.largest_step, self._model_steps_in_flight)
+            hold = (
+                uses_model
+                and self._model_steps_in_flight > 0
+                and (
+                    step.id in self._budget_reruns
+                    or may_cross(
+                        state.options.budget, state.ledger.usage, state.ledger.largest_step, self._model_steps_in_flight
+                    )
+                )
             )
             if not hold and self._busy_slots < state.options.max_parallel:
                 return True
             epoch = self._budget_epoch
             await workflow.wait_condition(
-                lambda: held_back() or self._budget_epoch != epoch
+                lambda: held_back()
+                or self._budget_epoch != epoch
                 or (not hold and self._busy_slots < state.options.max_parallel)
             )
         return False
 
     async def _dispatch(
-        self, step: Step, revision: int, args: Any, instructions: str, outputs: Mapping[str, Any],
+        self,
+        step: Step,
+        revision: int,
+        args: Any,
+        instructions: str,
+        outputs: Mapping[str, Any],
         references: dict[str, Any] | None,
     ) -> activity_io.StepOutput:
         options = self.state.options
         if step.kind is StepKind.tool:
             assert step.tool is not None
             request: Any = activity_io.ToolStepInput(
-                run_id=self.state.run_id, execution_id=self.state.execution_id, step_id=step.id, revision=revision,
-                tool=step.tool, args=args, references=references, workspace=self.state.options.workspace,
+                run_id=self.state.run_id,
+                execution_id=self.state.execution_id,
+                step_id=step.id,
+                revision=revision,
+                tool=step.tool,
+                args=args,
+                references=references,
+                workspace=self.state.options.workspace,
             )
             spec = self.state.catalog.get(step.tool)
             if spec is not None and spec.local:
@@ -270,9 +301,16 @@ class Execution(Planning, Continuation):
         model = options.model_for(step)
         assert model, "validation refuses llm steps that no configured model can run"
         request = activity_io.LlmStepInput(
-            run_id=self.state.run_id, execution_id=self.state.execution_id, revision=revision, step=step,
-            instructions=instructions, inputs={dep: outputs.get(dep) for dep in step.depends_on}, model=model,
-            max_rounds=options.max_tool_rounds, references=references, price=price_for(model, options.prices),
+            run_id=self.state.run_id,
+            execution_id=self.state.execution_id,
+            revision=revision,
+            step=step,
+            instructions=instructions,
+            inputs={dep: outputs.get(dep) for dep in step.depends_on},
+            model=model,
+            max_rounds=options.max_tool_rounds,
+            references=references,
+            price=price_for(model, options.prices),
             allowance=self._allowance(step),
             workspace=options.workspace,
         )
@@ -284,7 +322,9 @@ class Execution(Planning, Continuation):
         """The steps `step` refers to, worked out once per revision."""
         found = self._references.get(step.id)
         if found is None:
-            found = self._references[step.id] = frozenset(ref.step_id for ref in references_in(step.instructions, step.args))
+            found = self._references[step.id] = frozenset(
+                ref.step_id for ref in references_in(step.instructions, step.args)
+            )
         return found
 
     async def _step_gate(self, step: Step) -> bool:

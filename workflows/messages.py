@@ -181,7 +181,9 @@ class Messages(Execution):
         decisions.check_budget(state, decision, elapsed_seconds=(self._now() - started).total_seconds())
 
     def _apply_budget(self, decision: BudgetInput, *, via: str) -> DecisionOutcome:
-        stop = decisions.apply_budget(self.state, decision, via=via, now=self._now(), still_used_up=self._budget_used_up)
+        stop = decisions.apply_budget(
+            self.state, decision, via=via, now=self._now(), still_used_up=self._budget_used_up
+        )
         self._budget_epoch += 1
         if stop is not None:
             self._rejection = stop
@@ -200,11 +202,20 @@ class Messages(Execution):
                 status = state.ledger.steps[step.id].status.value
                 setattr(counts, status, getattr(counts, status) + 1)
         return RunStatus(
-            run_id=state.run_id, goal=state.goal, phase=state.phase,
-            revision=state.plan.revision if state.plan else None, approved_revision=state.approved_revision,
-            steps=counts, pending=state.pending, replans=state.ledger.replans,
-            max_replans=state.options.max_replans, reason=state.reason, continued=state.continued,
-            usage=state.ledger.usage, budget=state.options.budget, mode=state.options.mode,
+            run_id=state.run_id,
+            goal=state.goal,
+            phase=state.phase,
+            revision=state.plan.revision if state.plan else None,
+            approved_revision=state.approved_revision,
+            steps=counts,
+            pending=state.pending,
+            replans=state.ledger.replans,
+            max_replans=state.options.max_replans,
+            reason=state.reason,
+            continued=state.continued,
+            usage=state.ledger.usage,
+            budget=state.options.budget,
+            mode=state.options.mode,
             workspace=state.options.workspace,
         )
 
@@ -225,6 +236,8 @@ class Messages(Execution):
         """The progress stream from an offset: small pages, so a watcher never fetches the whole ledger."""
         ledger = self.state.ledger
         return EventPage(
-            events=ledger.events_after(query.after, query.limit), last_seq=ledger.last_seq, phase=self.state.phase,
+            events=ledger.events_after(query.after, query.limit),
+            last_seq=ledger.last_seq,
+            phase=self.state.phase,
             archives=[a for a in ledger.archives if a.last_seq > query.after],
         )

@@ -72,7 +72,9 @@ class Planning(Budgets):
             return None
         revision = self.state.plan.revision + 1 if self.state.plan else 1
         planner = self.state.options.planner or ""
-        with self._observe.span(f"plan revision {revision}", {"stratagem.revision": revision, "stratagem.model": planner}) as span:
+        with self._observe.span(
+            f"plan revision {revision}", {"stratagem.revision": revision, "stratagem.model": planner}
+        ) as span:
             self._plan_span = span
             plan = await self._ask_planner(current)
             self._plan_span = None
@@ -117,8 +119,11 @@ class Planning(Budgets):
         self.state.planner_calls += out.calls
         for number, problems in enumerate(out.rejected_attempts, start=1):
             self.state.ledger.record(
-                EventKind.planning_attempt_invalid, self._now(), actor=out.model,
-                message=f"planner attempt {number} was invalid and sent back for repair", problems=problems,
+                EventKind.planning_attempt_invalid,
+                self._now(),
+                actor=out.model,
+                message=f"planner attempt {number} was invalid and sent back for repair",
+                problems=problems,
             )
         # The activity validated the draft against the same catalogue; checking again here
         # keeps "no invalid plan reaches execution" true even for a misbehaving worker.
@@ -141,7 +146,8 @@ class Planning(Budgets):
             lines.append(f"{decision.by} {decision.action.value}d{target} revision {decision.revision}{comment}")
         lines.extend(
             f"step {e.step_id} failed under revision {e.revision}: {e.message}"
-            for e in ledger.events if e.kind is EventKind.step_failed
+            for e in ledger.events
+            if e.kind is EventKind.step_failed
         )
         return lines
 
@@ -166,13 +172,24 @@ class Planning(Budgets):
         state.step_approvals = {}
         state.failure = None
         ledger.record(
-            EventKind.plan_proposed, now, revision=revision, actor=str(author), message=reason,
-            steps=len(plan.steps), carried=merged.carried, dropped=merged.dropped, retried=merged.retried,
+            EventKind.plan_proposed,
+            now,
+            revision=revision,
+            actor=str(author),
+            message=reason,
+            steps=len(plan.steps),
+            carried=merged.carried,
+            dropped=merged.dropped,
+            retried=merged.retried,
         )
         attributes: dict[str, Any] = {
-            "stratagem.revision": revision, "stratagem.author": str(author), "stratagem.reason": reason[:200],
-            "stratagem.steps": len(plan.steps), "stratagem.steps.carried": len(merged.carried),
-            "stratagem.steps.dropped": len(merged.dropped), "stratagem.steps.retried": len(merged.retried),
+            "stratagem.revision": revision,
+            "stratagem.author": str(author),
+            "stratagem.reason": reason[:200],
+            "stratagem.steps": len(plan.steps),
+            "stratagem.steps.carried": len(merged.carried),
+            "stratagem.steps.dropped": len(merged.dropped),
+            "stratagem.steps.retried": len(merged.retried),
         }
         if self._plan_span is not None:
             self._plan_span.set_attributes(attributes)
@@ -186,10 +203,15 @@ class Planning(Budgets):
         state, options = self.state, self.state.options
         tools = options.joint_tools if options.joint_tools is not None else state.catalog.names
         step = Step(
-            id=JOINT_STEP_ID, title="Reach the goal in one loop", kind=StepKind.llm,
-            instructions=state.goal.replace("${", "$${"), tools=tools,
+            id=JOINT_STEP_ID,
+            title="Reach the goal in one loop",
+            kind=StepKind.llm,
+            instructions=state.goal.replace("${", "$${"),
+            tools=tools,
         )
-        draft = PlanDraft(goal=state.goal, steps=[step], reason="joint mode: one model thinks and acts in a single loop")
+        draft = PlanDraft(
+            goal=state.goal, steps=[step], reason="joint mode: one model thinks and acts in a single loop"
+        )
         problems = self._problems(draft)
         if problems:
             return self._fail("the joint run cannot start: " + "; ".join(problems))

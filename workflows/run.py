@@ -77,7 +77,9 @@ class StratagemRun(Messages):
         state = self.state
         name = f"run {state.run_id}" + (f" (continued {state.continued})" if self._continued else "")
         attributes = {
-            "stratagem.run_id": state.run_id, "stratagem.goal": state.goal[:200], "stratagem.mode": state.options.mode.value,
+            "stratagem.run_id": state.run_id,
+            "stratagem.goal": state.goal[:200],
+            "stratagem.mode": state.options.mode.value,
             "stratagem.continued": state.continued,
         }
         with self._observe.span(name, attributes) as span:
@@ -91,7 +93,9 @@ class StratagemRun(Messages):
         if self.state.level > RUN_LEVEL:
             # Not a failure of the run: its task fails and Temporal retries it until a worker
             # that knows this level takes it (workers are upgraded before clients).
-            raise RuntimeError(f"run {self.state.run_id} was started at level {self.state.level}; this worker runs up to {RUN_LEVEL}")
+            raise RuntimeError(
+                f"run {self.state.run_id} was started at level {self.state.level}; this worker runs up to {RUN_LEVEL}"
+            )
         try:
             if self._forged:
                 self._fail("the run's input carries a state, which only a continue-as-new of the same run may pass on")
@@ -122,7 +126,10 @@ class StratagemRun(Messages):
         ledger = self.state.ledger
         self.state.started_at = self._now()
         ledger.record(
-            EventKind.run_started, self._now(), message=self.state.goal, auto_approve=self.state.options.auto_approve,
+            EventKind.run_started,
+            self._now(),
+            message=self.state.goal,
+            auto_approve=self.state.options.auto_approve,
             mode=self.state.options.mode.value,
         )
         try:
@@ -163,11 +170,15 @@ class StratagemRun(Messages):
         if is_replan and not state.options.replan_requires_approval and not state.pending:
             why = decisions.loosened(state.approved_plan, state.plan)
             if not why or not self._patched(LOOSENED_PATCH):
-                decision = ApproveInput(by="policy", revision=state.plan.revision, comment="replan_requires_approval is off")
+                decision = ApproveInput(
+                    by="policy", revision=state.plan.revision, comment="replan_requires_approval is off"
+                )
                 decisions.approve_plan(state, decision, via="policy", now=self._now())
                 return
             state.ledger.record(
-                EventKind.review_escalated, self._now(), revision=state.plan.revision,
+                EventKind.review_escalated,
+                self._now(),
+                revision=state.plan.revision,
                 message="needs a person although replan_requires_approval is off: " + "; ".join(why),
             )
         if not state.pending:  # already pending when a continue-as-new carried it here
@@ -190,21 +201,27 @@ class StratagemRun(Messages):
             try:
                 # A revise starts a new review (and a new timeout): the reviewer sees a new plan.
                 await workflow.wait_condition(
-                    lambda: state.phase is not Phase.awaiting_approval or (state.plan is not None and state.plan.revision != revision),
+                    lambda: state.phase is not Phase.awaiting_approval
+                    or (state.plan is not None and state.plan.revision != revision),
                     timeout=timedelta(seconds=timeout) if timeout else None,
                     timeout_summary="review timeout",
                 )
             except TimeoutError:
                 if state.options.on_review_timeout is ReviewTimeoutAction.fail:
                     state.ledger.record(
-                        EventKind.review_timed_out, self._now(), revision=revision, message=f"no decision within {timeout:g} s"
+                        EventKind.review_timed_out,
+                        self._now(),
+                        revision=revision,
+                        message=f"no decision within {timeout:g} s",
                     )
                     self._fail(f"no decision on revision {revision} within {timeout:g} seconds")
                     return
                 for pending in state.pending:
                     pending.escalated = True
                 state.ledger.record(
-                    EventKind.review_escalated, self._now(), revision=revision,
+                    EventKind.review_escalated,
+                    self._now(),
+                    revision=revision,
                     message=f"no decision within {timeout:g} s; escalated, still waiting",
                 )
                 timeout = None
@@ -217,7 +234,9 @@ class StratagemRun(Messages):
         failure = state.failure or "a step failed"
         if state.ledger.replans >= state.options.max_replans:
             state.ledger.record(
-                EventKind.replan_cap_reached, self._now(), revision=state.plan.revision,
+                EventKind.replan_cap_reached,
+                self._now(),
+                revision=state.plan.revision,
                 message=f"{state.ledger.replans} of {state.options.max_replans} replans used",
             )
             return self._fail(f"{failure}; the replan limit ({state.options.max_replans}) is reached")
@@ -227,7 +246,10 @@ class StratagemRun(Messages):
             return self._fail(f"{failure}; no planner model is configured to revise the plan")
         state.ledger.replans += 1
         state.ledger.record(
-            EventKind.replan_requested, self._now(), revision=state.plan.revision, message=failure,
+            EventKind.replan_requested,
+            self._now(),
+            revision=state.plan.revision,
+            message=failure,
             replan=state.ledger.replans,
         )
         self._observe.replanned()
@@ -253,7 +275,10 @@ class StratagemRun(Messages):
                         out = await workflow.execute_activity(
                             activity_io.SYNTHESIZE,
                             activity_io.SynthesisInput(
-                                goal=state.goal, model=model, outputs=outputs, price=price_for(model, state.options.prices)
+                                goal=state.goal,
+                                model=model,
+                                outputs=outputs,
+                                price=price_for(model, state.options.prices),
                             ),
                             task_queue=self._queue(Role.planner),
                             result_type=activity_io.SynthesisOutput,
@@ -272,15 +297,22 @@ class StratagemRun(Messages):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._write_memo(final=True)
                 return RunResult(
-                    run_id=state.run_id, status=Phase.succeeded, revision=state.plan.revision,
-                    outputs=outputs, synthesis=synthesis, replans=state.ledger.replans,
+                    run_id=state.run_id,
+                    status=Phase.succeeded,
+                    revision=state.plan.revision,
+                    outputs=outputs,
+                    synthesis=synthesis,
+                    replans=state.ledger.replans,
                 )
         await workflow.wait_condition(workflow.all_handlers_finished)
         self._write_memo(final=True)
         if state.phase is Phase.rejected:
             return RunResult(
-                run_id=state.run_id, status=Phase.rejected, revision=state.plan.revision if state.plan else None,
-                reason=state.reason, replans=state.ledger.replans,
+                run_id=state.run_id,
+                status=Phase.rejected,
+                revision=state.plan.revision if state.plan else None,
+                reason=state.reason,
+                replans=state.ledger.replans,
             )
         # A failed business process is a failed workflow, so the Temporal UI tells the truth.
         raise ApplicationError(state.reason or "the run failed", type="RunFailed", non_retryable=True)

@@ -79,11 +79,16 @@ def create_directory_account(
     "repeated"}.
     """
     if department not in DEPARTMENTS:
-        raise ToolError(f"create_directory_account: unknown department '{department}' ({', '.join(sorted(DEPARTMENTS))})", retryable=False)
+        raise ToolError(
+            f"create_directory_account: unknown department '{department}' ({', '.join(sorted(DEPARTMENTS))})",
+            retryable=False,
+        )
     try:
         date.fromisoformat(start_date)
     except ValueError:
-        raise ToolError(f"create_directory_account: start_date must be YYYY-MM-DD, not '{start_date}'", retryable=False) from None
+        raise ToolError(
+            f"create_directory_account: start_date must be YYYY-MM-DD, not '{start_date}'", retryable=False
+        ) from None
     words = _ascii_words(full_name)
     if len(words) < 2:
         raise ToolError(f"create_directory_account: '{full_name}' needs a first and a last name", retryable=False)
@@ -98,7 +103,9 @@ def create_directory_account(
                 return {**_public(user), "created": False, "repeated": False}
         base = words[0][0] + "".join(words[1:])
         taken = {u["username"] for u in users}
-        username = base if base not in taken else next(f"{base}{n}" for n in range(2, 1000) if f"{base}{n}" not in taken)
+        username = (
+            base if base not in taken else next(f"{base}{n}" for n in range(2, 1000) if f"{base}{n}" not in taken)
+        )
         user = {
             "employee_id": f"E{10000 + len(users) + 1}",
             "username": username,
@@ -120,7 +127,9 @@ def _public(user: dict[str, Any]) -> dict[str, Any]:
 
 
 @tool
-def provision_access(system: Literal["slack", "github", "jira"], username: str, groups: list[str], *, ctx: ToolContext) -> dict[str, Any]:
+def provision_access(
+    system: Literal["slack", "github", "jira"], username: str, groups: list[str], *, ctx: ToolContext
+) -> dict[str, Any]:
     """Give a directory user an account in an application (slack, github or jira) and add it to groups.
 
     Every group must exist in that application; an unknown group fails the step. Accounts sign in
@@ -155,16 +164,30 @@ def provision_access(system: Literal["slack", "github", "jira"], username: str, 
 
 
 def _access(entry: dict[str, Any]) -> dict[str, Any]:
-    return {**{k: entry[k] for k in ("system", "account_id", "username", "groups")}, "groups_text": ", ".join(entry["groups"])}
+    return {
+        **{k: entry[k] for k in ("system", "account_id", "username", "groups")},
+        "groups_text": ", ".join(entry["groups"]),
+    }
 
 
 ORDERS = "procurement/orders.csv"
-ORDER_COLUMNS = ["order_id", "employee", "items", "total_eur", "cost_center", "ship_to", "lead_time_days", "idempotency_key"]
+ORDER_COLUMNS = [
+    "order_id",
+    "employee",
+    "items",
+    "total_eur",
+    "cost_center",
+    "ship_to",
+    "lead_time_days",
+    "idempotency_key",
+]
 ORDER_LIMIT_EUR = Decimal("5000")
 
 
 @tool
-def order_equipment(employee: str, items: list[str], cost_center: str, ship_to: str, *, ctx: ToolContext) -> dict[str, Any]:
+def order_equipment(
+    employee: str, items: list[str], cost_center: str, ship_to: str, *, ctx: ToolContext
+) -> dict[str, Any]:
     """Order equipment from the catalogue for a new employee (appends to procurement/orders.csv).
 
     `items` are catalogue ids (laptop-14-standard, laptop-16-developer, monitor-27-4k, dock-usb-c,
@@ -180,21 +203,28 @@ def order_equipment(employee: str, items: list[str], cost_center: str, ship_to: 
         )
     total = sum((EQUIPMENT[item][0] for item in items), Decimal(0))
     if total > ORDER_LIMIT_EUR:
-        raise ToolError(f"order_equipment: EUR {total} is over the EUR {ORDER_LIMIT_EUR} limit for a new-joiner order", retryable=False)
+        raise ToolError(
+            f"order_equipment: EUR {total} is over the EUR {ORDER_LIMIT_EUR} limit for a new-joiner order",
+            retryable=False,
+        )
     lead_time = max(EQUIPMENT[item][1] for item in items)
     target = ctx.workspace / ORDERS
     with _lock:
         existing = target.read_text(encoding="utf-8") if target.exists() else ""
         for row in csv.DictReader(io.StringIO(existing)):
             if row["idempotency_key"] == ctx.idempotency_key:
-                order = _order(row["order_id"], Decimal(row["total_eur"]), int(row["lead_time_days"]), row["items"].split(";"))
+                order = _order(
+                    row["order_id"], Decimal(row["total_eur"]), int(row["lead_time_days"]), row["items"].split(";")
+                )
                 return {**order, "repeated": True}
         order_id = "PO-" + hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:8].upper()
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         if not existing:
             writer.writerow(ORDER_COLUMNS)
-        writer.writerow([order_id, employee, ";".join(items), f"{total:.2f}", cost_center, ship_to, lead_time, ctx.idempotency_key])
+        writer.writerow(
+            [order_id, employee, ";".join(items), f"{total:.2f}", cost_center, ship_to, lead_time, ctx.idempotency_key]
+        )
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a", encoding="utf-8") as handle:
             handle.write(out.getvalue())

@@ -136,7 +136,12 @@ def top_customers(month: str, limit: int = 3, file: str = "sales.csv") -> dict[s
     return {
         "month": month,
         "customers": [
-            {"customer": name, "revenue_eur": float(amount.quantize(CENT)), "share_pct": share(amount), "orders": counts[name]}
+            {
+                "customer": name,
+                "revenue_eur": float(amount.quantize(CENT)),
+                "share_pct": share(amount),
+                "orders": counts[name],
+            }
             for name, amount in ranked
         ],
         "concentration_pct": share(sum((amount for _, amount in ranked), Decimal(0))),
@@ -214,15 +219,30 @@ def format_kpi_tables(revenue: dict[str, Any], customers: dict[str, Any], sla: d
         lines.append(f"| **Total** | **{revenue['total_display']}** | 100.0% |")
         change = revenue.get("change_pct")
         previous = _euros(Decimal(str(revenue["previous_month_total_eur"])))
-        trend = f"{change:+.1f}% on the previous month ({previous})" if change is not None else "no data for the previous month"
+        trend = (
+            f"{change:+.1f}% on the previous month ({previous})"
+            if change is not None
+            else "no data for the previous month"
+        )
         lines += ["", f"{revenue['orders']} orders; {trend}.", ""]
 
         lines += ["## Top customers", "", "| Customer | Revenue | Share | Orders |", "|---|---:|---:|---:|"]
         for c in customers["customers"]:
-            lines.append(f"| {c['customer']} | {_euros(Decimal(str(c['revenue_eur'])))} | {c['share_pct']:.1f}% | {c['orders']} |")
-        lines += ["", f"The top {len(customers['customers'])} customers bring {customers['concentration_pct']:.1f}% of revenue.", ""]
+            lines.append(
+                f"| {c['customer']} | {_euros(Decimal(str(c['revenue_eur'])))} | {c['share_pct']:.1f}% | {c['orders']} |"
+            )
+        lines += [
+            "",
+            f"The top {len(customers['customers'])} customers bring {customers['concentration_pct']:.1f}% of revenue.",
+            "",
+        ]
 
-        lines += ["## Support SLA", "", "| Priority | Target | Tickets | Breached | Median resolution |", "|---|---:|---:|---:|---:|"]
+        lines += [
+            "## Support SLA",
+            "",
+            "| Priority | Target | Tickets | Breached | Median resolution |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for priority, s in sla["by_priority"].items():
             med = f"{s['median_resolution_hours']:.1f} h" if s["median_resolution_hours"] is not None else "-"
             lines.append(f"| {priority} | {s['target_hours']} h | {s['tickets']} | {s['breached']} | {med} |")
@@ -233,5 +253,7 @@ def format_kpi_tables(revenue: dict[str, Any], customers: dict[str, Any], sla: d
             f"Breach rate {sla['breach_rate_pct']:.1f}% ({breached}); {sla['open_at_month_end']} ticket(s) open at month end.",
         ]
     except (KeyError, TypeError, ArithmeticError) as exc:
-        raise ToolError(f"format_kpi_tables: the KPI inputs are not what the KPI tools return ({exc!r})", retryable=False) from None
+        raise ToolError(
+            f"format_kpi_tables: the KPI inputs are not what the KPI tools return ({exc!r})", retryable=False
+        ) from None
     return "\n".join(lines)

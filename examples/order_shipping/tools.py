@@ -47,10 +47,21 @@ ORDERS: dict[str, dict[str, Any]] = {
 
 # Tariffs in EUR: a price per pallet and per kilogram, plus a surcharge outside Germany.
 CARRIERS: dict[str, dict[str, Any]] = {
-    "nordbahn": {"name": "Nordbahn Cargo", "countries": ["DE"], "per_pallet": 95.0, "per_kg": 0.12, "abroad": 0.0, "days": 2},
+    "nordbahn": {
+        "name": "Nordbahn Cargo",
+        "countries": ["DE"],
+        "per_pallet": 95.0,
+        "per_kg": 0.12,
+        "abroad": 0.0,
+        "days": 2,
+    },
     "alpentrans": {
-        "name": "Alpentrans Logistik", "countries": ["AT", "CH", "DE", "IT", "SI"],
-        "per_pallet": 110.0, "per_kg": 0.15, "abroad": 85.0, "days": 3,
+        "name": "Alpentrans Logistik",
+        "countries": ["AT", "CH", "DE", "IT", "SI"],
+        "per_pallet": 110.0,
+        "per_kg": 0.15,
+        "abroad": 85.0,
+        "days": 3,
     },
 }
 
@@ -94,7 +105,11 @@ def reserve_stock(order_id: str, pallets: int, *, ctx: ToolContext) -> dict[str,
         existing = target.read_text(encoding="utf-8") if target.exists() else ""
         for row in csv.DictReader(io.StringIO(existing)):
             if row["idempotency_key"] == ctx.idempotency_key:
-                return {**{k: row[k] for k in ("reservation_id", "order_id", "location")}, "pallets": int(row["pallets"]), "repeated": True}
+                return {
+                    **{k: row[k] for k in ("reservation_id", "order_id", "location")},
+                    "pallets": int(row["pallets"]),
+                    "repeated": True,
+                }
         reservation = {
             "reservation_id": "RES-" + _digest(ctx.idempotency_key),
             "order_id": order_id,

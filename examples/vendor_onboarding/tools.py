@@ -42,7 +42,27 @@ SANCTIONED_PARTIES = [
 # Countries under comprehensive embargo in this example: no vendor from there is onboarded.
 EMBARGOED_COUNTRIES = {"CU": "Cuba", "IR": "Iran", "KP": "North Korea", "SY": "Syria"}
 
-_LEGAL_FORMS = {"gmbh", "ag", "kg", "ug", "ltd", "limited", "llc", "inc", "sa", "sas", "sarl", "bv", "nv", "spa", "srl", "plc", "co", "oy", "ab"}
+_LEGAL_FORMS = {
+    "gmbh",
+    "ag",
+    "kg",
+    "ug",
+    "ltd",
+    "limited",
+    "llc",
+    "inc",
+    "sa",
+    "sas",
+    "sarl",
+    "bv",
+    "nv",
+    "spa",
+    "srl",
+    "plc",
+    "co",
+    "oy",
+    "ab",
+}
 
 
 def normalize_party_name(name: str) -> str:
@@ -62,7 +82,9 @@ def check_sanctions(vendor: str, country: str) -> dict[str, Any]:
     """
     country = country.strip().upper()
     if not re.fullmatch(r"[A-Z]{2}", country):
-        raise ToolError(f"check_sanctions: country must be an ISO alpha-2 code such as 'DE', not '{country}'", retryable=False)
+        raise ToolError(
+            f"check_sanctions: country must be an ISO alpha-2 code such as 'DE', not '{country}'", retryable=False
+        )
     if country in EMBARGOED_COUNTRIES:
         raise ToolError(
             f"check_sanctions: '{vendor}' is seated in {EMBARGOED_COUNTRIES[country]} ({country}), "
@@ -140,7 +162,19 @@ def validate_vat(vat_id: str) -> dict[str, Any]:
 
 # --- Bank details -------------------------------------------------------------------------------
 
-IBAN_LENGTHS = {"AT": 20, "BE": 16, "CH": 21, "DE": 22, "DK": 18, "ES": 24, "FR": 27, "GB": 22, "IT": 27, "NL": 18, "PL": 28}
+IBAN_LENGTHS = {
+    "AT": 20,
+    "BE": 16,
+    "CH": 21,
+    "DE": 22,
+    "DK": 18,
+    "ES": 24,
+    "FR": 27,
+    "GB": 22,
+    "IT": 27,
+    "NL": 18,
+    "PL": 28,
+}
 
 # German bank codes (Bankleitzahl) known to this example.
 KNOWN_BANKS = {"37040044": "Commerzbank Köln", "10070000": "Deutsche Bank Berlin", "50010517": "ING-DiBa Frankfurt"}
@@ -249,7 +283,9 @@ MAX_FIRST_PAYMENT_EUR = 50_000
 
 
 @tool
-def schedule_payment(vendor: str, amount_eur: float, iban: str, reference: str = "", *, ctx: ToolContext) -> dict[str, Any]:
+def schedule_payment(
+    vendor: str, amount_eur: float, iban: str, reference: str = "", *, ctx: ToolContext
+) -> dict[str, Any]:
     """Schedule a payment to a vendor by appending it to the payments ledger (payments/ledger.csv).
 
     Exactly once per step: a retried step finds its row (by idempotency key) and returns it with
@@ -258,7 +294,8 @@ def schedule_payment(vendor: str, amount_eur: float, iban: str, reference: str =
     """
     if not 0 < amount_eur <= MAX_FIRST_PAYMENT_EUR:
         raise ToolError(
-            f"schedule_payment: amount {amount_eur} EUR is outside 0 < amount <= {MAX_FIRST_PAYMENT_EUR}", retryable=False
+            f"schedule_payment: amount {amount_eur} EUR is outside 0 < amount <= {MAX_FIRST_PAYMENT_EUR}",
+            retryable=False,
         )
     normalized = normalize_iban(iban)
     if len(normalized) < 15 or not iban_checksum_ok(normalized):
@@ -270,13 +307,20 @@ def schedule_payment(vendor: str, amount_eur: float, iban: str, reference: str =
         existing = target.read_text(encoding="utf-8") if target.exists() else ""
         for row in csv.DictReader(io.StringIO(existing)):
             if row["idempotency_key"] == ctx.idempotency_key:
-                return {"payment_id": row["payment_id"], "amount_eur": float(row["amount_eur"]), "ledger": PAYMENTS_LEDGER, "repeated": True}
+                return {
+                    "payment_id": row["payment_id"],
+                    "amount_eur": float(row["amount_eur"]),
+                    "ledger": PAYMENTS_LEDGER,
+                    "repeated": True,
+                }
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         if not existing:
             writer.writerow(LEDGER_COLUMNS)
         amount = round(amount_eur, 2)
-        writer.writerow([payment_id, vendor, f"{amount:.2f}", normalized, reference, date.today().isoformat(), ctx.idempotency_key])
+        writer.writerow(
+            [payment_id, vendor, f"{amount:.2f}", normalized, reference, date.today().isoformat(), ctx.idempotency_key]
+        )
         with target.open("a", encoding="utf-8") as handle:
             handle.write(out.getvalue())
     return {"payment_id": payment_id, "amount_eur": amount, "ledger": PAYMENTS_LEDGER, "repeated": False}

@@ -47,21 +47,45 @@ def parser() -> argparse.ArgumentParser:
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("goal", nargs="?", help="what to achieve (needs --planner)")
     source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person")
-    run.add_argument("--tools", action="append", default=[], metavar="MODULE", help="tool module or .py file; repeatable")
+    run.add_argument(
+        "--tools", action="append", default=[], metavar="MODULE", help="tool module or .py file; repeatable"
+    )
     run.add_argument("--planner", metavar="MODEL", help="planner model, e.g. openai:gpt-4.1 or scripted:planner.yaml")
     run.add_argument("--executor", metavar="MODEL", help="executor model for llm steps (default: the planner)")
-    run.add_argument("--tier", action="append", default=[], metavar="NAME=MODEL", help="a model tier llm steps may name; repeatable")
+    run.add_argument(
+        "--tier", action="append", default=[], metavar="NAME=MODEL", help="a model tier llm steps may name; repeatable"
+    )
     run.add_argument("--synthesizer", metavar="MODEL", help="model that summarises the outcome at the end")
     run.add_argument("--config", metavar="FILE", help="models, tiers, budget and prices (default: $STRATAGEM_CONFIG)")
-    run.add_argument("--mode", choices=["plan", "joint"], default="plan", help="joint: one model thinks and acts in one loop")
-    run.add_argument("--allow-tool", action="append", dest="allow_tools", metavar="TOOL", help="joint mode: a tool the model may call; repeatable (default: all)")
+    run.add_argument(
+        "--mode", choices=["plan", "joint"], default="plan", help="joint: one model thinks and acts in one loop"
+    )
+    run.add_argument(
+        "--allow-tool",
+        action="append",
+        dest="allow_tools",
+        metavar="TOOL",
+        help="joint mode: a tool the model may call; repeatable (default: all)",
+    )
     run.add_argument("--max-tool-rounds", type=_positive(int), metavar="N", help="model calls one llm step may make")
     run.add_argument("--budget-tokens", type=_positive(int), metavar="N", help="pause the run past this many tokens")
-    run.add_argument("--budget-cost", type=_positive(float), metavar="USD", help="pause the run past this estimated cost")
-    run.add_argument("--budget-calls", type=_positive(int), metavar="N", help="pause the run past this many model calls")
-    run.add_argument("--budget-seconds", type=_positive(float), metavar="N", help="pause the run this long after it started")
+    run.add_argument(
+        "--budget-cost", type=_positive(float), metavar="USD", help="pause the run past this estimated cost"
+    )
+    run.add_argument(
+        "--budget-calls", type=_positive(int), metavar="N", help="pause the run past this many model calls"
+    )
+    run.add_argument(
+        "--budget-seconds", type=_positive(float), metavar="N", help="pause the run this long after it started"
+    )
     run.add_argument("--auto-approve", action="store_true", help="approve the plan and gated steps without asking")
-    run.add_argument("--approver", action="append", dest="approvers", metavar="NAME", help="only these people may approve, reject, revise or change the budget; repeatable")
+    run.add_argument(
+        "--approver",
+        action="append",
+        dest="approvers",
+        metavar="NAME",
+        help="only these people may approve, reject, revise or change the budget; repeatable",
+    )
     run.add_argument("--detach", action="store_true", help="print the run id and return at once")
     run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
     run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
@@ -71,11 +95,15 @@ def parser() -> argparse.ArgumentParser:
 
     list_runs = command("list", listing.cmd_list, "list runs, newest first; or the approval inbox")
     list_runs.add_argument(
-        "--status", choices=sorted([*listing.LIST_STATUSES, listing.AWAITING]),
+        "--status",
+        choices=sorted([*listing.LIST_STATUSES, listing.AWAITING]),
         help=f"only runs in this state; {listing.AWAITING}: every run waiting for a person, oldest first",
     )
     list_runs.add_argument(
-        "--limit", type=_positive(int), default=50, metavar="N",
+        "--limit",
+        type=_positive(int),
+        default=50,
+        metavar="N",
         help="show at most N runs (default: 50): the newest, or in the inbox the longest waiting",
     )
 
@@ -112,7 +140,9 @@ def parser() -> argparse.ArgumentParser:
     budget.add_argument("--tokens", type=_positive(int), metavar="N", help="new token limit (input + output)")
     budget.add_argument("--cost", type=_positive(float), metavar="USD", help="new cost limit in US dollars")
     budget.add_argument("--calls", type=_positive(int), metavar="N", help="new limit on model calls")
-    budget.add_argument("--seconds", type=_positive(float), metavar="N", help="new wall-clock limit, from the run's start")
+    budget.add_argument(
+        "--seconds", type=_positive(float), metavar="N", help="new wall-clock limit, from the run's start"
+    )
     budget.add_argument("--stop", action="store_true", help="end the run instead (it must be waiting on its budget)")
     budget.add_argument("--reason", default="")
     budget.add_argument("--by", metavar="NAME")
@@ -121,26 +151,46 @@ def parser() -> argparse.ArgumentParser:
     cancel.add_argument("run_id")
 
     wait = command(
-        "wait", following.cmd_wait,
+        "wait",
+        following.cmd_wait,
         "follow a run until it ends, exiting like `run`; at a terminal, ask for its decisions as `run` does",
     )
     wait.add_argument("run_id")
     wait.add_argument("--by", metavar="NAME", help="your name, recorded with the decisions you take here")
 
-    watch = command("watch", following.cmd_watch, "stream a run's progress events from an offset until it ends; reconnects after a disconnect")
+    watch = command(
+        "watch",
+        following.cmd_watch,
+        "stream a run's progress events from an offset until it ends; reconnects after a disconnect",
+    )
     watch.add_argument("run_id")
-    watch.add_argument("--from", dest="after", type=int, default=0, metavar="SEQ", help="start after this event number (default: from the start)")
+    watch.add_argument(
+        "--from",
+        dest="after",
+        type=int,
+        default=0,
+        metavar="SEQ",
+        help="start after this event number (default: from the start)",
+    )
 
-    command("down", processes.cmd_down, "stop this home's embedded Temporal server and background worker (runs are kept)")
+    command(
+        "down", processes.cmd_down, "stop this home's embedded Temporal server and background worker (runs are kept)"
+    )
 
     keygen = command("keygen", decisions.cmd_keygen, "make a key pair to sign your decisions with (see SECURITY.md)")
     keygen.add_argument("name", help="the name your decisions carry, e.g. alice")
-    keygen.add_argument("--out", metavar="FILE", help="where to write the private key (default: $STRATAGEM_HOME/keys/NAME.key)")
+    keygen.add_argument(
+        "--out", metavar="FILE", help="where to write the private key (default: $STRATAGEM_HOME/keys/NAME.key)"
+    )
 
-    audit = command("audit", inspection.cmd_audit, "print every plan revision, decision and event as JSON Lines", json=False)
+    audit = command(
+        "audit", inspection.cmd_audit, "print every plan revision, decision and event as JSON Lines", json=False
+    )
     audit.add_argument("run_id")
 
-    show = command("show", inspection.cmd_show, "show a plan revision as a graph, as Mermaid, or what changed between revisions")
+    show = command(
+        "show", inspection.cmd_show, "show a plan revision as a graph, as Mermaid, or what changed between revisions"
+    )
     show.add_argument("run_id")
     show.add_argument("--revision", type=int, metavar="N", help="this revision instead of the newest")
     shape = show.add_mutually_exclusive_group()
@@ -148,17 +198,22 @@ def parser() -> argparse.ArgumentParser:
     shape.add_argument("--diff", nargs=2, type=int, metavar=("A", "B"), help="what changed from revision A to B")
 
     output = command(
-        "output", inspection.cmd_output,
+        "output",
+        inspection.cmd_output,
         "print a step's output (loaded from the output store if it is there): text as it is, other values as indented JSON",
     )
     output.add_argument("run_id")
     output.add_argument("step_id")
-    output.add_argument("--transcript", action="store_true", help="print an llm step's conversation instead, one message per block")
+    output.add_argument(
+        "--transcript", action="store_true", help="print an llm step's conversation instead, one message per block"
+    )
 
     worker = command("worker", processes.cmd_worker, "run a worker: every role, or those named by --role", json=False)
     add_worker_arguments(worker)
 
-    command("server", processes.cmd_server, "run the embedded Temporal server (SQLite under STRATAGEM_HOME)", json=False)
+    command(
+        "server", processes.cmd_server, "run the embedded Temporal server (SQLite under STRATAGEM_HOME)", json=False
+    )
     return top
 
 

@@ -29,7 +29,9 @@ def reviewer(args: argparse.Namespace) -> str:
     if signer is None:
         return args.by or getpass.getuser()
     if args.by and args.by != signer.name:
-        raise CliError(f"--by {args.by} does not match the signing key's name '{signer.name}' ({SIGNING_KEY_ENV}); drop --by")
+        raise CliError(
+            f"--by {args.by} does not match the signing key's name '{signer.name}' ({SIGNING_KEY_ENV}); drop --by"
+        )
     return signer.name
 
 
@@ -143,6 +145,8 @@ async def cmd_keygen(args: argparse.Namespace) -> int:
     if args.json:
         render.emit_json({"name": signer.name, "private_key_file": str(path), "approver_key": signer.public_line()})
     else:
-        render.console.print(f"private key written to {path} (keep it to yourself); sign with:\n  export {SIGNING_KEY_ENV}={path}")
+        render.console.print(
+            f"private key written to {path} (keep it to yourself); sign with:\n  export {SIGNING_KEY_ENV}={path}"
+        )
         render.console.print(f"give the workers the public key, in STRATAGEM_APPROVER_KEYS:\n  {signer.public_line()}")
     return 0

@@ -113,7 +113,9 @@ async def finish(run: Run, *, json_mode: bool) -> int:
         if isinstance(cause, CancelledError):
             result = RunResult(run_id=run.id, status=Phase.cancelled, revision=revision, reason="cancelled")
         elif isinstance(cause, TerminatedError):
-            result = RunResult(run_id=run.id, status=Phase.failed, revision=revision, reason=f"terminated: {cause.message}")
+            result = RunResult(
+                run_id=run.id, status=Phase.failed, revision=revision, reason=f"terminated: {cause.message}"
+            )
         else:
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause)
             result = RunResult(run_id=run.id, status=Phase.failed, revision=revision, reason=reason)
@@ -156,7 +158,10 @@ async def cmd_watch(args: argparse.Namespace) -> int:
             except Exception as exc:
                 if not connection_lost(exc):
                     raise
-                render.note(f"lost the connection to Temporal at {config.address}; retrying from event {after + 1}", json_mode=True)
+                render.note(
+                    f"lost the connection to Temporal at {config.address}; retrying from event {after + 1}",
+                    json_mode=True,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10)
                 continue

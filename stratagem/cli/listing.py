@@ -78,7 +78,11 @@ async def cmd_list(args: argparse.Namespace) -> int:
         memo = await _memo(execution)
         status = EXECUTION_STATUS.get(execution.status, "unknown") if execution.status else "unknown"
         phase = memo.get("phase", status)
-        if status == "running" and phase == Phase.awaiting_approval.value and await _has_pending_activities(client, execution.id):
+        if (
+            status == "running"
+            and phase == Phase.awaiting_approval.value
+            and await _has_pending_activities(client, execution.id)
+        ):
             # A run writes "running" into its memo one workflow task after the approval (so the
             # first step starts sooner); its steps already in flight say it is running.
             phase = Phase.running.value
@@ -95,7 +99,9 @@ async def cmd_list(args: argparse.Namespace) -> int:
             }
         )
     return _emit_rows(
-        rows, json_mode=args.json, empty="no runs",
+        rows,
+        json_mode=args.json,
+        empty="no runs",
         cells=lambda row: [row["run_id"], row["phase"], _when(row["started_at"]), row["goal"]],
     )
 
@@ -134,7 +140,11 @@ async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> 
     async for execution in client.list_workflows(AWAITING_QUERY):
         memo = await _memo(execution)
         waiting = [w for w in memo.get("waiting") or [] if isinstance(w, dict)]
-        if waiting and all(w.get("kind") == "plan_approval" for w in waiting) and await _has_pending_activities(client, execution.id):
+        if (
+            waiting
+            and all(w.get("kind") == "plan_approval" for w in waiting)
+            and await _has_pending_activities(client, execution.id)
+        ):
             continue  # approved a moment ago: its steps run, and the run says so with its next task
         since = min((str(w.get("since")) for w in waiting if w.get("since")), default=None)
         rows.append(
@@ -149,6 +159,8 @@ async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> 
     # Oldest first. Visibility sorts by start time, newest first, so the order is made here.
     rows.sort(key=lambda row: row["since"] or "")
     return _emit_rows(
-        rows[: args.limit], json_mode=args.json, empty="no run is waiting for a person",
+        rows[: args.limit],
+        json_mode=args.json,
+        empty="no run is waiting for a person",
         cells=lambda row: [row["run_id"], f"since {_when(row['since'])}", "; ".join(row["waiting_for"]), row["goal"]],
     )

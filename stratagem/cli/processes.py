@@ -33,7 +33,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if options.processes > 1:
         render.note(f"starting {options.processes} worker processes")
         return run_processes(child_argv(options), options.processes)
-    render.note(f"worker on {config.address}, namespace {config.namespace}; {describe_worker(options, config.task_queue)}")
+    render.note(
+        f"worker on {config.address}, namespace {config.namespace}; {describe_worker(options, config.task_queue)}"
+    )
     asyncio.run(run_worker(config, options))
     return 0
 

@@ -122,7 +122,9 @@ async def respond(
                 try:
                     answer = json.loads(reply)
                 except json.JSONDecodeError as exc:
-                    render.errors.print(f"error: that answer is not valid JSON: {json_problem(exc)}; try again", markup=False)
+                    render.errors.print(
+                        f"error: that answer is not valid JSON: {json_problem(exc)}; try again", markup=False
+                    )
                     return "retry"
             await run.answer(AnswerInput(step_id=pending.step_id or "", answer=answer, by=by))
     except DecisionRefusedError as exc:
@@ -140,11 +142,17 @@ async def edit_plan(run: Run, revision: int, by: str, drafts: dict[int, Path]) -
         if plan is None:
             return
         draft = plan.draft().model_copy(update={"reason": ""})  # the reason for *this* edit, which the reviewer writes
-        succeeded = sorted(sid for sid, record in (await run.ledger()).steps.items() if record.status.value == "succeeded")
+        succeeded = sorted(
+            sid for sid, record in (await run.ledger()).steps.items() if record.status.value == "succeeded"
+        )
         header = (
             f"# Revision {revision} of run {run.id}. Edit the steps, then write why in `reason:` and save;\n"
             "# Nothing changes until a valid plan is saved; a broken edit is kept for the next `e`.\n"
-            + (f"# Steps that already succeeded keep their results and do not run again: {', '.join(succeeded)}.\n" if succeeded else "")
+            + (
+                f"# Steps that already succeeded keep their results and do not run again: {', '.join(succeeded)}.\n"
+                if succeeded
+                else ""
+            )
         )
         text = dump_plan(draft)
         if "\nreason:" not in "\n" + text:
@@ -159,7 +167,10 @@ async def edit_plan(run: Run, revision: int, by: str, drafts: dict[int, Path]) -
         render.errors.print(f"error: cannot start the editor '{editor}': {exc.strerror}; set EDITOR", markup=False)
         return
     if status != 0:
-        render.errors.print(f"error: the editor exited with status {status}; the plan was not changed (your edit is kept in {path})", markup=False)
+        render.errors.print(
+            f"error: the editor exited with status {status}; the plan was not changed (your edit is kept in {path})",
+            markup=False,
+        )
         return
     try:
         draft = load_plan_file(path)

@@ -161,8 +161,14 @@ def event_line(event: LedgerEvent) -> Text:
 
 def decision_line(decision: Decision) -> str:
     """One decision and whether its author was verified: signed (a key the worker trusts) or not."""
-    what = f"{decision.action.value} " + (f"step {decision.step_id}" if decision.step_id else f"revision {decision.revision}")
-    proof = f"signed by {decision.signed_by}" if decision.signed_by else ("automatic" if decision.via in ("auto", "policy") else "unsigned")
+    what = f"{decision.action.value} " + (
+        f"step {decision.step_id}" if decision.step_id else f"revision {decision.revision}"
+    )
+    proof = (
+        f"signed by {decision.signed_by}"
+        if decision.signed_by
+        else ("automatic" if decision.via in ("auto", "policy") else "unsigned")
+    )
     return f"decision: {what} by {decision.by} ({proof}, via {decision.via})"
 
 
@@ -187,7 +193,9 @@ def decision_hint(run_id: str, pending: PendingDecision) -> str:
 
 
 def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None) -> None:
-    console.print(Text.assemble((plain(status.run_id), "bold"), f"  {status.phase.value}  revision {status.revision or '-'}"))
+    console.print(
+        Text.assemble((plain(status.run_id), "bold"), f"  {status.phase.value}  revision {status.revision or '-'}")
+    )
     console.print(f"goal: {status.goal}")
     counts = status.steps
     console.print(
@@ -216,12 +224,19 @@ def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None
 
 def result_view(result: RunResult) -> None:
     if result.status.value == "succeeded":
-        console.print(Text.assemble(("succeeded", "green"), f" (revision {result.revision}, {result.replans} replan{'s' if result.replans != 1 else ''})"))
+        console.print(
+            Text.assemble(
+                ("succeeded", "green"),
+                f" (revision {result.revision}, {result.replans} replan{'s' if result.replans != 1 else ''})",
+            )
+        )
         for step_id, output in result.outputs.items():
             if is_stored(output):
                 text = f"{describe(output)} (print it with: stratagem output {result.run_id} {step_id})"
             else:
-                text = output if isinstance(output, str) else json.dumps(output, indent=1, ensure_ascii=False, default=str)
+                text = (
+                    output if isinstance(output, str) else json.dumps(output, indent=1, ensure_ascii=False, default=str)
+                )
             console.print(Text.assemble((plain(step_id), "bold"), ": ", plain(text)))
         if result.synthesis:
             console.print(f"\n{result.synthesis}")
@@ -262,7 +277,11 @@ def transcript_text(messages: list[Any]) -> str:
             if not isinstance(call, dict):
                 continue
             arguments = call.get("arguments")
-            shown = json.dumps(arguments, ensure_ascii=False, default=str) if arguments is not None else call.get("raw_arguments", "")
+            shown = (
+                json.dumps(arguments, ensure_ascii=False, default=str)
+                if arguments is not None
+                else call.get("raw_arguments", "")
+            )
             lines.append(f"→ calls {call.get('name')}({shown})  [{call.get('id')}]")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

@@ -58,7 +58,12 @@ STARTING_SERVER_WAIT = 30.0
 
 async def open_client(config: Settings, *, start_server: bool = False, json_mode: bool = False) -> Client:
     """Connect; for `run`, first start the embedded server if nothing listens at a local address."""
-    if start_server and is_listening(config.address) and not address_named(config) and not owns_server(embedded(config)):
+    if (
+        start_server
+        and is_listening(config.address)
+        and not address_named(config)
+        and not owns_server(embedded(config))
+    ):
         # Another home's server (or another program's) on the default port: using it silently
         # shared one task queue and one worker between homes, and one home's run wrote its files
         # into the other's workspace.

@@ -130,7 +130,10 @@ def header_lines(plan: Plan, *, run_id: str, phase: str | None, ledger: Ledger |
 
 
 def plan_view(plan: Plan, ledger: Ledger, *, phase: str | None = None) -> Group:
-    header = [Text(line) for line in header_lines(plan, run_id=ledger.run_id, phase=phase, ledger=ledger, total=len(ledger.revisions))]
+    header = [
+        Text(line)
+        for line in header_lines(plan, run_id=ledger.run_id, phase=phase, ledger=ledger, total=len(ledger.revisions))
+    ]
     return Group(*header, plan_tree(plan, ledger))
 
 
@@ -241,9 +244,7 @@ def diff_revisions(old: Plan, new: Plan) -> dict[str, Any]:
         "added": [s for s in new_steps if s not in old_steps],
         "removed": [s for s in old_steps if s not in new_steps],
         "changed": changed,
-        "revisions": [
-            {"revision": p.revision, "author": str(p.author), "reason": p.reason} for p in (old, new)
-        ],
+        "revisions": [{"revision": p.revision, "author": str(p.author), "reason": p.reason} for p in (old, new)],
     }
     if old.goal != new.goal:
         result["goal"] = [old.goal, new.goal]
@@ -294,10 +295,16 @@ def leaf_changes(before: Any, after: Any, path: str) -> list[str]:
         return changes
     if isinstance(before, list) and isinstance(after, list):
         if len(before) == len(after):
-            return [c for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b for c in leaf_changes(a, b, f"{path}[{i}]")]
-        keys = [json.dumps(item, sort_keys=True, default=str) for item in before], [
-            json.dumps(item, sort_keys=True, default=str) for item in after
-        ]
+            return [
+                c
+                for i, (a, b) in enumerate(zip(before, after, strict=False))
+                if a != b
+                for c in leaf_changes(a, b, f"{path}[{i}]")
+            ]
+        keys = (
+            [json.dumps(item, sort_keys=True, default=str) for item in before],
+            [json.dumps(item, sort_keys=True, default=str) for item in after],
+        )
         changes = []
         for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=keys[0], b=keys[1], autojunk=False).get_opcodes():
             if op == "equal":

@@ -78,10 +78,14 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
     elif args.allow_tools:
         raise CliError("--allow-tool is for --mode joint; in a plan, an llm step lists its tools")
     overrides = {
-        "tokens": args.budget_tokens, "cost_usd": args.budget_cost,
-        "model_calls": args.budget_calls, "wall_clock_seconds": args.budget_seconds,
+        "tokens": args.budget_tokens,
+        "cost_usd": args.budget_cost,
+        "model_calls": args.budget_calls,
+        "wall_clock_seconds": args.budget_seconds,
     }
-    budget = Budget.model_validate({**file.budget.model_dump(), **{k: v for k, v in overrides.items() if v is not None}})
+    budget = Budget.model_validate(
+        {**file.budget.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
+    )
     options = RunOptions(
         planner=_absolute(planner),
         executor=_absolute(executor),
@@ -124,13 +128,18 @@ async def cmd_run(args: argparse.Namespace) -> int:
     elif options.mode.value == "joint":
         unknown = sorted(set(options.joint_tools or []) - set(registry.catalog().names))
         if unknown:
-            raise CliError(f"--allow-tool names unknown tool(s): {', '.join(unknown)} (available: {', '.join(registry.catalog().names)})")
+            raise CliError(
+                f"--allow-tool names unknown tool(s): {', '.join(unknown)} (available: {', '.join(registry.catalog().names)})"
+            )
     elif not options.planner:
         raise CliError("a goal needs a planner model: --planner provider:name (for example scripted:planner.yaml)")
     by = reviewer(args)
     try:
         run_input = RunInput(
-            goal=args.goal, plan=draft, author=Author(kind=AuthorKind.human, name=by) if draft else None, options=options
+            goal=args.goal,
+            plan=draft,
+            author=Author(kind=AuthorKind.human, name=by) if draft else None,
+            options=options,
         )
     except ValidationError as exc:
         raise CliError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
@@ -161,7 +170,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
     if args.detach:
         run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
-        render.note(f"(a worker must serve task queue {config.task_queue}: stratagem worker --tools ...)", json_mode=args.json)
+        render.note(
+            f"(a worker must serve task queue {config.task_queue}: stratagem worker --tools ...)", json_mode=args.json
+        )
         return detached(run, json_mode=args.json)
 
     # A server this command does not manage: host a worker here for as long as we follow the run.

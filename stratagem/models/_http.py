@@ -187,7 +187,9 @@ def _capped_client_class(module: ModuleType) -> Callable[[], Any]:
             async for chunk in self.stream:
                 size += len(chunk)
                 if size > self.limit:
-                    raise module.ReadError(f"the response is larger than {self.limit // (1024 * 1024)} MB; reading stopped")
+                    raise module.ReadError(
+                        f"the response is larger than {self.limit // (1024 * 1024)} MB; reading stopped"
+                    )
                 yield chunk
 
         async def aclose(self) -> None:

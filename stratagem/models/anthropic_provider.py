@@ -38,7 +38,9 @@ def _make_client(endpoint: Endpoint) -> Any:
     from anthropic import AsyncAnthropic
 
     # Temporal retries the activity, with backoff and Retry-After; the SDK must not retry too.
-    return AsyncAnthropic(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, http_client=http_client(ANTHROPIC))
+    return AsyncAnthropic(
+        api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, http_client=http_client(ANTHROPIC)
+    )
 
 
 def _arguments(model: str, request: ModelRequest) -> dict[str, Any]:

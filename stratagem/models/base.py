@@ -152,11 +152,17 @@ class TracedModel:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         with model_call_span(
-            self.provider, self.request_model, purpose=request.purpose.value, step_id=request.step_id, attempt=request.attempt
+            self.provider,
+            self.request_model,
+            purpose=request.purpose.value,
+            step_id=request.step_id,
+            attempt=request.attempt,
         ) as span:
             response = await self.model.complete(request)
             usage = response.usage
-            record_response(span, response.model, usage.input_tokens, usage.output_tokens, response.stop_reason, self.price)
+            record_response(
+                span, response.model, usage.input_tokens, usage.output_tokens, response.stop_reason, self.price
+            )
         return response
 
 

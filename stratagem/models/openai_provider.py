@@ -32,7 +32,9 @@ def _make_client(endpoint: Endpoint) -> Any:
     from openai import AsyncOpenAI
 
     # Temporal retries the activity, with backoff and Retry-After; the SDK must not retry too.
-    return AsyncOpenAI(api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, http_client=http_client(OPENAI))
+    return AsyncOpenAI(
+        api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=0, http_client=http_client(OPENAI)
+    )
 
 
 def _arguments(model: str, request: ModelRequest) -> dict[str, Any]:

@@ -41,7 +41,6 @@ class ScriptedModel:
         self.path = Path(path)
         self._script = _load(_allowed(self.path))
 
-
     async def complete(self, request: ModelRequest) -> ModelResponse:
         entry = self._entry(request)
         if isinstance(entry, dict) and "fail" in entry:
@@ -70,7 +69,9 @@ class ScriptedModel:
         entry = executor[request.step_id]
         if isinstance(entry, list):
             if not entry:
-                raise ModelOutputError(f"scripted model {self.path}: executor response for '{request.step_id}' is empty")
+                raise ModelOutputError(
+                    f"scripted model {self.path}: executor response for '{request.step_id}' is empty"
+                )
             return entry[min(request.round + request.attempt, len(entry)) - 1]
         return entry
 
@@ -97,6 +98,7 @@ def _allowed(path: Path) -> Path:
     if resolved.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise ModelConfigError(f"scripted model file '{path}' must end in .yaml, .yml or .json")
     return resolved
+
 
 def _load(path: Path) -> dict[str, Any]:
     try:
@@ -134,7 +136,9 @@ def _text(entry: Any, path: Path) -> str:
         for key in ("plan", "json"):
             if key in entry:
                 return json.dumps(entry[key], default=str)
-    raise ModelConfigError(f"scripted model file '{path}': a response must be text or a mapping with text, plan, json or fail")
+    raise ModelConfigError(
+        f"scripted model file '{path}': a response must be text or a mapping with text, plan, json or fail"
+    )
 
 
 def _tool_calls(entry: Any, request: ModelRequest, path: Path) -> list[ToolCall]:

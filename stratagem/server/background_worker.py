@@ -27,8 +27,15 @@ _WORKER_MARKER = "stratagem.cli worker"
 # The worker reads these (model keys and endpoints, the encryption keys, the output store);
 # a change must reach the background worker.
 WORKER_ENV = (
-    "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "STRATAGEM_REQUEST_TIMEOUT",
-    "STRATAGEM_ENCRYPTION_KEY", "STRATAGEM_ENCRYPTION_OLD_KEYS", "STRATAGEM_STORE", "STRATAGEM_INLINE_LIMIT",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "STRATAGEM_REQUEST_TIMEOUT",
+    "STRATAGEM_ENCRYPTION_KEY",
+    "STRATAGEM_ENCRYPTION_OLD_KEYS",
+    "STRATAGEM_STORE",
+    "STRATAGEM_INLINE_LIMIT",
     *TELEMETRY_ENV,
 )
 
@@ -114,9 +121,11 @@ class BackgroundWorker:
         tools = state.get("tools")
         # A tool file that has since been deleted cannot be loaded: leave it out rather than
         # start a worker that dies at once.
-        state["tools"] = [
-            str(t) for t in tools if not str(t).endswith(".py") or Path(str(t)).is_file()
-        ] if isinstance(tools, list) else []
+        state["tools"] = (
+            [str(t) for t in tools if not str(t).endswith(".py") or Path(str(t)).is_file()]
+            if isinstance(tools, list)
+            else []
+        )
         return state
 
     def _state(self) -> dict[str, Any] | None:
@@ -156,8 +165,11 @@ class BackgroundWorker:
         # the workspaces runs from this home asked for, which grow like its tools.
         known = _workspaces(state) if state else []
         changed = [
-            key.replace("_", " ") for key, value in setup.items()
-            if state is not None and key != "workspace" and state.get(key) != value
+            key.replace("_", " ")
+            for key, value in setup.items()
+            if state is not None
+            and key != "workspace"
+            and state.get(key) != value
             and (key != "worker_settings" or (models and worker_settings_given()))
         ]
         if state is not None and setup["workspace"] not in known:
@@ -193,7 +205,9 @@ class BackgroundWorker:
                     WORKSPACE_ROOTS_ENV: os.pathsep.join(workspaces),
                 },
             )
-        write_atomically(self.state_file, json.dumps({"pid": process.pid, "tools": union, **setup, "workspaces": workspaces}))
+        write_atomically(
+            self.state_file, json.dumps({"pid": process.pid, "tools": union, **setup, "workspaces": workspaces})
+        )
         tools_text = ", ".join(union) or "built-ins only"
         if state is None:
             verb = "started"
@@ -205,7 +219,11 @@ class BackgroundWorker:
             f"{verb} a background worker (pid {process.pid}); tools: {tools_text}; "
             f"workspace: {setup['workspace']}; log: {self.log_file}"
         )
-        if state is not None and not worker_settings_given() and state.get("worker_settings") != setup["worker_settings"]:
+        if (
+            state is not None
+            and not worker_settings_given()
+            and state.get("worker_settings") != setup["worker_settings"]
+        ):
             done += (
                 "\nwarning: the worker had settings (API keys, encryption keys, the store) that this shell lacks, and now runs "
                 "without them; export them and run again so runs calling OpenAI or Anthropic models can"

@@ -225,7 +225,9 @@ class EmbeddedServer:
             time.sleep(0.2)
         process.kill()
         process.wait()
-        raise ConfigError(f"the embedded Temporal server did not listen on {self.address} within {wait_seconds:g} s; see {self.log_file}")
+        raise ConfigError(
+            f"the embedded Temporal server did not listen on {self.address} within {wait_seconds:g} s; see {self.log_file}"
+        )
 
     def _spawn(self, *, detached: bool) -> tuple[subprocess.Popen[bytes], int]:
         """Start the Temporal server with its output appended to `server.log`; returns the
@@ -240,8 +242,12 @@ class EmbeddedServer:
         offset = log.tell()
         with log:
             process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=detached, env=self.environment(),
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=detached,
+                env=self.environment(),
             )
         return process, offset
 

@@ -83,7 +83,11 @@ class ToolDefinition:
         schema = self.arguments.model_json_schema()
         schema.pop("title", None)
         return ToolSpec(
-            name=self.name, description=self.description, parameters=schema, side_effects=self.side_effects, local=self.local
+            name=self.name,
+            description=self.description,
+            parameters=schema,
+            side_effects=self.side_effects,
+            local=self.local,
         )
 
 

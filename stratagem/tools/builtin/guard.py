@@ -133,7 +133,11 @@ class _GuardedBackend(httpcore.SyncBackend):
         if _is_public(ip):
             return
         for pattern, allowed_port in self.allowlist:
-            if is_ip(pattern) and _ip(pattern) == ip and (allowed_port == port or (allowed_port is None and port in (80, 443))):
+            if (
+                is_ip(pattern)
+                and _ip(pattern) == ip
+                and (allowed_port == port or (allowed_port is None and port in (80, 443)))
+            ):
                 return
         raise ToolError(
             f"http_request: {where} is a loopback, private or link-local address; "

@@ -40,7 +40,9 @@ def workspace_path(ctx: ToolContext, path: str, *, writing: bool = False) -> Pat
     # writing through it would reach a file outside the workspace.
     with contextlib.suppress(OSError):
         if target.is_file() and target.stat().st_nlink > 1:
-            raise ToolError(f"path '{path}' is a file with other hard links, which may lead outside the workspace", retryable=False)
+            raise ToolError(
+                f"path '{path}' is a file with other hard links, which may lead outside the workspace", retryable=False
+            )
     if target == root:
         raise ToolError(f"path '{path}' is the workspace folder itself; name a file in it", retryable=False)
     if writing and target.relative_to(root).parts[0] == RESERVED_DIR:
