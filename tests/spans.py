@@ -74,9 +74,9 @@ class Trace:
     def check_tree(self) -> ReadableSpan:
         """One root, every span id unique, every parent present: the trace is a tree. Returns the root."""
         ids = Counter(s.context.span_id for s in self.spans)
-        assert (
-            max(ids.values()) == 1
-        ), f"a span was exported twice: {[s.name for s in self.spans if ids[s.context.span_id] > 1]}"
+        assert max(ids.values()) == 1, (
+            f"a span was exported twice: {[s.name for s in self.spans if ids[s.context.span_id] > 1]}"
+        )
         roots = [s for s in self.spans if s.parent is None]
         assert len(roots) == 1, f"{len(roots)} roots: {[r.name for r in roots]}"
         for span in self.spans:

@@ -261,9 +261,9 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
         elapsed = time.monotonic() - began
         for run, result in zip(runs, results, strict=False):
             assert not isinstance(result, BaseException), f"{why} run {run.id} raised {result!r}; kills {kills}"
-            assert (
-                result.status is Phase.succeeded
-            ), f"{why} run {run.id}: {result.status} {result.reason}; kills {kills}"
+            assert result.status is Phase.succeeded, (
+                f"{why} run {run.id}: {result.status} {result.reason}; kills {kills}"
+            )
         ledgers = [await run.ledger() for run in runs]  # queried while healthy workers remain
     finally:
         workers.close()
@@ -279,9 +279,9 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
         execution_id = run.handle.first_execution_run_id
         assert execution_id, why
         # The ledger: every step succeeded once, with the output its inputs imply.
-        assert {s: r.status for s, r in ledger.steps.items()} == {
-            s: StepStatus.succeeded for s in expected
-        }, f"{why} {run.id}"
+        assert {s: r.status for s, r in ledger.steps.items()} == {s: StepStatus.succeeded for s in expected}, (
+            f"{why} {run.id}"
+        )
         assert {s: r.output for s, r in ledger.steps.items()} == expected, f"{why} {run.id}"
         succeeded = Counter(e.step_id for e in ledger.events if e.kind is EventKind.step_succeeded)
         assert succeeded == Counter(expected.keys()), f"{why} {run.id}: step_succeeded events {succeeded}"
@@ -289,36 +289,36 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
 
         rows = effect_rows(workspace, run.id)
         effects = Counter(row["step"] for row in rows)
-        assert effects == Counter(
-            expected.keys()
-        ), f"{why} {run.id}: side effects per step {effects} (once each expected)"
+        assert effects == Counter(expected.keys()), (
+            f"{why} {run.id}: side effects per step {effects} (once each expected)"
+        )
         for step_id, record in ledger.steps.items():
             key = f"{run.id}/{execution_id}/{step_id}/r{record.revision}"
             assert record.revision == 1, f"{why} {run.id}/{step_id}"
             attempts = by_step[(run.id, step_id)]
             # Every attempt, on whichever process, used the one key of (run, step, revision).
-            assert {a["key"] for a in attempts} == {
-                key
-            }, f"{why} {run.id}/{step_id}: keys {sorted({a['key'] for a in attempts})}"
-            assert all(
-                a["revision"] == 1 and a["execution_id"] == execution_id for a in attempts
-            ), f"{why} {run.id}/{step_id}"
+            assert {a["key"] for a in attempts} == {key}, (
+                f"{why} {run.id}/{step_id}: keys {sorted({a['key'] for a in attempts})}"
+            )
+            assert all(a["revision"] == 1 and a["execution_id"] == execution_id for a in attempts), (
+                f"{why} {run.id}/{step_id}"
+            )
             assert [row["key"] for row in rows if row["step"] == step_id] == [key], f"{why} {run.id}/{step_id}"
             # The attempt the ledger counts is the last one that ran, and it ran to its end.
             numbers = {a["attempt"] for a in attempts}
-            assert (
-                max(numbers) == record.attempts
-            ), f"{why} {run.id}/{step_id}: ran attempts {sorted(numbers)}, ledger says {record.attempts}"
-            assert any(
-                a["event"] == "end" and a["attempt"] == record.attempts for a in attempts
-            ), f"{why} {run.id}/{step_id}"
+            assert max(numbers) == record.attempts, (
+                f"{why} {run.id}/{step_id}: ran attempts {sorted(numbers)}, ledger says {record.attempts}"
+            )
+            assert any(a["event"] == "end" and a["attempt"] == record.attempts for a in attempts), (
+                f"{why} {run.id}/{step_id}"
+            )
             # An attempt cut short ran on a worker that was killed (no healthy attempt is lost).
             for attempt in numbers - {record.attempts}:
                 pids = {a["pid"] for a in attempts if a["attempt"] == attempt}
                 ended = any(a["event"] == "end" for a in attempts if a["attempt"] == attempt)
-                assert (
-                    ended or pids <= killed
-                ), f"{why} {run.id}/{step_id}: attempt {attempt} on {pids} stopped; killed {kills}"
+                assert ended or pids <= killed, (
+                    f"{why} {run.id}/{step_id}: attempt {attempt} on {pids} stopped; killed {kills}"
+                )
 
     # The crashes did hit steps mid-flight: some ran more than once, across processes, and some
     # were killed after their side effect, which the retry found done and did not repeat.

@@ -183,9 +183,9 @@ def test_every_service_has_a_pinned_image_or_a_build(services: dict[str, dict[st
         assert "$" not in image, f"{name}: the image tag must be pinned in the file, not taken from a variable"
         repository, _, tag = image.rpartition(":")
         assert repository and "/" not in tag, f"{name}: image {image!r} has no tag"
-        assert tag != "latest" and re.match(
-            r"v?\d+(\.\d+)+", tag
-        ), f"{name}: image {image!r} is not pinned to a version"
+        assert tag != "latest" and re.match(r"v?\d+(\.\d+)+", tag), (
+            f"{name}: image {image!r} is not pinned to a version"
+        )
 
 
 def test_long_running_services_have_healthchecks(services: dict[str, dict[str, Any]]) -> None:
@@ -227,9 +227,9 @@ def test_startup_order(services: dict[str, dict[str, Any]]) -> None:
         for target, condition in depends_on(service).items():
             assert target in services, f"{name} depends on unknown service {target}"
             if condition == "service_healthy":
-                assert (
-                    "healthcheck" in services[target]
-                ), f"{name} waits for {target} to be healthy, which has no healthcheck"
+                assert "healthcheck" in services[target], (
+                    f"{name} waits for {target} to be healthy, which has no healthcheck"
+                )
             # A service every `up` starts cannot wait for one that only a profile starts.
             assert not services[target].get("profiles") or service.get("profiles"), f"{name} needs profiled {target}"
 
@@ -384,9 +384,9 @@ def test_collector_pipelines_use_defined_components(services: dict[str, dict[str
     for name, pipeline in service["pipelines"].items():
         for kind in ("receivers", "processors", "exporters"):
             for component in pipeline.get(kind, []):
-                assert component in (
-                    collector.get(kind) or {}
-                ), f"pipeline {name} uses undefined {kind[:-1]} {component}"
+                assert component in (collector.get(kind) or {}), (
+                    f"pipeline {name} uses undefined {kind[:-1]} {component}"
+                )
     exporters = service["pipelines"]["traces"]["exporters"]
     assert "debug" in exporters
     jaeger = [name for name in exporters if name.split("/")[0] in ("otlp", "otlp_grpc", "otlp_http", "otlphttp")]

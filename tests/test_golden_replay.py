@@ -30,9 +30,9 @@ def scenarios_in(folder: Path) -> set[str]:
 
 def test_every_scenario_has_a_golden_history():
     # Every scenario in the generation today's code writes; older generations keep what they had.
-    assert scenarios_in(GOLDEN / GENERATION) == set(
-        SCENARIOS
-    ), f"run `python tests/capture_golden.py` to capture generation {GENERATION}"
+    assert scenarios_in(GOLDEN / GENERATION) == set(SCENARIOS), (
+        f"run `python tests/capture_golden.py` to capture generation {GENERATION}"
+    )
     assert len(scenarios_in(GOLDEN)) >= 7  # the first generation, from before generations had names
 
 

@@ -782,9 +782,9 @@ def test_an_accepted_timeout_survives_json_and_is_a_usable_duration(seconds: flo
     if plan_problems(draft, CATALOG):
         return  # refused by validation: fine
     again, problems = parse_plan_output(draft.model_dump_json())
-    assert (
-        problems == [] and again == draft
-    ), f"timeout_seconds={seconds} came back as {again and again.steps[0].timeout_seconds}"
+    assert problems == [] and again == draft, (
+        f"timeout_seconds={seconds} came back as {again and again.steps[0].timeout_seconds}"
+    )
     timedelta(seconds=seconds)
 
 

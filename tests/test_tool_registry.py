@@ -6,7 +6,7 @@ import asyncio
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 
 import pytest
 from pydantic import BaseModel, Field
@@ -86,7 +86,7 @@ def test_tool_context_parameter_is_not_in_the_schema() -> None:
 
 
 async def test_optional_and_annotated_tool_context_are_recognised() -> None:
-    def optional(x: int, ctx: Optional[ToolContext] = None) -> str:  # noqa: UP007 - the typing spelling on purpose
+    def optional(x: int, ctx: ToolContext | None = None) -> str:  # noqa: UP007 - the typing spelling on purpose
         return ctx.idempotency_key if ctx else "no context"
 
     def annotated(x: int, ctx: Annotated[ToolContext, "filled by the worker"]) -> str:

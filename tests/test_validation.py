@@ -402,13 +402,19 @@ def test_long_chains_validate_without_recursion_and_long_cycles_stay_readable():
     n = 5000
     steps = [{"id": "s0", "title": "s", "kind": "human", "instructions": "start"}]
     steps += [
-        {"id": f"s{i}", "title": "s", "kind": "human", "instructions": f"after ${{s{i-1}}}", "depends_on": [f"s{i-1}"]}
+        {
+            "id": f"s{i}",
+            "title": "s",
+            "kind": "human",
+            "instructions": f"after ${{s{i - 1}}}",
+            "depends_on": [f"s{i - 1}"],
+        }
         for i in range(1, n)
     ]
     steps[-1]["instructions"] = "uses the far ancestor ${s0}"
     assert plan_problems(PlanDraft.model_validate({"goal": "g", "steps": steps}), catalog) == []
 
-    steps[0]["depends_on"] = [f"s{n-1}"]
+    steps[0]["depends_on"] = [f"s{n - 1}"]
     [problem] = [
         p for p in plan_problems(PlanDraft.model_validate({"goal": "g", "steps": steps}), catalog) if "cycle" in p
     ]

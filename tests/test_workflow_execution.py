@@ -248,7 +248,7 @@ async def test_planner_output_is_repaired_then_bounded(harness):
 async def test_continue_as_new_keeps_the_run_correct(harness):
     steps = [step("s0", "add", a=0, b=1)]
     for i in range(1, 24):
-        steps.append(step(f"s{i}", "add", [f"s{i-1}"], a=f"${{s{i-1}}}", b=1))
+        steps.append(step(f"s{i}", "add", [f"s{i - 1}"], a=f"${{s{i - 1}}}", b=1))
     run = await harness.start({"goal": "count", "steps": steps}, auto_approve=True, continue_as_new_after_events=40)
     result = await run.result()
     assert result.outputs == {"s23": 24}

@@ -263,9 +263,11 @@ class Execution(Planning, Continuation):
                 return True
             epoch = self._budget_epoch
             await workflow.wait_condition(
-                lambda: held_back()
-                or self._budget_epoch != epoch
-                or (not hold and self._busy_slots < state.options.max_parallel)
+                lambda: (
+                    held_back()
+                    or self._budget_epoch != epoch
+                    or (not hold and self._busy_slots < state.options.max_parallel)
+                )
             )
         return False
 

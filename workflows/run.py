@@ -201,8 +201,10 @@ class StratagemRun(Messages):
             try:
                 # A revise starts a new review (and a new timeout): the reviewer sees a new plan.
                 await workflow.wait_condition(
-                    lambda: state.phase is not Phase.awaiting_approval
-                    or (state.plan is not None and state.plan.revision != revision),
+                    lambda: (
+                        state.phase is not Phase.awaiting_approval
+                        or (state.plan is not None and state.plan.revision != revision)
+                    ),
                     timeout=timedelta(seconds=timeout) if timeout else None,
                     timeout_summary="review timeout",
                 )
