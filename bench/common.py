@@ -26,10 +26,10 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from stratagem.binaries import temporal_cli
-from stratagem.client import Run, start_run
+from stratagem.client import RunHandle, start_run
 from stratagem.payloads import stratagem_data_converter, with_claim_checks
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import RunInput, RunOptions, RunResult
+from stratagem.run_types import RunInput, RunOptions, RunResult
 from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
 from stratagem.worker import WorkerGroup, build_worker
@@ -207,7 +207,7 @@ class Bench:
 
     async def start(
         self, task_queue: str, plan: dict[str, Any] | None = None, *, goal: str | None = None, **options: Any
-    ) -> Run:
+    ) -> RunHandle:
         draft = PlanDraft.model_validate(plan) if plan is not None else None
         run = RunInput(
             goal=goal,
@@ -217,7 +217,9 @@ class Bench:
         )
         return await start_run(self.client, run, task_queue=task_queue, run_id=f"bench-{uuid.uuid4().hex[:10]}")
 
-    async def run_plan(self, task_queue: str, plan: dict[str, Any], **options: Any) -> tuple[float, Run, RunResult]:
+    async def run_plan(
+        self, task_queue: str, plan: dict[str, Any], **options: Any
+    ) -> tuple[float, RunHandle, RunResult]:
         """Start a run and wait for its result; the wall time covers both."""
         start = time.perf_counter()
         run = await self.start(task_queue, plan, **options)

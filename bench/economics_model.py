@@ -22,7 +22,7 @@ from stratagem.models.base import Message, ToolCall
 from stratagem.plan import PlanDraft, Step, StepKind
 from stratagem.planner import planning_messages
 from stratagem.references import resolve
-from stratagem.run import JOINT_STEP_ID
+from stratagem.run_types import JOINT_STEP_ID
 from stratagem.tools import ToolContext, ToolRegistry
 from stratagem.usage import Price
 

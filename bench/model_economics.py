@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from stratagem.models.base import Message
-from stratagem.run import JOINT_STEP_ID
+from stratagem.run_types import JOINT_STEP_ID
 from stratagem.store import is_stored, load_value
 from stratagem.tools import ToolRegistry
 

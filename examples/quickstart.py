@@ -29,14 +29,14 @@ import yaml
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli
-from stratagem.client import Run, start_run
+from stratagem.client import RunHandle, start_run
 from stratagem.config import Settings
 from stratagem.errors import StratagemError
 from stratagem.ledger import LedgerEvent
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind
 from stratagem.plan_files import load_plan_file
-from stratagem.run import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RunInput, RunOptions
+from stratagem.run_types import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.validation import validate_plan
 from stratagem.worker import build_worker
@@ -120,7 +120,7 @@ async def main(plan_file: Path) -> int:
     return 0
 
 
-async def decide(run: Run, pending: PendingDecision, answers: dict[str, Any]) -> bool:
+async def decide(run: RunHandle, pending: PendingDecision, answers: dict[str, Any]) -> bool:
     """Act on one pending decision as the quickstart's reviewer. False: nobody can answer it."""
     if pending.kind is DecisionKind.plan_approval:
         print(f"  -> approving revision {pending.revision} as reviewer '{REVIEWER}'")

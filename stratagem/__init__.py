@@ -5,12 +5,12 @@ The names most users need are here; everything else lives in its own module.
 
 from typing import TYPE_CHECKING, Any
 
-from .client import Run, connect, get_run, start_run
+from .client import RunHandle, connect, get_run, start_run
 from .errors import DecisionRefusedError, PlanFileError, PlanValidationError, StratagemError, ToolError
 from .ledger import Ledger, StepStatus
 from .plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step, StepKind
 from .plan_files import load_plan_file
-from .run import (
+from .run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
@@ -60,7 +60,7 @@ __all__ = [
     "RejectInput",
     "ReviseInput",
     "Risk",
-    "Run",
+    "RunHandle",
     "RunInput",
     "RunOptions",
     "RunResult",

@@ -31,7 +31,7 @@ from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .ledger import EventArchive, Ledger, LedgerEvent
 from .plan import Plan
 from .plugin import StratagemPlugin
-from .run import (
+from .run_types import (
     AWAITING_APPROVAL,
     RUN_LEVEL,
     STATUS_SEARCH_ATTRIBUTE,
@@ -94,7 +94,7 @@ def new_run_id() -> str:
     return f"run-{uuid.uuid4().hex[:12]}"
 
 
-class Run:
+class RunHandle:
     """A handle on one run, with typed decisions and queries. `rpc_timeout` bounds each
     decision and query (None: the SDK's defaults). `store` is where a long run's archived
     events are read from (default: the configured output store, as workers use)."""
@@ -295,7 +295,7 @@ async def ensure_status_attribute(client: Client) -> bool:
     return await has_status_attribute(client)
 
 
-async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None) -> Run:
+async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None) -> RunHandle:
     """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary.
     Where the namespace has the StratagemStatus search attribute, the run keeps its status
     there (`stratagem list --status awaiting-approval` queries it)."""
@@ -321,8 +321,8 @@ async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: s
         )
     except WorkflowAlreadyStartedError:
         raise DecisionRefusedError(f"a run with id '{workflow_id}' is already running; choose another id") from None
-    return Run(handle)
+    return RunHandle(handle)
 
 
-def get_run(client: Client, run_id: str, *, rpc_timeout: timedelta | None = None) -> Run:
-    return Run(client.get_workflow_handle(run_id, result_type=RunResult), rpc_timeout=rpc_timeout)
+def get_run(client: Client, run_id: str, *, rpc_timeout: timedelta | None = None) -> RunHandle:
+    return RunHandle(client.get_workflow_handle(run_id, result_type=RunResult), rpc_timeout=rpc_timeout)

@@ -16,7 +16,7 @@ from datetime import datetime
 from .errors import DecisionRefusedError
 from .ledger import Decision, DecisionAction, EventKind
 from .plan import Plan, Risk, Step
-from .run import (
+from .run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,

@@ -25,7 +25,7 @@ from temporalio.worker import (
 from . import activity_io
 from .handlers import DECISION_SIGNALS, DECISION_UPDATES
 from .roles import is_role_queue
-from .run import DecisionInput, RunInput
+from .run_types import DecisionInput, RunInput
 from .signing import DecisionPolicy, Verdict
 
 

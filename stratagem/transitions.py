@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from .ledger import EventKind, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
-from .run import RunState
+from .run_types import RunState
 from .usage import CallUsage, UsageTotals, budget_warnings
 
 

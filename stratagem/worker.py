@@ -27,7 +27,7 @@ from .errors import ConfigError
 from .interceptors import SharedQueues
 from .plugin import worker_plugins
 from .roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
-from .run import STATUS_SEARCH_ATTRIBUTE
+from .run_types import STATUS_SEARCH_ATTRIBUTE
 from .signing import DecisionPolicy
 from .store import OutputStore
 from .telemetry import configure_tracing, flush_telemetry, metrics_runtime

@@ -27,12 +27,12 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from stratagem.binaries import temporal_cli, temporal_test_server
-from stratagem.client import STATUS_KEY, Run, execution_histories, start_run
+from stratagem.client import STATUS_KEY, RunHandle, execution_histories, start_run
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
 from stratagem.payloads import stratagem_data_converter, with_claim_checks
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.plugin import STRICT_SANDBOX_ENV, StratagemPlugin
-from stratagem.run import RunInput, RunOptions, RunStatus
+from stratagem.run_types import RunInput, RunOptions, RunStatus
 from stratagem.store import FileStore
 from stratagem.telemetry import TELEMETRY_ENV
 from stratagem.tools import ToolRegistry
@@ -204,7 +204,7 @@ class Harness:
         self.workspace = workspace
         self.store = store
         self.task_queue = task_queue
-        self.runs: list[Run] = []
+        self.runs: list[RunHandle] = []
 
     async def start(
         self,
@@ -213,7 +213,7 @@ class Harness:
         goal: str | None = None,
         by: str = "alice",
         **options: Any,
-    ) -> Run:
+    ) -> RunHandle:
         draft = PlanDraft.model_validate(plan) if isinstance(plan, dict) else plan
         run = RunInput(
             goal=goal,
@@ -242,7 +242,7 @@ class Harness:
             for history in await execution_histories(self.client, run.id):  # each of a continue-as-new chain
                 await replayer.replay_workflow(history)
 
-    async def wait_for(self, run: Run, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
+    async def wait_for(self, run: RunHandle, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             status = await run.status()

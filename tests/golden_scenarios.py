@@ -13,7 +13,7 @@ from conftest import Harness
 from plans import GREETING, SIDE_EFFECT, awaiting, diamond, step
 
 from stratagem.plan import PlanDraft
-from stratagem.run import AnswerInput, ApproveInput, BudgetInput, DecisionKind, ReviseInput
+from stratagem.run_types import AnswerInput, ApproveInput, BudgetInput, DecisionKind, ReviseInput
 
 
 async def approval(h: Harness) -> list:

@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli
 from stratagem.ledger import EventKind, StepStatus
-from stratagem.run import ApproveInput, BudgetInput, DecisionKind, Phase, RejectInput
+from stratagem.run_types import ApproveInput, BudgetInput, DecisionKind, Phase, RejectInput
 
 
 def b64(data: bytes) -> str:
@@ -208,7 +208,7 @@ async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
 async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
     from stratagem.ledger import Ledger
     from stratagem.plan import Author, AuthorKind, Plan, Step
-    from stratagem.run import Phase, RunInput, RunOptions, RunState
+    from stratagem.run_types import Phase, RunInput, RunOptions, RunState
     from workflows import StratagemRun
 
     run_id = f"forged-{uuid.uuid4().hex[:8]}"

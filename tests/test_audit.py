@@ -7,7 +7,7 @@ import json
 from plans import SIDE_EFFECT, step
 
 from stratagem.plan import PlanDraft
-from stratagem.run import ApproveInput, ReviseInput
+from stratagem.run_types import ApproveInput, ReviseInput
 
 
 async def test_audit_records_cover_revisions_decisions_and_events(harness):

@@ -16,7 +16,7 @@ from stratagem import activity_io
 from stratagem.client import start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.roles import Role, role_queue
-from stratagem.run import Phase, RunInput, RunOptions
+from stratagem.run_types import Phase, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 

@@ -46,7 +46,7 @@ from stratagem.errors import ConfigError, DecisionRefusedError
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.plugin import StratagemPlugin
-from stratagem.run import ApproveInput, Phase, RejectInput, RunInput, RunOptions
+from stratagem.run_types import ApproveInput, Phase, RejectInput, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 from workflows import StratagemRun

@@ -10,7 +10,7 @@ from plans import GREETING
 from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step
-from stratagem.run import DecisionKind, PendingDecision, Phase, RunOptions, RunState
+from stratagem.run_types import DecisionKind, PendingDecision, Phase, RunOptions, RunState
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

@@ -30,12 +30,12 @@ from temporalio.client import WorkflowFailureError
 from temporalio.worker import Replayer
 from test_cli import cli, free_port_pair, one_line_error, wait_listening, write_plan
 
-from stratagem.client import Run, start_run
+from stratagem.client import RunHandle, start_run
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.plugin import StratagemPlugin
-from stratagem.run import Phase, RunInput, RunOptions
+from stratagem.run_types import Phase, RunInput, RunOptions
 from workflows import StratagemRun
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +214,7 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
     options = RunOptions(auto_approve=True, step_timeout_seconds=6, step_max_attempts=10, max_parallel=4)
 
     workers = Workers(env, tmp_path)
-    runs: list[Run] = []
+    runs: list[RunHandle] = []
     kills: list[tuple[float, int]] = []
     try:
         booting = time.monotonic()
@@ -243,7 +243,7 @@ async def test_runs_survive_workers_killed_at_random_moments(dev_env, tmp_path):
         await asyncio.gather(start_runs(), chaos())
         finished: dict[str, float] = {}
 
-        async def outcome(run: Run) -> Any:
+        async def outcome(run: RunHandle) -> Any:
             try:
                 result: Any = await run.result()
             except WorkflowFailureError as exc:  # a failed run; reported below with the seed

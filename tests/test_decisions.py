@@ -12,7 +12,7 @@ from stratagem.catalog import ToolCatalog, ToolSpec
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import DecisionAction, EventKind, Ledger, StepStatus
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step
-from stratagem.run import (
+from stratagem.run_types import (
     AnswerInput,
     ApproveInput,
     DecisionKind,

@@ -29,7 +29,7 @@ from stratagem.errors import ToolError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import AuthorKind, PlanDraft, StepKind
 from stratagem.plan_files import load_plan_file
-from stratagem.run import AnswerInput, ApproveInput, DecisionKind, Phase, RunStatus
+from stratagem.run_types import AnswerInput, ApproveInput, DecisionKind, Phase, RunStatus
 from stratagem.tools import ToolContext, ToolRegistry
 from stratagem.validation import validate_plan
 

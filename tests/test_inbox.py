@@ -12,7 +12,7 @@ from temporalio.client import Client
 from test_cli import acli
 
 from stratagem.client import STATUS_KEY, has_status_attribute
-from stratagem.run import AnswerInput, ApproveInput, Phase, RejectInput
+from stratagem.run_types import AnswerInput, ApproveInput, Phase, RejectInput
 
 
 async def status_attribute(run) -> str | None:

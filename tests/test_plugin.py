@@ -19,7 +19,7 @@ from stratagem.errors import DecisionRefusedError
 from stratagem.interceptors import SharedQueues, VerifyDecisions
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.plugin import StratagemPlugin, worker_plugins
-from stratagem.run import ApproveInput, Phase, RunInput
+from stratagem.run_types import ApproveInput, Phase, RunInput
 from stratagem.signing import DecisionPolicy, Signer
 from stratagem.store import FileStore
 from stratagem.telemetry import tracing_enabled

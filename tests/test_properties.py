@@ -774,7 +774,7 @@ def test_a_dumped_plan_loads_back_unchanged(folder: Path, draft: PlanDraft) -> N
 @example(1e15)  # past timedelta's 999,999,999 days
 def test_an_accepted_timeout_survives_json_and_is_a_usable_duration(seconds: float) -> None:
     """A plan with a timeout it accepts travels to the workflow as JSON and becomes a timedelta
-    there (workflows/run.py), so an accepted timeout must survive both."""
+    there (workflows/stratagem_run.py), so an accepted timeout must survive both."""
     try:
         draft = draft_of([tool_step("slow", timeout_seconds=seconds)])
     except ValidationError:

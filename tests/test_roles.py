@@ -22,7 +22,7 @@ from stratagem import activity_io
 from stratagem.client import start_run
 from stratagem.errors import ConfigError
 from stratagem.roles import ALL_ROLES, QueueLayout, Role, role_queue
-from stratagem.run import Phase, RunInput, RunOptions
+from stratagem.run_types import Phase, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 from stratagem.worker_options import add_worker_arguments, check_worker_args, child_argv

@@ -1,4 +1,4 @@
-"""Run levels (stratagem.run.RUN_LEVEL): a run started by today's client asks Temporal for no
+"""Run levels (stratagem.run_types.RUN_LEVEL): a run started by today's client asks Temporal for no
 patch, and writes its phase into the memo once per workflow task; a run without a level (an
 older client, or someone starting the workflow by hand) still gets every patched behaviour; a
 run above the worker's level waits for a newer worker instead of running on old code."""
@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
+from stratagem.run_types import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
 
 CHAIN = {
     "goal": "three steps",

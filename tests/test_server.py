@@ -26,7 +26,7 @@ from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import ApproveInput, RejectInput, RunInput, RunOptions
+from stratagem.run_types import ApproveInput, RejectInput, RunInput, RunOptions
 from stratagem.server import (
     WORKER_ENV,
     BackgroundWorker,

@@ -14,10 +14,10 @@ import pytest
 from conftest import harness_for
 
 from stratagem.binaries import temporal_cli
-from stratagem.client import Run
+from stratagem.client import RunHandle
 from stratagem.errors import ConfigError, DecisionRefusedError
 from stratagem.ledger import EventKind
-from stratagem.run import ApproveInput
+from stratagem.run_types import ApproveInput
 from stratagem.signing import DecisionPolicy, Signer
 
 ALICE = Signer.generate("alice")
@@ -131,10 +131,10 @@ async def test_forged_decisions_from_the_temporal_cli_change_nothing(dev_env, tm
         assert harness.calls() == []  # nothing ran
 
         with pytest.raises(DecisionRefusedError, match="does not trust"):
-            await Run(run.handle, signer=MALLORY).approve(ApproveInput(by="mallory", revision=1))
+            await RunHandle(run.handle, signer=MALLORY).approve(ApproveInput(by="mallory", revision=1))
 
         # Alice's own signed approval goes through, and the ledger says it was verified.
-        await Run(run.handle, signer=ALICE).approve(ApproveInput(by="alice", revision=1))
+        await RunHandle(run.handle, signer=ALICE).approve(ApproveInput(by="alice", revision=1))
         await run.result()
         [approval] = (await run.ledger()).decisions
         assert approval.by == "alice" and approval.signed_by == "alice"

@@ -26,7 +26,7 @@ from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig
 from stratagem.client import start_run
 from stratagem.errors import ConfigError
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import Phase, RunInput, RunOptions
+from stratagem.run_types import Phase, RunInput, RunOptions
 from stratagem.telemetry import metrics_config, traces_exporters
 from stratagem.usage import Price
 

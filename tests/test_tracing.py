@@ -17,7 +17,7 @@ from temporalio.worker import Replayer
 
 from stratagem.client import execution_histories
 from stratagem.plugin import StratagemPlugin
-from stratagem.run import ApproveInput, Phase
+from stratagem.run_types import ApproveInput, Phase
 from stratagem.tools import ToolRegistry
 from stratagem.usage import Price
 from stratagem.worker import build_worker

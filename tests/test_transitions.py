@@ -7,7 +7,7 @@ from test_decisions import NOW, make_state
 
 from stratagem import transitions
 from stratagem.ledger import EventKind, StepStatus, ToolCallRecord, ToolCallStatus
-from stratagem.run import Budget, RunOptions, RunState
+from stratagem.run_types import Budget, RunOptions, RunState
 from stratagem.usage import CallUsage
 
 

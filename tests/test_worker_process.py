@@ -14,7 +14,7 @@ from plans import GREETING, step
 
 from stratagem.client import start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import ApproveInput, Phase, RunInput, RunOptions
+from stratagem.run_types import ApproveInput, Phase, RunInput, RunOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 

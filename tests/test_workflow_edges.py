@@ -14,7 +14,7 @@ from stratagem.client import start_run
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run import AnswerInput, ApproveInput, Phase, ReviseInput, RunInput, RunOptions
+from stratagem.run_types import AnswerInput, ApproveInput, Phase, ReviseInput, RunInput, RunOptions
 from stratagem.store import is_stored, load_value
 
 

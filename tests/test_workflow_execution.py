@@ -9,7 +9,7 @@ from temporalio.client import WorkflowFailureError
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import AuthorKind
-from stratagem.run import AnswerInput, ApproveInput, Phase
+from stratagem.run_types import AnswerInput, ApproveInput, Phase
 
 
 async def failure_of(run) -> str:

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowFailureError
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus, ToolCallStatus
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
-from stratagem.run import ApproveInput, BudgetInput, DecisionKind, Phase
+from stratagem.run_types import ApproveInput, BudgetInput, DecisionKind, Phase
 from stratagem.usage import Price
 
 # Requests the `recording:` provider saw, by step id: what the executor model was told.
@@ -359,7 +359,7 @@ async def test_the_wall_clock_budget_holds_the_next_dispatch(harness):
     run = await harness.start(plan, auto_approve=True, executor=model, budget={"wall_clock_seconds": 3600})
     await harness.wait_for(run, lambda s: bool(s.pending))
     await harness.time_skip(2 * 3600)
-    from stratagem.run import AnswerInput
+    from stratagem.run_types import AnswerInput
 
     await run.answer(AnswerInput(step_id="wait", answer="yes", by="x"))
     status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.budget for p in s.pending))

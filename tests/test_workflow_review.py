@@ -11,7 +11,7 @@ from temporalio.api.enums.v1 import EventType
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.plan import AuthorKind, PlanDraft
-from stratagem.run import ApproveInput, Phase, RejectInput, ReviewTimeoutAction, ReviseInput
+from stratagem.run_types import ApproveInput, Phase, RejectInput, ReviewTimeoutAction, ReviseInput
 
 
 async def refused(coro) -> str:

@@ -12,7 +12,7 @@ from temporalio.client import WorkflowFailureError
 from wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
 from stratagem.ledger import EventKind, StepStatus, ToolCallStatus
-from stratagem.run import ApproveInput
+from stratagem.run_types import ApproveInput
 from stratagem.usage import Price
 
 KEY = "sk-test-secret-0123456789abcdef"

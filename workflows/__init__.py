@@ -1,5 +1,5 @@
 """Workflow definitions. Deterministic code only: no I/O, no clocks, no randomness."""
 
-from .run import StratagemRun
+from .stratagem_run import StratagemRun
 
 __all__ = ["StratagemRun"]

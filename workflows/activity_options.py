@@ -18,7 +18,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io
     from stratagem.plan import Step
-    from stratagem.run import RunOptions
+    from stratagem.run_types import RunOptions
 
 # Planning and synthesis are a few model calls; these bound one attempt, not the whole run.
 PLANNING_TIMEOUT = timedelta(minutes=10)

@@ -12,7 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import decisions, transitions
     from stratagem.ledger import EventKind, ToolCallRecord
     from stratagem.plan import Step, StepKind
-    from stratagem.run import Phase
+    from stratagem.run_types import Phase
     from stratagem.usage import Allowance, CallUsage, UsageTotals, allowance, exhausted, share_of
 
 from .core import RunCore

@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io
     from stratagem.ledger import EventArchive, EventKind, Ledger
     from stratagem.roles import Role
-    from stratagem.run import RunInput
+    from stratagem.run_types import RunInput
 
 from .activity_options import ARCHIVE_RETRY, ARCHIVE_TIMEOUT
 from .core import RunCore

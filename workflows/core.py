@@ -1,7 +1,7 @@
 """What every part of the run workflow shares: its bookkeeping, its clock, where its activities
 go, how it shows progress, and how steps and the run itself end.
 
-The run workflow (`workflows.run.StratagemRun`) is one class, as Temporal requires, assembled
+The run workflow (`workflows.stratagem_run.StratagemRun`) is one class, as Temporal requires, assembled
 from parts that each do one job, every part built on this one:
 
     RunCore       bookkeeping, progress shown to the outside, step and run endings (here)
@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, StepRecord, StepStatus
     from stratagem.plan import Step
     from stratagem.roles import Role, role_queue
-    from stratagem.run import Phase, RunState, progress_markdown
+    from stratagem.run_types import Phase, RunState, progress_markdown
     from stratagem.scheduling import Frontier
     from stratagem.usage import Allowance
 
@@ -98,7 +98,7 @@ class RunCore:
         return workflow.now()
 
     def _patched(self, patch: str) -> bool:
-        """A behaviour introduced behind `patch`: always on for runs at level 1 or more (stratagem.run.RUN_LEVEL)."""
+        """A behaviour introduced behind `patch`: always on for runs at level 1 or more (stratagem.run_types.RUN_LEVEL)."""
         return self.state.level >= 1 or workflow.patched(patch)
 
     def _queue(self, role: Role) -> str:

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.plan import Step, StepKind
     from stratagem.references import references_in, resolve
     from stratagem.roles import Role
-    from stratagem.run import ApproveInput, DecisionKind, Phase, RejectInput
+    from stratagem.run_types import ApproveInput, DecisionKind, Phase, RejectInput
     from stratagem.scheduling import Frontier, all_succeeded
     from stratagem.stored import describe, is_stored
     from stratagem.usage import CallUsage, may_cross, price_for

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.errors import DecisionRefusedError
     from stratagem.ledger import EventKind, Ledger, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan
-    from stratagem.run import (
+    from stratagem.run_types import (
         AnswerInput,
         ApproveInput,
         BudgetInput,

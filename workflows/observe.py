@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from opentelemetry import context as otel_context
     from opentelemetry import trace
 
-    from stratagem.run import STATUS_SEARCH_ATTRIBUTE, RunState, run_status
+    from stratagem.run_types import STATUS_SEARCH_ATTRIBUTE, RunState, run_status
     from stratagem.telemetry import tracing_enabled, workflow_tracer
     from stratagem.usage import CallRecord
 

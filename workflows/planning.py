@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.roles import Role
-    from stratagem.run import JOINT_STEP_ID, Phase
+    from stratagem.run_types import JOINT_STEP_ID, Phase
     from stratagem.scheduling import Reconciliation, reconcile
     from stratagem.usage import CallUsage, price_for
     from stratagem.validation import plan_problems

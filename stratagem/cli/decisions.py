@@ -15,7 +15,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from ..config import stratagem_home
 from ..plan_files import load_plan_file
-from ..run import AnswerInput, ApproveInput, BudgetInput, RejectInput, ReviseInput
+from ..run_types import AnswerInput, ApproveInput, BudgetInput, RejectInput, ReviseInput
 from ..signing import SIGNING_KEY_ENV, Signer
 from . import render
 from .errors import CliError

@@ -14,9 +14,9 @@ from rich.text import Text
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 
-from ..client import Run
+from ..client import RunHandle
 from ..ledger import EventKind
-from ..run import PendingDecision, Phase, RunResult
+from ..run_types import PendingDecision, Phase, RunResult
 from ..server import owns_server
 from . import render, show
 from .decisions import reviewer
@@ -30,7 +30,7 @@ def at_terminal(args: argparse.Namespace) -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty() and not args.json
 
 
-async def follow_attached(run: Run, args: argparse.Namespace, by: str) -> int:
+async def follow_attached(run: RunHandle, args: argparse.Namespace, by: str) -> int:
     """Follow a run as `run` and `wait` do: asking for its decisions at a terminal, printing
     the commands that take them otherwise. Ctrl-C stops following, never the run."""
     try:
@@ -48,7 +48,7 @@ def _key(pending: PendingDecision) -> tuple[str, int, str | None]:
     return (pending.kind.value, pending.revision, pending.step_id)
 
 
-async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> int:
+async def follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str) -> int:
     """Print progress until the run ends; in a terminal, ask for the decisions it waits on."""
     seen = 0
     hinted: set[tuple[str, int, str | None]] = set()
@@ -104,7 +104,7 @@ async def follow(run: Run, *, interactive: bool, json_mode: bool, by: str) -> in
     return await finish(run, json_mode=json_mode)
 
 
-async def finish(run: Run, *, json_mode: bool) -> int:
+async def finish(run: RunHandle, *, json_mode: bool) -> int:
     try:
         result = await run.result()
     except WorkflowFailureError as exc:

@@ -12,7 +12,7 @@ from temporalio.service import RPCError
 
 from ..client import AWAITING_QUERY, REGISTER_STATUS_HINT, has_status_attribute
 from ..config import Settings
-from ..run import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, Phase
+from ..run_types import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, Phase
 from . import render
 from .errors import CliError
 from .session import open_client, settings

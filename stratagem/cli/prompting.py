@@ -12,10 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..client import Run
+from ..client import RunHandle
 from ..errors import DecisionRefusedError, PlanFileError
 from ..plan_files import dump_plan, load_plan_file
-from ..run import AnswerInput, ApproveInput, BudgetInput, DecisionKind, PendingDecision, RejectInput, ReviseInput
+from ..run_types import AnswerInput, ApproveInput, BudgetInput, DecisionKind, PendingDecision, RejectInput, ReviseInput
 from . import render
 from .decisions import json_problem, parse_limits
 from .errors import CliError
@@ -77,7 +77,7 @@ async def _reason(prompter: Prompter) -> str:
 
 
 async def respond(
-    run: Run, pending: PendingDecision, reply: str, by: str, prompter: Prompter, drafts: dict[int, Path]
+    run: RunHandle, pending: PendingDecision, reply: str, by: str, prompter: Prompter, drafts: dict[int, Path]
 ) -> str:
     """Act on a reply. Returns "later" when the person deferred the question."""
     choice = reply.lower()
@@ -132,7 +132,7 @@ async def respond(
     return "done"
 
 
-async def edit_plan(run: Run, revision: int, by: str, drafts: dict[int, Path]) -> None:
+async def edit_plan(run: RunHandle, revision: int, by: str, drafts: dict[int, Path]) -> None:
     """Open $EDITOR on the plan under review; a saved, valid plan becomes the next revision.
 
     An edit that cannot be used is kept, and the next edit reopens it, so no work is lost."""

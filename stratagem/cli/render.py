@@ -16,7 +16,7 @@ from rich.text import Text
 from ..graph import topological_order
 from ..ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
 from ..plan import PlanDraft, StepKind
-from ..run import PendingDecision, RunResult, RunStatus
+from ..run_types import PendingDecision, RunResult, RunStatus
 from ..stored import describe, is_stored
 from ..usage import Budget, UsageTotals
 

@@ -20,12 +20,12 @@ from temporalio.worker import Worker
 from activities import describe_tools_here
 from workflows import StratagemRun
 
-from ..client import Run, connect, get_run
+from ..client import RunHandle, connect, get_run
 from ..codec import codec_from
 from ..config import DEFAULT_ADDRESS, Settings, stratagem_home
 from ..interceptors import HOST_UNAVAILABLE, HostOnly
 from ..plugin import worker_plugins
-from ..run import WORKFLOW_NAME
+from ..run_types import WORKFLOW_NAME
 from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server
 from . import render
 from .errors import CliError
@@ -99,7 +99,7 @@ async def open_client(config: Settings, *, start_server: bool = False, json_mode
             await asyncio.sleep(0.25)
 
 
-async def find_run(client: Client, run_id: str) -> tuple[Run, str]:
+async def find_run(client: Client, run_id: str) -> tuple[RunHandle, str]:
     """The run and its task queue, or a clear error if there is no such run."""
     run = get_run(client, run_id)
     try:
@@ -118,7 +118,7 @@ def config_task_queue() -> str:
 
 
 @asynccontextmanager
-async def hosted_run(run_id: str) -> AsyncIterator[Run]:
+async def hosted_run(run_id: str) -> AsyncIterator[RunHandle]:
     """A run to query or decide on, with its workflow hosted here meanwhile (see workflow_host)."""
     client = await open_client(settings())
     run, task_queue = await find_run(client, run_id)

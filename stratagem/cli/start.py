@@ -11,12 +11,12 @@ from typing import overload
 
 from pydantic import ValidationError
 
-from ..client import Run, start_run
+from ..client import RunHandle, start_run
 from ..model_config import load_config, run_prices
 from ..models import load_model, split_model_string
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import load_plan_file
-from ..run import Mode, RunInput, RunOptions
+from ..run_types import Mode, RunInput, RunOptions
 from ..server import is_local, owns_server
 from ..tools import ToolRegistry
 from ..usage import Budget
@@ -182,7 +182,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
         return await follow_attached(run, args, by)
 
 
-def detached(run: Run, *, json_mode: bool) -> int:
+def detached(run: RunHandle, *, json_mode: bool) -> int:
     if json_mode:
         render.emit_json({"run_id": run.id})
     else:

@@ -18,7 +18,7 @@ from typing import Any
 from ..binaries import temporal_cli
 from ..config import DEFAULT_NAMESPACE
 from ..errors import ConfigError
-from ..run import STATUS_SEARCH_ATTRIBUTE
+from ..run_types import STATUS_SEARCH_ATTRIBUTE
 from .addresses import MAX_PORT, is_listening, is_local, split_address
 from .home import prepare_home, write_atomically
 from .processes import alive, cmdline

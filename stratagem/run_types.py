@@ -272,7 +272,7 @@ class EventPage(BaseModel):
     archives: list[EventArchive] = Field(
         default_factory=list,
         description="Archived routine events after the offset, to be read from the store and merged by seq "
-        "(stratagem.client.Run.events does it).",
+        "(stratagem.client.RunHandle.events does it).",
     )
 
 

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, Ledger, StepStatus
     from stratagem.plan import Author, AuthorKind
     from stratagem.roles import Role
-    from stratagem.run import (
+    from stratagem.run_types import (
         RUN_LEVEL,
         WORKFLOW_NAME,
         ApproveInput,
@@ -84,12 +84,12 @@ class StratagemRun(Messages):
         }
         with self._observe.span(name, attributes) as span:
             try:
-                return await self._run(input)
+                return await self._phase_loop(input)
             finally:
                 # Harmless if the span does not end here (an evicted workflow): nothing is exported.
                 span.set_attributes(self._outcome or self._outcome_attributes())
 
-    async def _run(self, input: RunInput) -> RunResult:
+    async def _phase_loop(self, input: RunInput) -> RunResult:
         if self.state.level > RUN_LEVEL:
             # Not a failure of the run: its task fails and Temporal retries it until a worker
             # that knows this level takes it (workers are upgraded before clients).
