@@ -22,7 +22,7 @@ from stratagem.errors import ConfigError
 from stratagem.executor import Executor, ExecutorProgress
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
-from stratagem.references import resolve
+from stratagem.references import resolve_step
 from stratagem.store import OutputStore, default_store, externalize, hydrate, store_value
 from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolContext, ToolRegistry
@@ -71,9 +71,7 @@ class ExecutionActivities:
                 workspace=self._workspace_of(request.workspace),
                 execution_id=request.execution_id,
             )
-            args = hydrate(self._store, request.args)
-            if request.references is not None:
-                args = resolve(args, hydrate(self._store, request.references))
+            args, _ = _deferred_references(self._store, request.args, "", request.references)
             output = await Checkpoint(self._heartbeat_every).run(self._registry.invoke(request.tool, args, context))
             output = externalize(self._store, _key(request.run_id, request.step_id), output)
         except asyncio.CancelledError:
@@ -153,11 +151,21 @@ def _key(run_id: str, step_id: str) -> str:
 
 def _materialized(request: activity_io.LlmStepInput, store: OutputStore) -> activity_io.LlmStepInput:
     """The request with stored inputs loaded and deferred references resolved."""
+    _, instructions = _deferred_references(store, {}, request.instructions, request.references)
     inputs = hydrate(store, request.inputs)
-    instructions = request.instructions
-    if request.references is not None:
-        instructions = str(resolve(instructions, hydrate(store, request.references)))
     return request.model_copy(update={"inputs": inputs, "instructions": instructions, "references": None})
+
+
+def _deferred_references(
+    store: OutputStore, args: dict[str, Any], instructions: str, references: dict[str, Any] | None
+) -> tuple[dict[str, Any], str]:
+    """A step's arguments and instructions as its tool or executor gets them, stored values loaded.
+    `references` is None when the workflow resolved them already (every output they name was in
+    its ledger); otherwise they are the outputs named, and resolved here, where the store is read."""
+    args = hydrate(store, args)
+    if references is None:
+        return args, instructions
+    return resolve_step(args, instructions, hydrate(store, references))
 
 
 def _transcript(store: OutputStore, key: str, progress: ExecutorProgress) -> dict[str, Any] | None:

@@ -110,6 +110,16 @@ def resolve_text(text: str, outputs: Mapping[str, Any]) -> Any:
     return _REFERENCE.sub(substitute, text)
 
 
+def resolve_step(args: Mapping[str, Any], instructions: str, outputs: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """A step's arguments and instructions with every reference replaced from `outputs`.
+
+    The one place a step's references are resolved: by the workflow when every output they
+    name is in its ledger, with stored outputs described when a person is asked; by the step's
+    activity when some are in the output store, where only an activity may read
+    (`activity_io.ToolStepInput.references`). ReferenceResolutionError if one names nothing."""
+    return resolve(dict(args), outputs), str(resolve(instructions, outputs))
+
+
 def resolve(value: Any, outputs: Mapping[str, Any]) -> Any:
     """Resolve references everywhere inside a JSON-like value."""
     if isinstance(value, str):

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.errors import ReferenceResolutionError
     from stratagem.ledger import EventKind, StepStatus, ToolCallRecord
     from stratagem.plan import Step, StepKind
-    from stratagem.references import references_in, resolve
+    from stratagem.references import references_in, resolve_step
     from stratagem.roles import Role
     from stratagem.run_types import ApproveInput, DecisionKind, Phase, RejectInput
     from stratagem.scheduling import Frontier, all_succeeded
@@ -160,8 +160,7 @@ class Execution(Planning, Continuation):
             deferred = _stored_references(self._referenced(step), outputs)
             if deferred is None:
                 try:
-                    args = resolve(step.args, outputs)
-                    instructions = resolve(step.instructions, outputs)
+                    args, instructions = resolve_step(step.args, step.instructions, outputs)
                 except ReferenceResolutionError as exc:
                     self._step_started(record, plan.revision)
                     self._step_failed(record, str(exc), attempts=0)
@@ -172,7 +171,7 @@ class Execution(Planning, Continuation):
                 args, instructions = step.args, step.instructions
             self._step_started(record, plan.revision)
             try:
-                result = await self._dispatch(step, plan.revision, args, str(instructions), outputs, deferred)
+                result = await self._dispatch(step, plan.revision, args, instructions, outputs, deferred)
             except ActivityError as exc:
                 if isinstance(exc.cause, TemporalCancelledError):
                     # The run was cancelled while the activity ran: that is not the step's failure.
@@ -359,7 +358,7 @@ class Execution(Planning, Continuation):
             try:
                 # A stored output appears in a question as a short description of itself.
                 shown = {sid: describe(v) if is_stored(v) else v for sid, v in state.ledger.outputs().items()}
-                question = str(resolve(step.instructions, shown))
+                _, question = resolve_step({}, step.instructions, shown)
             except ReferenceResolutionError as exc:
                 self._step_started(record, revision)
                 self._step_failed(record, str(exc), attempts=0)
