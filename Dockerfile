@@ -11,9 +11,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# The project as pyproject.toml packages it: the stratagem, workflows and activities packages
-# and the worker module. README.md is the package's readme, which the build reads.
-COPY pyproject.toml README.md worker.py ./
+# The project as pyproject.toml packages it: the stratagem package, whose workflows and
+# activities are links to the top-level folders (copied too, so the links resolve). README.md is
+# the package's readme, which the build reads. The image runs `stratagem worker`, not worker.py.
+COPY pyproject.toml README.md ./
 COPY stratagem/ stratagem/
 COPY workflows/ workflows/
 COPY activities/ activities/

@@ -3,8 +3,6 @@
 The names most users need are here; everything else lives in its own module.
 """
 
-from typing import TYPE_CHECKING, Any
-
 from .client import RunHandle, connect, get_run, start_run
 from .errors import DecisionRefusedError, PlanFileError, PlanValidationError, StratagemError, ToolError
 from .ledger import Ledger, StepStatus
@@ -26,21 +24,7 @@ from .run_types import (
 )
 from .tools import ToolContext, ToolRegistry, tool
 from .validation import validate_plan
-
-if TYPE_CHECKING:
-    from .worker import build_worker, run_worker
-
-
-def __getattr__(name: str) -> Any:
-    # The worker imports the run workflow, and the workflow imports this package's modules (which
-    # runs this file first): the worker's names load on first use, so importing the workflow on
-    # its own (a replayer, a test) does not start from the worker.
-    if name in ("build_worker", "run_worker"):
-        from . import worker
-
-        return getattr(worker, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+from .worker import build_worker, run_worker
 
 __all__ = [
     "AnswerInput",

@@ -17,7 +17,9 @@ from there. Which workflows and activities a worker registers depends on its rol
 from __future__ import annotations
 
 import os
+import pkgutil
 from collections.abc import Sequence
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.converter import DataConverter
@@ -35,10 +37,18 @@ from .telemetry import tracing_enabled
 
 PLUGIN_NAME = "stratagem"
 
+# The subpackages the sandbox imports afresh: the workflow's own code, and the activities, which
+# it must never import. A passthrough entry covers its submodules, so "stratagem" itself cannot
+# be one (it would pass stratagem.workflows through, unsandboxed); each other module of it is.
+SANDBOXED_SUBPACKAGES = ("workflows", "activities")
 # Pure modules the workflow imports. Passing them through the sandbox keeps one copy of the
 # pydantic models (and their validators) instead of re-importing them per workflow task.
 PASSTHROUGH_MODULES = (
-    "stratagem",
+    *sorted(
+        f"{__package__}.{module.name}"
+        for module in pkgutil.iter_modules([str(Path(__file__).parent)])
+        if module.name not in SANDBOXED_SUBPACKAGES
+    ),
     "jsonschema",
     "jsonschema_specifications",
     "referencing",

@@ -18,8 +18,8 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 from temporalio.worker import Interceptor, Worker
 
-from activities import activities_by_role
-from workflows import StratagemRun
+from stratagem.activities import activities_by_role
+from stratagem.workflows import StratagemRun
 
 from .client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
 from .config import Settings

@@ -37,7 +37,7 @@ from stratagem.store import FileStore
 from stratagem.telemetry import TELEMETRY_ENV
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
-from workflows import StratagemRun
+from stratagem.workflows import StratagemRun
 
 FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 

@@ -209,7 +209,7 @@ async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
     from stratagem.ledger import Ledger
     from stratagem.plan import Author, AuthorKind, Plan, Step
     from stratagem.run_types import Phase, RunInput, RunOptions, RunState
-    from workflows import StratagemRun
+    from stratagem.workflows import StratagemRun
 
     run_id = f"forged-{uuid.uuid4().hex[:8]}"
     plan = Plan(

@@ -49,7 +49,7 @@ from stratagem.plugin import StratagemPlugin
 from stratagem.run_types import ApproveInput, Phase, RejectInput, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
-from workflows import StratagemRun
+from stratagem.workflows import StratagemRun
 
 KEY_A = base64.b64encode(os.urandom(32)).decode()
 KEY_B = base64.b64encode(os.urandom(32)).decode()

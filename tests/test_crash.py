@@ -36,7 +36,7 @@ from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.plugin import StratagemPlugin
 from stratagem.run_types import Phase, RunInput, RunOptions
-from workflows import StratagemRun
+from stratagem.workflows import StratagemRun
 
 ROOT = Path(__file__).resolve().parent.parent
 CRASH_TOOLS = str(ROOT / "tests" / "crash_tools.py")

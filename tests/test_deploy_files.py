@@ -533,6 +533,16 @@ def test_copy_sources_exist_and_reach_the_build_context() -> None:
                 assert not ignored(file.relative_to(ROOT).as_posix()), f"{file} is excluded by .dockerignore"
 
 
+def test_workflows_and_activities_install_under_stratagem() -> None:
+    # The repository keeps them at its top level; the links make them stratagem's subpackages.
+    for name in ("workflows", "activities"):
+        link = ROOT / "stratagem" / name
+        assert link.is_symlink() and link.resolve() == ROOT / name, f"stratagem/{name} must link to ../{name}"
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["packages"]["find"]["include"] == ["stratagem*"]
+    assert "py-modules" not in setuptools  # worker.py runs from a checkout; an install runs `stratagem worker`
+
+
 def test_image_contains_what_pyproject_packages() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     copied = {
@@ -542,7 +552,8 @@ def test_image_contains_what_pyproject_packages() -> None:
         for source in shlex.split(rest)[:-1]
     }
     needed = {pattern.rstrip("*") for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]}
-    needed |= {f"{module}.py" for module in project["tool"]["setuptools"]["py-modules"]}
+    # A linked subpackage (stratagem/workflows -> ../workflows) needs its target in the image too.
+    needed |= {p.resolve().relative_to(ROOT).as_posix() for p in (ROOT / "stratagem").iterdir() if p.is_symlink()}
     needed |= {"pyproject.toml", project["project"]["readme"]}
     assert needed <= copied, f"not copied into the image: {sorted(needed - copied)}"
     assert "RUN pip install ." in [f"{keyword} {rest}" for keyword, rest in dockerfile_instructions()]

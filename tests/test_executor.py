@@ -10,8 +10,8 @@ from pathlib import Path
 import yaml
 from temporalio.testing import ActivityEnvironment
 
-from activities.checkpoint import Checkpoint
 from stratagem import activity_io
+from stratagem.activities.checkpoint import Checkpoint
 from stratagem.executor import Executor, ExecutorProgress
 from stratagem.ledger import ToolCallRecord, ToolCallStatus
 from stratagem.models import Message, ScriptedModel, ToolCall

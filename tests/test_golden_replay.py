@@ -17,7 +17,7 @@ from temporalio.worker import Replayer
 
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plugin import StratagemPlugin
-from workflows import StratagemRun
+from stratagem.workflows import StratagemRun
 
 GOLDEN = Path(__file__).with_name("golden")
 FILES = sorted(GOLDEN.rglob("*.json"))

@@ -90,3 +90,20 @@ async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployme
         signed = await run.approve(ALICE.sign(run.id, "approve", ApproveInput(by="alice", revision=1)))
         assert signed.phase is Phase.running
         assert (await run.result()).status is Phase.succeeded
+
+
+def test_the_sandbox_imports_the_workflow_package_afresh():
+    """A passthrough entry covers its submodules: "stratagem" there would pass stratagem.workflows
+    through unsandboxed, and the strict sandbox of the tests would catch nothing."""
+    from stratagem.plugin import PASSTHROUGH_MODULES
+    from stratagem.workflows import StratagemRun
+
+    for name in (StratagemRun.__module__, "stratagem.workflows", "stratagem.activities"):
+        assert not any(name == entry or name.startswith(f"{entry}.") for entry in PASSTHROUGH_MODULES), name
+    # Every other module of stratagem (the run's types, the plan, the interceptors...) is passed through.
+    import pkgutil
+
+    import stratagem
+
+    others = {f"stratagem.{m.name}" for m in pkgutil.iter_modules(stratagem.__path__)}
+    assert others - {"stratagem.workflows", "stratagem.activities"} <= set(PASSTHROUGH_MODULES)

@@ -45,7 +45,7 @@ def test_the_workflows_handler_names_are_the_wire_contract():
     from temporalio.workflow import _Definition
 
     from stratagem import handlers
-    from workflows import StratagemRun
+    from stratagem.workflows import StratagemRun
 
     updates = {"approve", "reject", "revise", "answer", "budget"}
     assert handlers.DECISION_UPDATES == updates

@@ -21,7 +21,7 @@ from stratagem.run_types import ApproveInput, Phase
 from stratagem.tools import ToolRegistry
 from stratagem.usage import Price
 from stratagem.worker import build_worker
-from workflows import StratagemRun
+from stratagem.workflows import StratagemRun
 
 
 def awaiting(status) -> bool:

@@ -17,8 +17,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities import describe_tools_here
-from workflows import StratagemRun
+from stratagem.activities import describe_tools_here
+from stratagem.workflows import StratagemRun
 
 from ..client import RunHandle, connect, get_run
 from ..codec import codec_from

@@ -44,9 +44,8 @@ def code_fingerprint() -> str:
     """A digest of the installed Stratagem code (stratagem, workflows, activities: names, sizes,
     modification times). worker.json keeps it, so a background worker left running by an older
     version, which would not serve what new runs ask of it (a new task queue, say), is replaced."""
-    import activities
     import stratagem
-    import workflows
+    from stratagem import activities, workflows
 
     digest = hashlib.sha256()
     for package in (Path(stratagem.__file__).parent, Path(workflows.__file__).parent, Path(activities.__file__).parent):
