@@ -3,6 +3,7 @@ nobody serves, the CLI's lost-connection line, and the phase in the memo."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -121,7 +122,17 @@ def _kill(pid: int | None) -> None:
 
 
 async def _namespace_exists(address: str, namespace: str) -> bool:
-    client = await Client.connect(address, namespace=namespace, data_converter=stratagem_data_converter)
+    # A server that has just started listens a moment before its frontend serves; the CLI waits
+    # for it (cli/session.open_client), and so does this check.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client = await Client.connect(address, namespace=namespace, data_converter=stratagem_data_converter)
+            break
+        except RuntimeError as exc:
+            if "not healthy yet" not in str(exc) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.25)
     try:
         await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
         return True
