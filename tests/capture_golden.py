@@ -1,8 +1,8 @@
 """Capture the golden histories: `python tests/capture_golden.py [SCENARIO ...] [--generation NAME] [--force]`.
 
-Runs each scenario of tests/golden_scenarios.py on the time-skipping server and writes every
-execution's history to tests/golden/<generation>/<scenario>[-<n>].json. A generation is the set
-of histories one version of the workflow code wrote: when a change alters the commands a run
+Runs each scenario of tests/support/golden_scenarios.py on the time-skipping server and writes
+every execution's history to tests/golden/<generation>/<scenario>[-<n>].json. A generation is the
+set of histories one version of the workflow code wrote: when a change alters the commands a run
 issues (behind `workflow.patched`), capture a new generation beside the old ones, which stand
 for runs already in flight. Existing files are kept unless --force (see RELIABILITY.md,
 "Changing the workflow"). The first generation lies directly in tests/golden/.
@@ -19,11 +19,13 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# As pytest does: tests/ on the path for conftest (whose setup the captures run under) and the
+# support package; the repository for stratagem from a checkout.
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from conftest import harness_for  # noqa: E402
-from golden_scenarios import SCENARIOS  # noqa: E402
+from support.golden_scenarios import SCENARIOS  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from stratagem.binaries import temporal_test_server  # noqa: E402

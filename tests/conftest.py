@@ -18,7 +18,8 @@ import pytest
 import pytest_asyncio
 import yaml
 from opentelemetry import trace
-from spans import CAPTURE
+from support import FIXTURE_TOOLS
+from support.spans import CAPTURE
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.opentelemetry import create_tracer_provider
 from temporalio.converter import DataConverter
@@ -38,8 +39,6 @@ from stratagem.telemetry import TELEMETRY_ENV
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 from stratagem.workflows import StratagemRun
-
-FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 
 # A developer's shell must not change what the tests see: the CLI processes they start would
 # encrypt, or store elsewhere, while the in-process workers do not.
@@ -98,7 +97,7 @@ os.environ["STRATAGEM_SCRIPTED_DIRS"] = os.pathsep.join(
 )
 
 # Every in-process worker runs traced, as a production worker with OTEL_* set does: Temporal's
-# replay-safe provider, its spans kept in memory (tests/spans.py).
+# replay-safe provider, its spans kept in memory (tests/support/spans.py).
 _provider = create_tracer_provider()
 _provider.add_span_processor(CAPTURE)
 trace.set_tracer_provider(_provider)

@@ -161,7 +161,7 @@ CONCEAL = "\x1b[8m"
 
 
 async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
-    from test_cli import acli
+    from support.cli import acli
 
     env, harness = cli_env
     amount = "amount=99999.00 EUR"

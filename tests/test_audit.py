@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from plans import SIDE_EFFECT, step
+from support.plans import SIDE_EFFECT, step
 
 from stratagem.plan import PlanDraft
 from stratagem.run_types import ApproveInput, ReviseInput

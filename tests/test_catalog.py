@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from conftest import FIXTURE_TOOLS
-from plans import step
+from support import FIXTURE_TOOLS
+from support.plans import step
 from temporalio.api.enums.v1 import EventType
 
 from stratagem import activity_io

@@ -10,48 +10,15 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import yaml
-from plans import step
+from support import FIXTURE_TOOLS
+from support.cli import TOOLS, acli, cli, one_line_error, write_plan
+from support.plans import step
+from support.ports import free_port_pair, wait_listening
+from support.terminal import Terminal, terminal_run_id
 
 from stratagem.client import get_run
-
-ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ("--tools", str(ROOT / "tests" / "fixture_tools.py"))
-
-
-def cli(
-    *args: str, env: dict[str, str], timeout: float = 90, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stratagem.cli", *args],
-        cwd=env.get("CLI_CWD", ROOT),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        input=stdin,
-    )
-
-
-def one_line_error(done: subprocess.CompletedProcess[str], expected: str) -> None:
-    assert done.returncode == 2, done
-    assert "Traceback" not in done.stderr
-    assert expected in done.stderr
-    assert done.stderr.startswith("error: ")
-
-
-def write_plan(path: Path, plan: dict) -> str:
-    path.write_text(yaml.safe_dump(plan, sort_keys=False))
-    return str(path)
-
-
-async def acli(*args: str, env: dict[str, str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    """Run the CLI without blocking the event loop that hosts the test's worker."""
-    import asyncio
-
-    return await asyncio.to_thread(cli, *args, env=env, timeout=timeout)
 
 
 async def test_detached_run_approved_from_another_terminal(cli_env, tmp_path):
@@ -142,32 +109,6 @@ async def test_user_errors_are_one_line(cli_env, tmp_path):
     one_line_error(await acli("status", "x", env=unreachable), "no Temporal server is reachable at 127.0.0.1:1")
 
 
-def free_port_pair() -> int:
-    """A port p with p and p + 1000 (the UI) both free."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 1000 < 65535:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + 1000))
-                    return port
-                except OSError:
-                    continue
-    raise RuntimeError("no free port pair")
-
-
-def wait_listening(port: int, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"nothing listens on {port}")
-
-
 def test_embedded_server_starts_itself_and_state_survives_a_restart(tmp_path):
     port = free_port_pair()
     home = tmp_path / "home"
@@ -228,64 +169,6 @@ def test_embedded_server_starts_itself_and_state_survives_a_restart(tmp_path):
                 server.kill()
 
 
-class Terminal:
-    """`stratagem` in a real pseudo-terminal, so it believes a person sits at it."""
-
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path):
-        import fcntl
-        import pty
-        import termios
-
-        def controlling_terminal() -> None:
-            # A session of its own with the pty as its terminal, so Ctrl-C there is a real SIGINT.
-            os.setsid()
-            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-        self.master, slave = pty.openpty()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "stratagem.cli", *args],
-            cwd=cwd,
-            env=env,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            preexec_fn=controlling_terminal,
-        )
-        os.close(slave)
-        self.screen = ""
-
-    @property
-    def text(self) -> str:
-        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", self.screen)
-
-    async def expect(self, text: str, seconds: float = 60, *, times: int = 1) -> None:
-        """Wait until `text` is on the screen (`times` times: a question asked again)."""
-        import asyncio
-
-        deadline = time.monotonic() + seconds
-        while self.text.count(text) < times:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"never saw {text!r}; screen:\n{self.text}")
-            try:
-                chunk = await asyncio.wait_for(asyncio.to_thread(os.read, self.master, 4096), 5)
-            except (TimeoutError, OSError):
-                continue
-            self.screen += chunk.decode(errors="replace")
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    async def exit_status(self, seconds: float = 30) -> int:
-        import asyncio
-
-        return await asyncio.to_thread(self.process.wait, seconds)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        os.close(self.master)
-
-
 async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_path):
     """In a terminal, `run` asks approve/reject/edit; edit opens $EDITOR on the plan."""
     env, harness = cli_env
@@ -316,10 +199,6 @@ async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_pat
     assert [c["label"] for c in harness.calls()] == ["edited by a person"]
     ledger = await get_run(harness.client, terminal_run_id(terminal.text)).ledger()
     assert ledger.revision(2).reason == "a warmer greeting"  # the editor's reason, not a stock phrase
-
-
-def terminal_run_id(text: str) -> str:
-    return re.search(r"run (\S+) started", text).group(1)
 
 
 # A human step whose answer the next step uses.
@@ -478,8 +357,6 @@ async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activit
     holds local activities' results (a local tool step) to answer, and runs no activity."""
     import asyncio
     import uuid
-
-    from conftest import FIXTURE_TOOLS
 
     from stratagem.client import start_run
     from stratagem.plan import Author, AuthorKind, PlanDraft

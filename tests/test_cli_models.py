@@ -7,8 +7,8 @@ import json
 
 import pytest
 import yaml
-from plans import step
-from test_cli import TOOLS, acli, one_line_error, write_plan
+from support.cli import TOOLS, acli, one_line_error, write_plan
+from support.plans import step
 
 from stratagem.cli.decisions import parse_limits
 from stratagem.cli.errors import CliError

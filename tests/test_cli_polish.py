@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 import yaml
-from test_cli import TOOLS, acli, cli, free_port_pair, one_line_error, wait_listening, write_plan
+from support.cli import TOOLS, acli, cli, one_line_error, write_plan
+from support.ports import free_port_pair, wait_listening
 
 from stratagem.server import is_listening
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURE_TOOLS
 from google.protobuf.message import Message
-from plans import step
+from support import FIXTURE_TOOLS
+from support.plans import step
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.failure.v1 import Failure

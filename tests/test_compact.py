@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from plans import GREETING
+from support.plans import GREETING
 
 from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.payloads import stratagem_data_converter

@@ -18,7 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from test_cli import acli
+from support.cli import acli
 
 from stratagem.config import Settings
 from stratagem.errors import ConfigError

@@ -23,12 +23,14 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from support import CRASH_TOOLS
+from support.cli import cli, one_line_error, write_plan
+from support.ports import free_port_pair, wait_listening
 from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import WorkflowFailureError
 from temporalio.worker import Replayer
-from test_cli import cli, free_port_pair, one_line_error, wait_listening, write_plan
 
 from stratagem.client import RunHandle, start_run
 from stratagem.ledger import EventKind, StepStatus
@@ -39,7 +41,6 @@ from stratagem.run_types import Phase, RunInput, RunOptions
 from stratagem.workflows import StratagemRun
 
 ROOT = Path(__file__).resolve().parent.parent
-CRASH_TOOLS = str(ROOT / "tests" / "crash_tools.py")
 SEED = int(os.environ.get("CRASH_SEED", "20251121"))
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from support.states import NOW, draft, make_state, tool_step
 
 from stratagem import decisions
-from stratagem.catalog import ToolCatalog, ToolSpec
 from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import DecisionAction, EventKind, Ledger, StepStatus
-from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step
+from stratagem.ledger import DecisionAction, EventKind, StepStatus
+from stratagem.plan import Author, AuthorKind, Plan, Step
 from stratagem.run_types import (
     AnswerInput,
     ApproveInput,
@@ -20,37 +19,8 @@ from stratagem.run_types import (
     Phase,
     RejectInput,
     ReviseInput,
-    RunOptions,
     RunState,
 )
-
-NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
-
-
-def draft(*steps: dict[str, Any]) -> PlanDraft:
-    return PlanDraft.model_validate({"goal": "goal", "steps": list(steps)})
-
-
-def tool_step(step_id: str, label: str = "x") -> dict[str, Any]:
-    return {"id": step_id, "title": step_id, "tool": "record", "args": {"label": label}}
-
-
-def make_state(phase: Phase = Phase.awaiting_approval, revisions: int = 1, executor: str | None = None) -> RunState:
-    ledger = Ledger(run_id="run-1")
-    for revision in range(1, revisions + 1):
-        plan = draft(tool_step("first"), tool_step("second"))
-        ledger.add_revision(
-            Plan.from_draft(plan, revision=revision, author=Author(kind=AuthorKind.human, name="ann"), reason="r")
-        )
-    return RunState(
-        run_id="run-1",
-        execution_id="exec-1",
-        goal="goal",
-        options=RunOptions(executor=executor),
-        phase=phase,
-        ledger=ledger,
-        catalog=ToolCatalog(tools=[ToolSpec(name="record")]),
-    )
 
 
 def pending(kind: DecisionKind, step_id: str | None) -> PendingDecision:

@@ -460,7 +460,7 @@ def test_carriers_quote_only_where_they_deliver_and_an_order_ships_once(tmp_path
 
 async def test_order_shipping_is_planned_fails_replans_and_succeeds_as_its_readme_says(dev_env, tmp_path):
     """The README's command, word for word, at a terminal, approving as its README says."""
-    from test_cli import Terminal, terminal_run_id
+    from support.terminal import Terminal, terminal_run_id
 
     readme = (SHIPPING / "README.md").read_text()
     [command] = [line for line in readme.splitlines() if line.startswith("stratagem run ")]

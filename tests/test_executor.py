@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import yaml
+from support import FIXTURE_TOOLS
 from temporalio.testing import ActivityEnvironment
 
 from stratagem import activity_io
@@ -17,8 +18,6 @@ from stratagem.ledger import ToolCallRecord, ToolCallStatus
 from stratagem.models import Message, ScriptedModel, ToolCall
 from stratagem.plan import Step, StepKind
 from stratagem.tools import ToolRegistry
-
-FIXTURE_TOOLS = str(Path(__file__).with_name("fixture_tools.py"))
 
 
 def request(tools: list[str]) -> activity_io.LlmStepInput:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from capture_golden import GENERATION
-from golden_scenarios import SCENARIOS
+from support.golden_scenarios import SCENARIOS
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 

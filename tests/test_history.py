@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conftest import payload_sizes
-from plans import step
+from support.plans import step
 
 from stratagem.client import execution_histories
 from stratagem.ledger import ROUTINE_EVENTS, EventKind, Ledger

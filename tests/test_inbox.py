@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from plans import GREETING, step
+from support.cli import acli
+from support.plans import GREETING, step
 from temporalio.client import Client
-from test_cli import acli
 
 from stratagem.client import STATUS_KEY, has_status_attribute
 from stratagem.run_types import AnswerInput, ApproveInput, Phase, RejectInput

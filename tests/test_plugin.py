@@ -8,8 +8,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURE_TOOLS
-from plans import awaiting
+from support import FIXTURE_TOOLS
+from support.plans import awaiting
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 

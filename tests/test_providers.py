@@ -17,7 +17,7 @@ from email.utils import format_datetime
 from typing import Any
 
 import pytest
-from wire_servers import FakeAnthropic, FakeOpenAI, Reply
+from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
 from stratagem.catalog import ToolSpec
 from stratagem.errors import ModelConfigError

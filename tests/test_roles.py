@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from plans import step
+from support import FIXTURE_TOOLS
+from support.plans import step
 from temporalio.api.enums.v1 import EventType
 
 from stratagem import activity_io
@@ -48,7 +49,7 @@ class Workers:
     def start(self, role: Role) -> subprocess.Popen:
         log = (self.logs / f"{role.value}-{len(self.processes)}.log").open("w")
         process = subprocess.Popen(
-            [sys.executable, "worker.py", "--tools", "tests/fixture_tools.py", "--role", role.value],
+            [sys.executable, "worker.py", "--tools", "tests/support/fixture_tools.py", "--role", role.value],
             cwd=ROOT,
             env=self.env,
             stdout=log,
@@ -254,7 +255,7 @@ async def test_one_worker_for_every_role_keeps_activities_on_the_workflow_queue(
         synthesizer=f"scripted:{script}",
     )
     queue = f"layout-{uuid.uuid4().hex[:8]}"
-    registry = ToolRegistry.from_modules([str(ROOT / "tests" / "fixture_tools.py")])
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
     async with build_worker(
         dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws", layout=layout
     ):
@@ -296,7 +297,7 @@ async def test_a_fan_out_starts_every_branch_with_the_workflow_task_that_schedul
     width = 12
     plan = {"goal": "fan out", "steps": [step(f"b{i}", "add", a=i, b=1) for i in range(width)]}
     queue = f"fan-{uuid.uuid4().hex[:8]}"
-    registry = ToolRegistry.from_modules([str(ROOT / "tests" / "fixture_tools.py")])
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
     async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
         run = await start_run(
             dev_env.client,

@@ -9,7 +9,7 @@ import asyncio
 import json
 import uuid
 
-from plans import step
+from support.plans import step
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
@@ -150,7 +150,7 @@ def memo_writes_in_the_approving_task(history) -> int:
 
 
 async def test_an_approval_starts_the_first_step_before_the_memo_says_running_and_list_says_running(cli_env):
-    from test_cli import acli
+    from support.cli import acli
 
     env, harness = cli_env
     run = await harness.start({"goal": "slow", "steps": [step("nap", "slow", label="nap", seconds=4)]})

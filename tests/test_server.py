@@ -16,11 +16,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from plans import SIDE_EFFECT, awaiting, step
+from support.plans import SIDE_EFFECT, awaiting, step
+from support.ports import free_port_pair
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
-from test_cli import free_port_pair
 
 from stratagem.client import connect, get_run, has_status_attribute, quiet_runtime, start_run
 from stratagem.config import Settings

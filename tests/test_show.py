@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from plans import step
 from rich.console import Console
-from test_cli import TOOLS, acli, one_line_error, write_plan
+from support.cli import TOOLS, acli, one_line_error, write_plan
+from support.plans import step
 
 from stratagem.cli.show import (
     diff_lines,

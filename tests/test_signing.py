@@ -152,7 +152,7 @@ async def test_a_run_cannot_approve_itself_where_decisions_are_signed(dev_env, t
 
 
 async def test_the_cli_signs_with_the_key_keygen_wrote(dev_env, tmp_path, monkeypatch):
-    from test_cli import acli
+    from support.cli import acli
 
     home = tmp_path / "home"
     env = {**os.environ, "STRATAGEM_HOME": str(home)}

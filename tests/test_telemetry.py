@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from plans import GREETING
+from support.plans import GREETING
 from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig
 
 from stratagem.client import start_run
@@ -187,7 +187,7 @@ async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_me
         "STRATAGEM_INBOX_POLL_SECONDS": "0.5",
     }
     worker = subprocess.Popen(
-        [sys.executable, "worker.py", "--tools", "tests/fixture_tools.py"],
+        [sys.executable, "worker.py", "--tools", "tests/support/fixture_tools.py"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

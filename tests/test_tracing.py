@@ -1,7 +1,7 @@
 """Traces of real runs: the span tree, model and tool spans, the replan's link, and replay safety.
 
 conftest installs Temporal's replay-safe tracer provider for the whole session and keeps the
-spans in memory (tests/spans.py); these tests read back the trace of each run.
+spans in memory (tests/support/spans.py); these tests read back the trace of each run.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from conftest import FIXTURE_TOOLS
 from opentelemetry.trace import StatusCode
-from plans import step
-from spans import CAPTURE, Trace
+from support import FIXTURE_TOOLS
+from support.plans import step
+from support.spans import CAPTURE, Trace
 from temporalio.worker import Replayer
 
 from stratagem.client import execution_histories

@@ -3,7 +3,7 @@ record says after each move, which events the ledger gets, and which failure a r
 
 from __future__ import annotations
 
-from test_decisions import NOW, make_state
+from support.states import NOW, make_state
 
 from stratagem import transitions
 from stratagem.ledger import EventKind, StepStatus, ToolCallRecord, ToolCallStatus

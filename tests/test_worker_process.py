@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from plans import GREETING, step
+from support.plans import GREETING, step
 
 from stratagem.client import start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
@@ -30,7 +30,7 @@ async def test_worker_script_runs_a_plan_from_the_environment(dev_env, tmp_path)
         "STRATAGEM_WORKSPACE": str(workspace),
     }
     worker = subprocess.Popen(
-        [sys.executable, "worker.py", "--tools", "tests/fixture_tools.py"],
+        [sys.executable, "worker.py", "--tools", "tests/support/fixture_tools.py"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from conftest import payload_sizes
-from plans import awaiting, step
+from support.plans import awaiting, step
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from stratagem.client import start_run

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from plans import GREETING, awaiting, diamond, step
+from support.plans import GREETING, awaiting, diamond, step
 from temporalio.client import WorkflowFailureError
 
 from stratagem.errors import DecisionRefusedError

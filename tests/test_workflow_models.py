@@ -7,7 +7,7 @@ through the real OpenAI and Anthropic SDK clients against local servers.
 from __future__ import annotations
 
 import pytest
-from plans import awaiting, step
+from support.plans import awaiting, step
 from temporalio.client import WorkflowFailureError
 
 from stratagem.errors import DecisionRefusedError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from plans import GREETING, SIDE_EFFECT, awaiting, step
+from support.plans import GREETING, SIDE_EFFECT, awaiting, step
 from temporalio.api.enums.v1 import EventType
 
 from stratagem.errors import DecisionRefusedError

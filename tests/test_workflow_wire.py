@@ -1,5 +1,5 @@
 """Real runs whose planner and executors are the real OpenAI and Anthropic SDK clients, talking
-to local servers that speak their wire formats (tests/wire_servers.py)."""
+to local servers that speak their wire formats (tests/support/wire_servers.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import os
 
 import pytest
-from plans import awaiting
+from support.plans import awaiting
+from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 from temporalio.client import WorkflowFailureError
-from wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
 from stratagem.ledger import EventKind, StepStatus, ToolCallStatus
 from stratagem.run_types import ApproveInput

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from conftest import Harness
-from plans import GREETING, SIDE_EFFECT, awaiting, diamond, step
 
 from stratagem.plan import PlanDraft
 from stratagem.run_types import AnswerInput, ApproveInput, BudgetInput, DecisionKind, ReviseInput
+from support.plans import GREETING, SIDE_EFFECT, awaiting, diamond, step
 
 
 async def approval(h: Harness) -> list:
