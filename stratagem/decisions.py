@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from .answers import answer_problem
 from .errors import DecisionRefusedError
 from .ledger import Decision, DecisionAction, EventKind
 from .plan import Plan, Risk, Step
@@ -96,6 +97,9 @@ def check_answer(state: RunState, answer: AnswerInput) -> None:
     check_open(state)
     if pending_for(state, DecisionKind.human_answer, answer.step_id) is None:
         raise DecisionRefusedError(f"step '{answer.step_id}' is not waiting for an answer")
+    schema = state.plan.step(answer.step_id).answer_schema if state.plan else None
+    if schema is not None and (problem := answer_problem(answer.answer, schema)):
+        raise DecisionRefusedError(f"step '{answer.step_id}' refused the answer: {problem}")
 
 
 def check_budget(state: RunState, decision: BudgetInput, *, elapsed_seconds: float) -> None:

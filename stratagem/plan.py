@@ -93,6 +93,11 @@ class Step(CompactModel):
     max_attempts: int | None = Field(
         default=None, ge=1, le=20, description="Attempts before the step counts as failed."
     )
+    answer_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="For human steps: what the answer must look like, as a JSON Schema (types, properties, "
+        "required, enum, bounds). A wrong answer is refused and the step keeps waiting.",
+    )
 
     @property
     def needs_step_approval(self) -> bool:

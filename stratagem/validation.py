@@ -13,6 +13,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from .answers import path_problem, schema_problems
 from .catalog import ToolCatalog
 from .errors import PlanValidationError
 from .graph import ancestry, find_cycles
@@ -41,6 +42,11 @@ def plan_problems(
     for step in plan.steps:
         problems.extend(_kind_problems(step, catalog))
         problems.extend(_executor_problems(step, catalog, tiers))
+        if step.answer_schema is not None:
+            if step.kind is not StepKind.human:
+                problems.append(f"step '{step.id}' has an answer_schema, but only human steps are answered")
+            else:
+                problems.extend(f"step '{step.id}': {p}" for p in schema_problems(step.answer_schema))
         if credentials:
             problems.extend(_credential_problems(step))
         if step.kind is StepKind.llm and not has_executor and step.tier is None:
@@ -60,6 +66,9 @@ def plan_problems(
 
     if not cycles:
         is_ancestor = ancestry(edges)
+        answer_schemas = {
+            s.id: s.answer_schema for s in plan.steps if s.kind is StepKind.human and isinstance(s.answer_schema, dict)
+        }
         for step in plan.steps:
             for ref in references_in(step.instructions, step.args):
                 if ref.step_id not in known:
@@ -74,6 +83,10 @@ def plan_problems(
                         f"step '{step.id}' references {ref}, but '{ref.step_id}' is not among its dependencies; "
                         f"add '{ref.step_id}' to depends_on (directly or through another step)"
                     )
+                elif (schema := answer_schemas.get(ref.step_id)) is not None and (
+                    problem := path_problem(schema, [str(p) for p in ref.path])
+                ):
+                    problems.append(f"step '{step.id}' references {ref}, but {problem}")
     return problems
 
 

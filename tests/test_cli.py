@@ -77,7 +77,19 @@ async def test_human_step_answered_from_the_command_line(cli_env, tmp_path):
         tmp_path / "plan.yaml",
         {
             "goal": "ask",
-            "steps": [{"id": "terms", "title": "Terms", "kind": "human", "instructions": "Payment terms?"}],
+            "steps": [
+                {
+                    "id": "terms",
+                    "title": "Terms",
+                    "kind": "human",
+                    "instructions": "Payment terms?",
+                    "answer_schema": {
+                        "type": "object",
+                        "properties": {"days": {"type": "integer"}},
+                        "required": ["days"],
+                    },
+                }
+            ],
         },
     )
     await acli("run", *TOOLS, "--plan", plan, "--detach", "--auto-approve", "--id", "cli-human", env=env)
@@ -88,6 +100,11 @@ async def test_human_step_answered_from_the_command_line(cli_env, tmp_path):
         time.sleep(0.1)
     assert status["pending"][0]["prompt"] == "Payment terms?"
     one_line_error(await acli("answer", "cli-human", "nope", "x", env=env), "step 'nope' is not waiting for an answer")
+    # A typed step refuses an answer of the wrong shape, and keeps waiting for a right one.
+    wrong = await acli("answer", "cli-human", "terms", "ok", env=env)
+    one_line_error(wrong, "step 'terms' refused the answer: the answer: 'ok' is not of type 'object'")
+    status = json.loads((await acli("status", "cli-human", "--json", env=env)).stdout)
+    assert [p["step_id"] for p in status["pending"]] == ["terms"] and status["phase"] == "running"
     assert (await acli("answer", "cli-human", "terms", '{"days": 30}', "--json-value", env=env)).returncode == 0
     waited = await acli("wait", "cli-human", "--json", env=env)
     assert json.loads(waited.stdout)["outputs"] == {"terms": {"days": 30}}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from support.plans import GREETING, awaiting, diamond, step
 from temporalio.client import WorkflowFailureError
@@ -93,6 +95,38 @@ async def test_human_step_takes_an_answer_by_update_or_signal(harness):
     assert ledger.steps["ask_budget"].output == {"amount": 1200}
     answered = [(e.step_id, e.actor) for e in ledger.events if e.kind is EventKind.answer_received]
     assert sorted(answered) == [("ask_budget", "fin"), ("ask_owner", "ops")]
+
+
+async def test_a_wrong_typed_answer_is_refused_and_the_step_keeps_waiting(harness):
+    terms = {"type": "object", "properties": {"status": {"enum": ["ok", "change"]}}, "required": ["status"]}
+    plan = {
+        "goal": "agree terms",
+        "steps": [
+            {"id": "review", "title": "Review", "kind": "human", "instructions": "Terms?", "answer_schema": terms},
+            step("file", "record", ["review"], label="terms ${review.status}"),
+        ],
+    }
+    run = await harness.start(plan, auto_approve=True)
+    await harness.wait_for(run, lambda s: len(s.pending) == 1)
+    with pytest.raises(DecisionRefusedError, match=r"refused the answer: the answer: 'ok' is not of type 'object'"):
+        await run.answer(AnswerInput(step_id="review", answer="ok", by="fin"))
+    # A signal cannot be refused: it is recorded as ignored, and nothing else happens.
+    await run.handle.signal("answer_signal", AnswerInput(step_id="review", answer={"status": "maybe"}, by="ops"))
+    for _ in range(100):  # the signal is taken in the workflow's next task
+        ledger = await run.ledger()
+        ignored = [e.message for e in ledger.events if e.kind is EventKind.signal_ignored]
+        if ignored:
+            break
+        await asyncio.sleep(0.05)
+    status = await run.status()
+    assert ignored == [
+        "step 'review' refused the answer: field 'status' of the answer: 'maybe' is not one of ['ok', 'change']"
+    ]
+    assert [p.step_id for p in status.pending] == ["review"] and ledger.steps["review"].output is None
+    assert not [e for e in ledger.events if e.kind is EventKind.answer_received]
+
+    await run.answer(AnswerInput(step_id="review", answer={"status": "ok"}, by="fin"))
+    assert (await run.result()).outputs == {"file": "terms ok"}
 
 
 async def test_llm_steps_and_synthesis_use_the_scripted_models(harness):

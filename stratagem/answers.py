@@ -1,0 +1,113 @@
+"""What a person's answer to a human step must look like: the step's `answer_schema`.
+
+A small subset of JSON Schema: types, an object's fields (`properties`, `required`,
+`additionalProperties`), a list's `items`, `enum` and `const`, and bounds on numbers, strings and
+lists. The plan is checked against it when it is validated (the schema itself, and references
+into the answer such as `${finance_review.status}`), and every answer is checked against it
+before the run takes it, so a wrong answer is refused with one line naming the field and the step
+keeps waiting. Plain functions, no Temporal: the workflow runs them in its update validator.
+
+Only these keywords are allowed because a plan is untrusted input that the workflow evaluates:
+`pattern` could make a person's answer cost the worker seconds of regular-expression
+backtracking, and `$ref` could name documents elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "title",
+        "description",
+    }
+)
+
+
+def schema_problems(schema: Any, where: str = "answer_schema") -> list[str]:
+    """What is wrong with an answer schema: keywords outside the subset, or an invalid schema."""
+    if not isinstance(schema, dict):
+        return [f"{where} must be a JSON Schema object, not {type(schema).__name__}"]
+    problems = [
+        f"{where} uses '{key}', which answer schemas do not support (they take: {', '.join(sorted(KEYWORDS))})"
+        for key in schema
+        if key not in KEYWORDS
+    ]
+    for name, sub in (schema.get("properties") or {}).items() if isinstance(schema.get("properties"), dict) else ():
+        problems.extend(schema_problems(sub, f"{where}.properties.{name}"))
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            problems.extend(schema_problems(schema[key], f"{where}.{key}"))
+    if problems or where != "answer_schema":
+        return problems
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        location = ".".join(str(p) for p in exc.absolute_path)
+        return [f"{where}{'.' + location if location else ''} is not a valid schema: {exc.message}"]
+    return []
+
+
+def answer_problem(answer: Any, schema: dict[str, Any]) -> str | None:
+    """Why `answer` does not fit `schema`, in one line naming the field; None if it fits."""
+    errors = sorted(Draft202012Validator(schema).iter_errors(answer), key=lambda e: [str(p) for p in e.absolute_path])
+    if not errors:
+        return None
+    error = errors[0]
+    field = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "required":
+        missing = error.message.split(" is a required property")[0]
+        return f"the answer lacks field {missing}" + (f" in '{field}'" if field else "")
+    message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
+    return f"field '{field}' of the answer: {message}" if field else f"the answer: {message}"
+
+
+def path_problem(schema: dict[str, Any], path: Sequence[str]) -> str | None:
+    """Whether a reference into an answer (`${step.status}`: path ["status"]) can exist under
+    `schema`; None if it can, or if the schema does not say."""
+    node: Any = schema
+    for depth, part in enumerate(path):
+        if not isinstance(node, dict):
+            return None
+        kind = node.get("type")
+        fields = node.get("properties")
+        if isinstance(fields, dict) and part in fields:
+            node = fields[part]
+            continue
+        if kind == "object" or isinstance(fields, dict):
+            extra = node.get("additionalProperties")
+            if isinstance(extra, dict):
+                node = extra
+                continue
+            if not fields:
+                return None  # an object whose fields the schema does not name
+            inside = f" in '{'.'.join(path[:depth])}'" if depth else ""
+            return f"the answer has no field '{part}'{inside} (its fields: {', '.join(sorted(fields))})"
+        if kind == "array":
+            if not part.isdigit():
+                return f"the answer is a list at '{'.'.join(path[:depth]) or 'its top'}', so '{part}' must be an index"
+            node = node.get("items")
+            continue
+        if kind in ("string", "number", "integer", "boolean", "null"):
+            return f"the answer is a {kind} at '{'.'.join(path[:depth]) or 'its top'}', which has no field '{part}'"
+        return None
+    return None

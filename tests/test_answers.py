@@ -1,0 +1,82 @@
+"""Typed answers (stratagem.answers): which answer schemas a plan may carry, what a wrong answer
+is told, and which references into an answer the plan validation catches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stratagem.answers import KEYWORDS, answer_problem, path_problem, schema_problems
+from stratagem.catalog import ToolCatalog, ToolSpec
+from stratagem.plan import PlanDraft
+from stratagem.validation import plan_problems
+
+TERMS = {
+    "type": "object",
+    "properties": {"status": {"enum": ["ok", "change"]}, "days": {"type": "integer", "minimum": 0}},
+    "required": ["status"],
+}
+
+
+def test_a_schema_outside_the_subset_is_refused_with_the_keyword_named() -> None:
+    assert schema_problems(TERMS) == []
+    # A pattern would let an answer cost the worker a regular-expression backtrack; $ref names
+    # documents elsewhere. Both are refused wherever they sit.
+    nested = {"type": "object", "properties": {"code": {"type": "string", "pattern": "(a+)+$"}}}
+    assert schema_problems(nested) == [
+        "answer_schema.properties.code uses 'pattern', which answer schemas do not support "
+        f"(they take: {', '.join(sorted(KEYWORDS))})"
+    ]
+    assert "uses '$ref'" in schema_problems({"$ref": "https://example.com/schema.json"})[0]
+    assert "is not a valid schema" in schema_problems({"type": "objekt"})[0]
+    assert schema_problems("object") == ["answer_schema must be a JSON Schema object, not str"]
+
+
+def test_a_wrong_answer_is_told_which_field_is_wrong() -> None:
+    assert answer_problem({"status": "ok", "days": 30}, TERMS) is None
+    assert answer_problem("ok", TERMS) == "the answer: 'ok' is not of type 'object'"
+    assert answer_problem({"days": 3}, TERMS) == "the answer lacks field 'status'"
+    assert (
+        answer_problem({"status": "maybe"}, TERMS)
+        == "field 'status' of the answer: 'maybe' is not one of ['ok', 'change']"
+    )
+    assert answer_problem({"status": "ok", "days": -1}, TERMS) == (
+        "field 'days' of the answer: -1 is less than the minimum of 0"
+    )
+
+
+def test_a_reference_into_an_answer_must_name_a_field_it_can_have() -> None:
+    assert path_problem(TERMS, ["status"]) is None
+    assert path_problem(TERMS, ["stauts"]) == "the answer has no field 'stauts' (its fields: days, status)"
+    assert path_problem({"type": "array", "items": TERMS}, ["0", "days"]) is None
+    assert "must be an index" in (path_problem({"type": "array"}, ["first"]) or "")
+    assert path_problem({"type": "string"}, ["x"]) == "the answer is a string at 'its top', which has no field 'x'"
+    assert path_problem({"type": "object"}, ["anything"]) is None  # fields not named: anything may be there
+
+
+def _plan(*steps: dict[str, Any]) -> PlanDraft:
+    return PlanDraft.model_validate({"goal": "g", "steps": list(steps)})
+
+
+CATALOG = ToolCatalog(tools=[ToolSpec(name="record", parameters={"type": "object"})])
+REVIEW = {"id": "review", "title": "Review", "kind": "human", "instructions": "Terms?", "answer_schema": TERMS}
+
+
+def test_plan_validation_checks_the_schema_and_references_into_the_answer() -> None:
+    good = {
+        "id": "file",
+        "title": "File",
+        "tool": "record",
+        "args": {"label": "${review.status}"},
+        "depends_on": ["review"],
+    }
+    assert plan_problems(_plan(REVIEW, good), CATALOG) == []
+    typo = {**good, "args": {"label": "${review.stauts}"}}
+    assert plan_problems(_plan(REVIEW, typo), CATALOG) == [
+        "step 'file' references ${review.stauts}, but the answer has no field 'stauts' (its fields: days, status)"
+    ]
+    on_a_tool = {**good, "answer_schema": TERMS}
+    assert plan_problems(_plan(REVIEW, on_a_tool), CATALOG) == [
+        "step 'file' has an answer_schema, but only human steps are answered"
+    ]
+    bad = {**REVIEW, "answer_schema": {"type": "string", "pattern": "x"}}
+    assert plan_problems(_plan(bad), CATALOG)[0].startswith("step 'review': answer_schema uses 'pattern'")
