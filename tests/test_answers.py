@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from stratagem.answers import KEYWORDS, answer_problem, path_problem, schema_problems
 from stratagem.catalog import ToolCatalog, ToolSpec
 from stratagem.plan import PlanDraft
@@ -80,3 +82,23 @@ def test_plan_validation_checks_the_schema_and_references_into_the_answer() -> N
     ]
     bad = {**REVIEW, "answer_schema": {"type": "string", "pattern": "x"}}
     assert plan_problems(_plan(bad), CATALOG)[0].startswith("step 'review': answer_schema uses 'pattern'")
+
+
+def test_a_typed_line_becomes_the_value_its_field_wants() -> None:
+    from stratagem.cli.prompting import answer_fields, coerce, describe_field
+
+    assert [(n, r) for n, _, r in answer_fields(TERMS)] == [("status", True), ("days", False)]
+    assert answer_fields({"type": "string"}) == [] and answer_fields(None) == []
+    assert describe_field({"enum": ["ok", "change"]}) == "ok / change"
+    assert describe_field({"type": "boolean"}) == "yes / no" and describe_field({}) == "any JSON value"
+    assert coerce("30", {"type": "integer"}) == 30 and coerce("2.5", {"type": "number"}) == 2.5
+    assert coerce("yes", {"type": "boolean"}) is True and coerce("No", {"type": "boolean"}) is False
+    assert coerce("[1, 2]", {"type": "array"}) == [1, 2] and coerce("3", {"enum": [1, 3]}) == 3
+    assert coerce("ok", {"enum": ["ok"]}) == "ok" and coerce("x y", {"type": "string"}) == "x y"
+    for text, schema, expected in [
+        ("3.5", {"type": "integer"}, "'3.5' is not a whole number"),
+        ("maybe", {"type": "boolean"}, "'maybe' is not yes or no"),
+        ("[1,", {"type": "array"}, "that is not valid JSON"),
+    ]:
+        with pytest.raises(ValueError, match=expected):
+            coerce(text, schema)

@@ -249,6 +249,46 @@ async def test_terminal_answers_json_and_survives_a_missing_editor(cli_env, tmp_
         terminal.close()
 
 
+async def test_a_typed_answer_is_asked_field_by_field_at_the_terminal(cli_env, tmp_path):
+    env, _ = cli_env
+    schema = {
+        "type": "object",
+        "properties": {"status": {"enum": ["ok", "change"]}, "days": {"type": "integer"}},
+        "required": ["status"],
+    }
+    typed = {
+        "goal": "terms",
+        "steps": [
+            {**TERMS["steps"][0], "answer_schema": schema},
+            step("log", "record", ["terms"], label="${terms.status} after ${terms.days} days"),
+        ],
+    }
+    plan = write_plan(tmp_path / "plan.yaml", typed)
+    terminal = Terminal(["run", *TOOLS, "--plan", plan, "--auto-approve"], {**env, "COLUMNS": "200"}, tmp_path)
+    try:
+        await terminal.expect("(the answer has the fields status, days: type each, or the whole answer as JSON")
+        await terminal.expect("status (ok / change): ")
+        terminal.type("maybe\n")
+        await terminal.expect("days (integer, optional): ")
+        terminal.type("thirty\n")
+        await terminal.expect("error: 'thirty' is not a whole number; try again")
+        await terminal.expect("days (integer, optional): ", times=2)
+        terminal.type("30\n")
+        # The run refuses what its schema does not allow, and the question comes back.
+        await terminal.expect(
+            "refused the answer: field 'status' of the answer: 'maybe' is not one of ['ok', 'change']"
+        )
+        await terminal.expect("status (ok / change): ", times=2)
+        terminal.type("ok\n")
+        await terminal.expect("days (integer, optional): ", times=3)
+        terminal.type("30\n")
+        await terminal.expect("log: ok after 30 days")
+        assert await terminal.exit_status() == 0
+        assert "Traceback" not in terminal.text
+    finally:
+        terminal.close()
+
+
 async def test_one_ctrl_c_stops_following_and_the_run_goes_on(cli_env, tmp_path):
     env, _ = cli_env
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})

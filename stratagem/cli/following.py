@@ -9,14 +9,15 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.text import Text
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 
 from ..client import RunHandle
-from ..ledger import EventKind
-from ..run_types import PendingDecision, Phase, RunResult
+from ..ledger import EventKind, Ledger
+from ..run_types import DecisionKind, PendingDecision, Phase, RunResult
 from ..server import owns_server
 from . import render, show
 from .decisions import reviewer
@@ -42,6 +43,16 @@ async def follow_attached(run: RunHandle, args: argparse.Namespace, by: str) -> 
             json_mode=args.json,
         )
         return 130
+
+
+def _answer_schema(ledger: Ledger, pending: PendingDecision) -> dict[str, Any] | None:
+    """The answer schema of the human step a question comes from, if it has one."""
+    if pending.kind is not DecisionKind.human_answer or pending.step_id is None or not ledger.revisions:
+        return None
+    try:
+        return ledger.revision(pending.revision).step(pending.step_id).answer_schema
+    except (KeyError, ValueError, IndexError):
+        return None
 
 
 def _key(pending: PendingDecision) -> tuple[str, int, str | None]:
@@ -81,13 +92,14 @@ async def follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str)
             if asking is None:
                 asking = next((p for k, p in pending.items() if k not in later), None)
                 if asking is not None:
-                    render.console.print(question(asking), end="", markup=False)
+                    render.console.print(question(asking, _answer_schema(ledger, asking)), end="", markup=False)
             elif fresh:
-                render.console.print(question(asking), end="", markup=False)
+                render.console.print(question(asking, _answer_schema(ledger, asking)), end="", markup=False)
             if asking is not None:
                 reply = await prompter.line(timeout=0.3)
                 if reply is not None:
-                    if await respond(run, asking, reply, by, prompter, drafts) == "later":
+                    schema = _answer_schema(ledger, asking)
+                    if await respond(run, asking, reply, by, prompter, drafts, schema) == "later":
                         later.add(_key(asking))
                         render.console.print(
                             f"later: still following run {run.id}; decide with the command below from any terminal, "

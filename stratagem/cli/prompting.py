@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..client import RunHandle
 from ..errors import DecisionRefusedError, PlanFileError
@@ -58,7 +59,56 @@ class Prompter:
         return text.strip()
 
 
-def question(pending: PendingDecision) -> str:
+def answer_fields(schema: dict[str, Any] | None) -> list[tuple[str, dict[str, Any], bool]]:
+    """The fields a typed answer asks one by one: (name, schema, required), for an object schema
+    that names its fields; otherwise none, and the answer is typed whole."""
+    if not schema or not isinstance(schema.get("properties"), dict) or not schema["properties"]:
+        return []
+    required = set(schema.get("required") or [])
+    return [
+        (name, sub if isinstance(sub, dict) else {}, name in required) for name, sub in schema["properties"].items()
+    ]
+
+
+def describe_field(schema: dict[str, Any]) -> str:
+    """What a field takes, briefly: `ok / change`, `integer`, `yes / no`."""
+    if "enum" in schema:
+        return " / ".join(json.dumps(v) if not isinstance(v, str) else v for v in schema["enum"])
+    kind = schema.get("type")
+    if kind == "boolean":
+        return "yes / no"
+    return kind if isinstance(kind, str) else "any JSON value"
+
+
+def coerce(text: str, schema: dict[str, Any]) -> Any:
+    """A typed line as the value `schema` wants: numbers and yes/no converted, JSON parsed for
+    lists, objects and enums of other than strings. ValueError says what was expected."""
+    kind = schema.get("type")
+    if kind == "integer":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"'{text}' is not a whole number") from None
+    if kind == "number":
+        try:
+            return float(text) if any(c in text for c in ".eE") else int(text)
+        except ValueError:
+            raise ValueError(f"'{text}' is not a number") from None
+    if kind == "boolean":
+        if text.lower() in ("y", "yes", "true", "1"):
+            return True
+        if text.lower() in ("n", "no", "false", "0"):
+            return False
+        raise ValueError(f"'{text}' is not yes or no")
+    if kind in ("object", "array") or (schema.get("enum") and not all(isinstance(v, str) for v in schema["enum"])):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"that is not valid JSON: {json_problem(exc)}") from None
+    return text
+
+
+def question(pending: PendingDecision, schema: dict[str, Any] | None = None) -> str:
     if pending.kind is DecisionKind.plan_approval:
         return f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: "
     if pending.kind is DecisionKind.step_approval:
@@ -68,7 +118,49 @@ def question(pending: PendingDecision) -> str:
             f"paused: {pending.prompt}\n"
             "raise it (for example: tokens=200000 cost=5 calls=100 seconds=3600), [s]top, or [l]ater: "
         )
+    fields = answer_fields(schema)
+    if fields:
+        name, sub, required = fields[0]
+        names = ", ".join(n for n, _, _ in fields)
+        return (
+            f"{pending.step_id} asks: {pending.prompt}\n"
+            f"(the answer has the fields {names}: type each, or the whole answer as JSON; empty for later)\n"
+            f"{_field_question(name, sub, required)}"
+        )
     return f"{pending.step_id} asks: {pending.prompt}\n(type the answer; JSON if it starts with {{ or [; empty for later)\n> "
+
+
+def _field_question(name: str, schema: dict[str, Any], required: bool) -> str:
+    return f"{name} ({describe_field(schema)}{'' if required else ', optional'}): "
+
+
+async def _typed_answer(
+    first: str, fields: list[tuple[str, dict[str, Any], bool]], prompter: Prompter
+) -> dict[str, Any]:
+    """The answer's fields, the first from the line already typed, the rest asked one by one.
+    A value that cannot be what its field wants is asked again; an optional field may be left empty."""
+    answer: dict[str, Any] = {}
+    reply: str | None = first
+    for name, schema, required in fields:
+        while True:
+            if reply is None:
+                render.console.print(_field_question(name, schema, required), end="", markup=False)
+                reply = await prompter.line(timeout=None)
+                if reply is None:  # end of input
+                    raise CliError("the answer was left unfinished")
+            if not reply:
+                if not required:
+                    break
+                render.console.print(f"{name} is required", markup=False)
+            else:
+                try:
+                    answer[name] = coerce(reply, schema)
+                    break
+                except ValueError as exc:
+                    render.errors.print(f"error: {exc}; try again", markup=False)
+            reply = None
+        reply = None
+    return answer
 
 
 async def _reason(prompter: Prompter) -> str:
@@ -77,7 +169,13 @@ async def _reason(prompter: Prompter) -> str:
 
 
 async def respond(
-    run: RunHandle, pending: PendingDecision, reply: str, by: str, prompter: Prompter, drafts: dict[int, Path]
+    run: RunHandle,
+    pending: PendingDecision,
+    reply: str,
+    by: str,
+    prompter: Prompter,
+    drafts: dict[int, Path],
+    schema: dict[str, Any] | None = None,
 ) -> str:
     """Act on a reply. Returns "later" when the person deferred the question."""
     choice = reply.lower()
@@ -118,7 +216,16 @@ async def respond(
             if not reply:
                 return "later"
             answer: object = reply
-            if reply.startswith(("{", "[")):
+            fields = answer_fields(schema)
+            if fields and not reply.startswith("{"):
+                answer = await _typed_answer(reply, fields, prompter)
+            elif schema and not fields and not reply.startswith(("{", "[")):
+                try:
+                    answer = coerce(reply, schema)
+                except ValueError as exc:
+                    render.errors.print(f"error: {exc}; try again", markup=False)
+                    return "retry"
+            elif reply.startswith(("{", "[")):
                 try:
                     answer = json.loads(reply)
                 except json.JSONDecodeError as exc:
