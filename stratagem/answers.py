@@ -81,9 +81,10 @@ def answer_problem(answer: Any, schema: dict[str, Any]) -> str | None:
     return f"field '{field}' of the answer: {message}" if field else f"the answer: {message}"
 
 
-def path_problem(schema: dict[str, Any], path: Sequence[str]) -> str | None:
+def path_problem(schema: dict[str, Any], path: Sequence[str], what: str = "the answer") -> str | None:
     """Whether a reference into an answer (`${step.status}`: path ["status"]) can exist under
-    `schema`; None if it can, or if the schema does not say."""
+    `schema`; None if it can, or if the schema does not say. `what` names the value in the message
+    (a tool step's output is checked the same way, against the tool's return type)."""
     node: Any = schema
     for depth, part in enumerate(path):
         if not isinstance(node, dict):
@@ -101,13 +102,13 @@ def path_problem(schema: dict[str, Any], path: Sequence[str]) -> str | None:
             if not fields:
                 return None  # an object whose fields the schema does not name
             inside = f" in '{'.'.join(path[:depth])}'" if depth else ""
-            return f"the answer has no field '{part}'{inside} (its fields: {', '.join(sorted(fields))})"
+            return f"{what} has no field '{part}'{inside} (its fields: {', '.join(sorted(fields))})"
         if kind == "array":
             if not part.isdigit():
-                return f"the answer is a list at '{'.'.join(path[:depth]) or 'its top'}', so '{part}' must be an index"
+                return f"{what} is a list at '{'.'.join(path[:depth]) or 'its top'}', so '{part}' must be an index"
             node = node.get("items")
             continue
         if kind in ("string", "number", "integer", "boolean", "null"):
-            return f"the answer is a {kind} at '{'.'.join(path[:depth]) or 'its top'}', which has no field '{part}'"
+            return f"{what} is a {kind} at '{'.'.join(path[:depth]) or 'its top'}', which has no field '{part}'"
         return None
     return None

@@ -15,6 +15,11 @@ class ToolSpec(BaseModel):
         default=True, description="False for read-only tools; such tools are safe to call again."
     )
     local: bool = Field(default=False, description="Run as a local activity (the fast path for cheap tools).")
+    returns: dict[str, Any] | None = Field(
+        default=None,
+        description="The output's JSON Schema when the tool's return type names its fields; plan validation "
+        "checks references into the output against it.",
+    )
 
 
 class ToolCatalog(BaseModel):

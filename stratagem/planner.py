@@ -57,6 +57,8 @@ def render_tools(catalog: ToolCatalog) -> str:
     for spec in catalog.tools:
         params = json.dumps(spec.parameters, separators=(",", ":"), sort_keys=True)
         lines.append(f"- {spec.name}: {spec.description.strip() or '(no description)'}\n  parameters: {params}")
+        if spec.returns is not None:  # what references into its output (${step.field}) may name
+            lines.append(f"  returns: {json.dumps(spec.returns, separators=(',', ':'), sort_keys=True)}")
     return "\n".join(lines)
 
 

@@ -66,9 +66,17 @@ def plan_problems(
 
     if not cycles:
         is_ancestor = ancestry(edges)
-        answer_schemas = {
-            s.id: s.answer_schema for s in plan.steps if s.kind is StepKind.human and isinstance(s.answer_schema, dict)
+        # What references into a step's output can be checked against: a human step's answer
+        # schema, or the return type of the tool a tool step calls.
+        shapes: dict[str, tuple[dict[str, Any], str]] = {
+            s.id: (s.answer_schema, "the answer")
+            for s in plan.steps
+            if s.kind is StepKind.human and isinstance(s.answer_schema, dict)
         }
+        for s in plan.steps:
+            spec = catalog.get(s.tool) if s.kind is StepKind.tool and s.tool else None
+            if spec is not None and spec.returns is not None:
+                shapes[s.id] = (spec.returns, f"the output of tool '{spec.name}'")
         for step in plan.steps:
             for ref in references_in(step.instructions, step.args):
                 if ref.step_id not in known:
@@ -83,8 +91,8 @@ def plan_problems(
                         f"step '{step.id}' references {ref}, but '{ref.step_id}' is not among its dependencies; "
                         f"add '{ref.step_id}' to depends_on (directly or through another step)"
                     )
-                elif (schema := answer_schemas.get(ref.step_id)) is not None and (
-                    problem := path_problem(schema, [str(p) for p in ref.path])
+                elif (shape := shapes.get(ref.step_id)) is not None and (
+                    problem := path_problem(shape[0], [str(p) for p in ref.path], shape[1])
                 ):
                     problems.append(f"step '{step.id}' references {ref}, but {problem}")
     return problems

@@ -6,10 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
+from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
 from stratagem.answers import KEYWORDS, answer_problem, path_problem, schema_problems
 from stratagem.catalog import ToolCatalog, ToolSpec
 from stratagem.plan import PlanDraft
+from stratagem.planner import render_tools
+from stratagem.tools import ToolRegistry, tool
 from stratagem.validation import plan_problems
 
 TERMS = {
@@ -102,3 +106,56 @@ def test_a_typed_line_becomes_the_value_its_field_wants() -> None:
     ]:
         with pytest.raises(ValueError, match=expected):
             coerce(text, schema)
+
+
+class Vendor(BaseModel):
+    vendor_id: str
+    email: str
+
+
+class Check(TypedDict):
+    passed: bool
+
+
+@tool
+def lookup(name: str) -> Vendor:
+    """Find a vendor."""
+    return Vendor(vendor_id="V1", email="a@b.c")
+
+
+@tool
+def checks(name: str) -> list[Check]:
+    """Run checks."""
+    return [{"passed": True}]
+
+
+@tool
+def loose(name: str) -> dict:
+    """Anything."""
+    return {}
+
+
+def test_references_into_a_tool_steps_output_are_checked_against_its_return_type() -> None:
+    registry = ToolRegistry()
+    for fn in (lookup, checks, loose):
+        registry.register(fn)
+    catalog = registry.catalog()
+    assert catalog.get("lookup").returns["properties"].keys() == {"vendor_id", "email"}
+    assert catalog.get("checks").returns["items"]["properties"].keys() == {"passed"}  # $ref inlined
+    assert catalog.get("loose").returns is None  # a bare dict says nothing to check against
+    assert "returns: {" in render_tools(catalog)  # the planner is told what it may reference
+
+    def using(label: str, tool_name: str = "lookup") -> PlanDraft:
+        return _plan(
+            {"id": "find", "title": "Find", "tool": tool_name, "args": {"name": "acme"}},
+            {"id": "use", "title": "Use", "tool": "loose", "args": {"name": label}, "depends_on": ["find"]},
+        )
+
+    assert plan_problems(using("${find.email}"), catalog) == []
+    assert plan_problems(using("${find.emial}"), catalog) == [
+        "step 'use' references ${find.emial}, but the output of tool 'lookup' has no field 'emial' "
+        "(its fields: email, vendor_id)"
+    ]
+    assert plan_problems(using("${find.0.passed}", "checks"), catalog) == []
+    assert "must be an index" in plan_problems(using("${find.passed}", "checks"), catalog)[0]
+    assert plan_problems(using("${find.whatever}", "loose"), catalog) == []

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..catalog import ToolCatalog, ToolSpec
@@ -74,6 +74,7 @@ class ToolDefinition:
     context_parameter: str | None
     side_effects: bool
     local: bool = False
+    returns: dict[str, Any] | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -88,6 +89,7 @@ class ToolDefinition:
             parameters=schema,
             side_effects=self.side_effects,
             local=self.local,
+            returns=self.returns,
         )
 
 
@@ -146,6 +148,7 @@ def define_tool(
     )
     doc = inspect.getdoc(fn) or ""
     return ToolDefinition(
+        returns=_return_schema(hints.get("return")),
         name=tool_name,
         description=description if description is not None else doc,
         function=fn,
@@ -154,6 +157,34 @@ def define_tool(
         side_effects=side_effects,
         local=local,
     )
+
+
+def _return_schema(annotation: Any) -> dict[str, Any] | None:
+    """The JSON Schema of a return type that names its fields (a pydantic model, a TypedDict, a
+    list of them), with `$ref`s inlined; None for anything less telling (dict, str, Any)."""
+    if annotation is None or annotation is Any:
+        return None
+    try:
+        schema = TypeAdapter(annotation).json_schema()
+    except Exception:  # a type pydantic cannot describe: the output is simply not checked
+        return None
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any, depth: int = 0) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                target = definitions.get(ref.removeprefix("#/$defs/"))
+                return inline(target, depth + 1) if target is not None and depth < 8 else {}
+            return {k: inline(v, depth) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v, depth) for v in node]
+        return node
+
+    schema = inline(schema)
+    items = schema.get("items") if schema.get("type") == "array" else None
+    telling = schema.get("properties") or (isinstance(items, dict) and items.get("properties"))
+    return schema if telling else None
 
 
 class ToolRegistry:
