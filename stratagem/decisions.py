@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from .answers import answer_problem
 from .errors import DecisionRefusedError
@@ -97,9 +98,19 @@ def check_answer(state: RunState, answer: AnswerInput) -> None:
     check_open(state)
     if pending_for(state, DecisionKind.human_answer, answer.step_id) is None:
         raise DecisionRefusedError(f"step '{answer.step_id}' is not waiting for an answer")
-    schema = state.plan.step(answer.step_id).answer_schema if state.plan else None
+    schema = _answer_schema(state, answer.step_id)
     if schema is not None and (problem := answer_problem(answer.answer, schema)):
         raise DecisionRefusedError(f"step '{answer.step_id}' refused the answer: {problem}")
+
+
+def _answer_schema(state: RunState, step_id: str) -> dict[str, Any] | None:
+    """The answer schema of a step of the current plan (None: no plan, no such step, no schema)."""
+    if state.plan is None:
+        return None
+    try:
+        return state.plan.step(step_id).answer_schema
+    except KeyError:
+        return None
 
 
 def check_budget(state: RunState, decision: BudgetInput, *, elapsed_seconds: float) -> None:

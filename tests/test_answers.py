@@ -7,12 +7,17 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from support.states import NOW, make_state
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
+from stratagem import decisions
 from stratagem.answers import KEYWORDS, answer_problem, path_problem, schema_problems
 from stratagem.catalog import ToolCatalog, ToolSpec
+from stratagem.cli.prompting import answer_fields, coerce, describe_field
+from stratagem.errors import DecisionRefusedError
 from stratagem.plan import PlanDraft
 from stratagem.planner import render_tools
+from stratagem.run_types import AnswerInput, DecisionKind, PendingDecision
 from stratagem.tools import ToolRegistry, tool
 from stratagem.validation import plan_problems
 
@@ -89,8 +94,6 @@ def test_plan_validation_checks_the_schema_and_references_into_the_answer() -> N
 
 
 def test_a_typed_line_becomes_the_value_its_field_wants() -> None:
-    from stratagem.cli.prompting import answer_fields, coerce, describe_field
-
     assert [(n, r) for n, _, r in answer_fields(TERMS)] == [("status", True), ("days", False)]
     assert answer_fields({"type": "string"}) == [] and answer_fields(None) == []
     assert describe_field({"enum": ["ok", "change"]}) == "ok / change"
@@ -159,3 +162,13 @@ def test_references_into_a_tool_steps_output_are_checked_against_its_return_type
     assert plan_problems(using("${find.0.passed}", "checks"), catalog) == []
     assert "must be an index" in plan_problems(using("${find.passed}", "checks"), catalog)[0]
     assert plan_problems(using("${find.whatever}", "loose"), catalog) == []
+
+
+def test_an_answer_for_a_step_the_plan_lost_is_refused_as_not_waiting_not_as_a_crash() -> None:
+    state = make_state()
+    # A pending question whose step is not in the plan (a state no rule should make): the check
+    # refuses nothing on the schema's account and does not fail with a KeyError.
+    state.pending = [PendingDecision(kind=DecisionKind.human_answer, revision=1, since=NOW, step_id="ghost")]
+    decisions.check_answer(state, AnswerInput(step_id="ghost", answer="x", by="ann"))
+    with pytest.raises(DecisionRefusedError, match="not waiting for an answer"):
+        decisions.check_answer(state, AnswerInput(step_id="first", answer="x", by="ann"))
