@@ -125,10 +125,3 @@ def run_prices(models: list[str], extra: dict[str, Price], *, need_all: bool) ->
             "add it under prices: in the configuration file (USD per million tokens)"
         )
     return prices
-
-
-def with_defaults(values: dict[str, Any]) -> dict[str, Any]:
-    """One model may play both roles: without an executor, the planner executes its own plan."""
-    if not values.get("executor") and values.get("planner"):
-        values["executor"] = values["planner"]
-    return values

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from stratagem.cli import parser
+from stratagem.cli.start import run_options
 from stratagem.errors import ConfigError
-from stratagem.model_config import load_config, run_prices, with_defaults
+from stratagem.model_config import load_config, run_prices
 from stratagem.usage import Price
 
 
@@ -79,8 +81,11 @@ def test_every_mistake_in_a_file_is_reported_at_once_in_file_order(tmp_path):
 
 
 def test_the_planner_executes_when_no_executor_is_named():
-    assert with_defaults({"planner": "openai:a", "executor": None})["executor"] == "openai:a"
-    assert with_defaults({"planner": "openai:a", "executor": "openai:b"})["executor"] == "openai:b"
+    """As `stratagem run` builds a run's options (cli/start.run_options), not a copy of the rule."""
+    run = parser().parse_args(["run", "g", "--planner", "openai:a"])
+    assert run_options(run, None, None).executor == "openai:a"
+    both = parser().parse_args(["run", "g", "--planner", "openai:a", "--executor", "openai:b"])
+    assert run_options(both, None, None).executor == "openai:b"
 
 
 def test_a_cost_budget_needs_a_price_for_every_model():

@@ -67,8 +67,7 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
                 f"note: no API key is used; llm steps answer from scripted responses in {executor.removeprefix('scripted:')}",
                 json_mode=args.json,
             )
-    # One model may play both roles (as model_config.with_defaults says): without an executor,
-    # the planner executes its own plan.
+    # One model may play both roles: without an executor, the planner executes its own plan.
     executor = executor or planner
     if mode is Mode.joint:
         if args.plan:
