@@ -52,8 +52,10 @@ def schema_problems(schema: Any, where: str = "answer_schema") -> list[str]:
         for key in schema
         if key not in KEYWORDS
     ]
-    for name, sub in (schema.get("properties") or {}).items() if isinstance(schema.get("properties"), dict) else ():
-        problems.extend(schema_problems(sub, f"{where}.properties.{name}"))
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name, sub in properties.items():
+            problems.extend(schema_problems(sub, f"{where}.properties.{name}"))
     for key in ("items", "additionalProperties"):
         if isinstance(schema.get(key), dict):
             problems.extend(schema_problems(schema[key], f"{where}.{key}"))

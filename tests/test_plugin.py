@@ -4,6 +4,7 @@ the deployment's keys, because the worker takes the plugin from its client."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -84,6 +85,7 @@ async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployme
         for _ in range(200):
             if awaiting(await run.status()):
                 break
+            await asyncio.sleep(0.05)
         with pytest.raises(DecisionRefusedError, match="only signed decisions"):
             await run.approve(ApproveInput(by="alice", revision=1))  # a claim, not a signature
         assert (await run.status()).phase is Phase.awaiting_approval

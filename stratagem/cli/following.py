@@ -47,11 +47,11 @@ async def follow_attached(run: RunHandle, args: argparse.Namespace, by: str) -> 
 
 def _answer_schema(ledger: Ledger, pending: PendingDecision) -> dict[str, Any] | None:
     """The answer schema of the human step a question comes from, if it has one."""
-    if pending.kind is not DecisionKind.human_answer or pending.step_id is None or not ledger.revisions:
+    if pending.kind is not DecisionKind.human_answer or pending.step_id is None:
         return None
     try:
         return ledger.revision(pending.revision).step(pending.step_id).answer_schema
-    except (KeyError, ValueError, IndexError):
+    except KeyError:  # a revision or step this ledger does not hold
         return None
 
 
