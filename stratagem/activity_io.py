@@ -82,6 +82,22 @@ class ToolStepInput(CompactModel):
     workspace: str | None = Field(default=None, description="The run's own workspace (RunOptions.workspace).")
 
 
+class CallDecision(CompactModel):
+    """A person's decision on one tool call an llm step's executor wants to make."""
+
+    approved: bool
+    by: str
+    reason: str = ""
+
+
+class AwaitedCall(CompactModel):
+    """A tool call an llm step's executor paused on: it waits for a person's decision."""
+
+    call_id: str = Field(description="The call's position in the step's conversation, as text.")
+    tool: str
+    arguments: str = Field(description="The exact arguments as JSON (credentials redacted, cut at 2,000 characters).")
+
+
 class LlmStepInput(CompactModel):
     run_id: str
     execution_id: str = ""
@@ -100,6 +116,14 @@ class LlmStepInput(CompactModel):
         default=None, description="What is left of the run's model budgets; checked before every model call."
     )
     workspace: str | None = Field(default=None, description="The run's own workspace (RunOptions.workspace).")
+    resume: dict[str, Any] | None = Field(
+        default=None,
+        description="The executor's progress, in the store, when an earlier dispatch paused on a tool call that "
+        "needs approval (StepOutput.resume): the conversation goes on from there.",
+    )
+    call_decisions: dict[str, CallDecision] = Field(
+        default_factory=dict, description="Decisions on paused tool calls, by call id."
+    )
 
 
 class StepOutput(CompactModel):
@@ -109,6 +133,12 @@ class StepOutput(CompactModel):
     calls: list[CallUsage] = Field(default_factory=list, description="Model calls, failed attempts' included.")
     tool_calls: list[ToolCallRecord] = Field(default_factory=list, description="Tool calls of an llm step's executor.")
     transcript: dict[str, Any] | None = Field(default=None, description="An llm step's conversation, in the store.")
+    awaiting: AwaitedCall | None = Field(
+        default=None,
+        description="Set when the executor paused on a tool call that needs a person: the step is not done, "
+        "and `output` is empty. Dispatch it again with `resume` and the decision.",
+    )
+    resume: dict[str, Any] | None = Field(default=None, description="The paused executor's progress, in the store.")
 
 
 class SynthesisInput(BaseModel):

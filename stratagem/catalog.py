@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .plan import Risk
+
 
 class ToolSpec(BaseModel):
     name: str
@@ -20,6 +22,25 @@ class ToolSpec(BaseModel):
         description="The output's JSON Schema when the tool's return type names its fields; plan validation "
         "checks references into the output against it.",
     )
+    risk: Risk | None = Field(
+        default=None, description="The tool's own risk: a floor no plan can lower (the higher of the two counts)."
+    )
+    requires_approval: bool = Field(
+        default=False, description="Every use needs a person's approval: its step, or each call an llm step makes."
+    )
+    irreversible: bool = Field(
+        default=False, description="Its effects cannot be undone: risk high, and every use needs approval."
+    )
+
+    @property
+    def floor(self) -> Risk | None:
+        """The least risk a step using this tool has."""
+        return Risk.high if self.irreversible else self.risk
+
+    @property
+    def needs_approval(self) -> bool:
+        """Whether each use waits for a person, whatever a plan says."""
+        return self.requires_approval or self.irreversible or self.risk is Risk.high
 
 
 class ToolCatalog(BaseModel):
