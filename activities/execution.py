@@ -19,11 +19,11 @@ from temporalio import activity
 from stratagem import activity_io
 from stratagem.config import WORKSPACE_ROOTS_ENV
 from stratagem.errors import ConfigError
-from stratagem.executor import Executor, ExecutorProgress
+from stratagem.executor import AwaitingApproval, Executor, ExecutorProgress
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.references import resolve_step
-from stratagem.store import OutputStore, default_store, externalize, hydrate, store_value
+from stratagem.store import OutputStore, StoreError, default_store, externalize, hydrate, store_value
 from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolContext, ToolRegistry
 
@@ -83,16 +83,28 @@ class ExecutionActivities:
     @activity.defn(name=activity_io.RUN_LLM)
     async def run_llm(self, request: activity_io.LlmStepInput) -> activity_io.StepOutput:
         """Run the step's executor loop. Each round is checkpointed, so a retry resumes the
-        conversation and the usage of every attempt is reported, whether the step ends well or not."""
+        conversation and the usage of every attempt is reported, whether the step ends well or not.
+
+        Before a tool call that needs a person's approval, and for which `call_decisions` holds no
+        decision, the loop stops: the output then has `awaiting` (the call) and `resume` (the
+        progress, always in the store), and no `output`. Dispatching the step again with that
+        `resume` and the decision goes on from the same call. The model and tool calls an output
+        or a failure reports are those made since the dispatch began: a pause reported its own."""
         with attempt_span(*_attempt(request.run_id, request.step.id, request.revision, "llm", request.model)):
             return await self._run_llm(request)
 
     async def _run_llm(self, request: activity_io.LlmStepInput) -> activity_io.StepOutput:
         info = activity.info()
         checkpoint = Checkpoint(self._heartbeat_every)
-        progress = _resume(checkpoint.previous())
         key = _key(request.run_id, request.step.id)
+        progress = ExecutorProgress()
+        if request.resume is None and request.call_decisions:
+            # Call ids are positions in one conversation: a fresh one starts again at 0, where a
+            # decision about an earlier conversation's call must not approve a different call.
+            activity.logger.warning("ignoring call decisions sent without the conversation they decide on")
+            request = request.model_copy(update={"call_decisions": {}})
         try:
+            progress = self._progress(checkpoint.previous(), request)
             request = _materialized(request, self._store)
             executor = Executor(
                 load_model(request.model, price=request.price),
@@ -104,7 +116,20 @@ class ExecutionActivities:
                 save=lambda p: checkpoint.save(_checkpoint_of(p)),
                 request_timeout=lambda: request_timeout(request_timeout_default()),
             )
-            output = await checkpoint.run(executor.run())
+            try:
+                output = await checkpoint.run(executor.run())
+            except AwaitingApproval as paused:
+                # Not a failure: the step waits for a person. The progress goes to the store, not
+                # history (a conversation can be large), and the next dispatch goes on from it.
+                resume = store_value(self._store, f"{key}/progress", progress.model_dump(mode="json"))
+                return activity_io.StepOutput(
+                    attempt=info.attempt,
+                    model=request.model,
+                    calls=progress.new_calls,
+                    tool_calls=progress.new_tool_calls,
+                    awaiting=paused.awaited,
+                    resume=resume,
+                )
             output = externalize(self._store, key, output)
             transcript = _transcript(self._store, key, progress)
         except asyncio.CancelledError:
@@ -115,17 +140,35 @@ class ExecutionActivities:
             checkpoint.save(_checkpoint_of(progress))
             raise as_application_error(
                 exc,
-                calls=[c.model_dump(mode="json") for c in progress.calls],
-                tool_calls=[t.model_dump(mode="json") for t in progress.tool_calls],
+                calls=[c.model_dump(mode="json") for c in progress.new_calls],
+                tool_calls=[t.model_dump(mode="json") for t in progress.new_tool_calls],
             )
         return activity_io.StepOutput(
             output=output,
             attempt=info.attempt,
             model=request.model,
-            calls=progress.calls,
-            tool_calls=progress.tool_calls,
+            calls=progress.new_calls,
+            tool_calls=progress.new_tool_calls,
             transcript=transcript,
         )
+
+    def _progress(self, previous: Any, request: activity_io.LlmStepInput) -> ExecutorProgress:
+        """Where the executor starts: the earlier attempt's checkpoint, else the progress of the
+        dispatch that paused (`request.resume`), else nothing.
+
+        A checkpoint too large to carry its conversation still has the counts; with a paused
+        conversation to go on from, the attempt goes on from that one (the calls made since it
+        are repeated, at new positions) rather than from nothing."""
+        checkpointed = _readable(previous)
+        if request.resume is None:
+            return checkpointed or ExecutorProgress()
+        if checkpointed is not None and checkpointed.messages:
+            return checkpointed
+        paused = _paused(self._store, request.resume, request.step.id)
+        if checkpointed is None:
+            return paused
+        checkpointed.messages = paused.messages
+        return checkpointed
 
 
 def _attempt(
@@ -175,14 +218,30 @@ def _transcript(store: OutputStore, key: str, progress: ExecutorProgress) -> dic
     return store_value(store, f"{key}/transcripts", [m.model_dump(mode="json") for m in progress.messages])
 
 
-def _resume(previous: Any) -> ExecutorProgress:
+def _readable(previous: Any) -> ExecutorProgress | None:
+    """The earlier attempt's checkpoint, or None."""
     if previous is None:
-        return ExecutorProgress()
+        return None
     try:
         return ExecutorProgress.model_validate(previous)
     except ValidationError:
         activity.logger.warning("ignoring an unreadable checkpoint from the previous attempt")
-        return ExecutorProgress()
+        return None
+
+
+def _paused(store: OutputStore, resume: dict[str, Any], step_id: str) -> ExecutorProgress:
+    """The progress a paused dispatch stored, everything in it counted as reported already.
+    Unreadable, the step cannot go on (another attempt would read the same), so the error is final."""
+    why = f"step '{step_id}' cannot go on from its paused conversation"
+    try:
+        return ExecutorProgress.model_validate(hydrate(store, resume)).resumed()
+    except StoreError as exc:
+        raise StoreError(f"{why}: {exc}") from None
+    except ValidationError as exc:
+        raise StoreError(
+            f"{why}: the stored progress is not an executor's "
+            f"({exc.error_count()} problems, the first: {exc.errors()[0]['msg']})"
+        ) from None
 
 
 def _checkpoint_of(progress: ExecutorProgress) -> dict[str, Any]:

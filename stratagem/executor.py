@@ -10,6 +10,16 @@ calling a tool, or fails after `max_rounds` model calls.
 The loop's progress (conversation, model calls, tool calls) is an `ExecutorProgress` that the
 activity checkpoints after every round, so a retried attempt resumes the conversation instead
 of paying for it, and of calling its tools, again.
+
+A tool the worker registered as needing approval (`@tool(requires_approval=True)`, risk high,
+irreversible) is never called on the model's say-so alone. Before such a call runs, the executor
+looks up a person's decision for it in `LlmStepInput.call_decisions`, by call id (the call's
+position in the conversation, as text). Without one it stops with `AwaitingApproval`: the
+activity stores the progress and returns, the workflow waits for the decision and dispatches the
+step again with the progress and the decision, and the conversation goes on from the same call,
+at the same position, so with the same idempotency key. A rejected call is not run; the model is
+told who rejected it and why. Which tools wait comes from the worker's registry only: neither a
+plan nor a request can switch it off.
 """
 
 from __future__ import annotations
@@ -45,11 +55,40 @@ class ExecutorProgress(BaseModel):
     calls: list[CallUsage] = Field(default_factory=list, description="Model calls, every attempt's.")
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     json_repairs: int = 0
+    reported_calls: int = Field(
+        default=0, description="How many of `calls` an earlier dispatch (one that paused) reported already."
+    )
+    reported_tool_calls: int = Field(
+        default=0, description="How many of `tool_calls` an earlier dispatch (one that paused) reported already."
+    )
 
     @property
     def rounds(self) -> int:
         """Model calls made for the step, in every attempt (also when a conversation restarted)."""
         return len(self.calls)
+
+    @property
+    def new_calls(self) -> list[CallUsage]:
+        """The model calls this dispatch made: the workflow counted the earlier ones when the step paused."""
+        return self.calls[self.reported_calls :]
+
+    @property
+    def new_tool_calls(self) -> list[ToolCallRecord]:
+        """The tool calls this dispatch made (see `new_calls`)."""
+        return self.tool_calls[self.reported_tool_calls :]
+
+    def resumed(self) -> ExecutorProgress:
+        """This progress as a later dispatch goes on from it: everything in it already reported."""
+        return self.model_copy(update={"reported_calls": len(self.calls), "reported_tool_calls": len(self.tool_calls)})
+
+
+class AwaitingApproval(Exception):
+    """The executor stopped before a tool call that waits for a person's decision. Not an error:
+    the step is not done, and goes on when it is dispatched again with the decision."""
+
+    def __init__(self, awaited: activity_io.AwaitedCall):
+        super().__init__(f"tool call {awaited.call_id} ({awaited.tool}) waits for a decision")
+        self.awaited = awaited
 
 
 def executor_messages(request: activity_io.LlmStepInput, tool_names: list[str]) -> list[Message]:
@@ -95,6 +134,8 @@ class Executor:
         self.allowed = list(request.step.tools)
         # The allowlist is fixed here, from the approved step; tool results cannot extend it.
         self.specs = [registry.get(name).spec() for name in self.allowed if name in registry]
+        # From the worker's own registrations, never from the plan or the request.
+        self.gated = {spec.name for spec in self.specs if spec.needs_approval}
         if not progress.messages:
             progress.messages = executor_messages(request, self.allowed)
 
@@ -148,7 +189,9 @@ class Executor:
 
     async def _finish_round(self) -> None:
         """Answer the tool calls of the last assistant turn that have no result yet, saving the
-        progress after each, so an attempt that dies midway resumes with the calls it owes."""
+        progress after each, so an attempt that dies midway resumes with the calls it owes. A call
+        that waits for a person stops the round there: the calls before it keep their results,
+        and the dispatch that goes on from the pause answers it and the ones after it."""
         messages = self.progress.messages
         turn = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
         if turn is None or not messages[turn].tool_calls:
@@ -178,11 +221,13 @@ class Executor:
             return _REPAIR
 
     def _check_allowance(self) -> None:
-        """Before a model call: stop if this step has used what the run's budget had left for it."""
+        """Before a model call: stop if this step has used what the run's budget had left for it.
+        The allowance was worked out when this dispatch began, so it counts only the calls made
+        since: the workflow had already charged the run for the calls before a pause."""
         left = self.request.allowance
         if left is None:
             return
-        calls = self.progress.calls
+        calls = self.progress.new_calls
         tokens = sum(c.input_tokens + c.output_tokens for c in calls)
         price = self.request.price
         used: dict[str, float] = {"model_calls": len(calls), "tokens": tokens}
@@ -190,7 +235,7 @@ class Executor:
             used["cost_usd"] = sum(price.cost(c.input_tokens, c.output_tokens) for c in calls)
         # The next call is at least as large as the last (the conversation only grows), and
         # so is it as large as the largest call the run has seen (the first one of the step, too).
-        last = calls[-1] if calls else None
+        last = self.progress.calls[-1] if self.progress.calls else None
         last_tokens = last.input_tokens + last.output_tokens if last else 0
         upcoming: dict[str, float] = {"model_calls": 1, "tokens": max(last_tokens, left.call_tokens)}
         if price is not None:
@@ -201,8 +246,8 @@ class Executor:
             if limit is not None and value + upcoming.get(name, 0) > limit:
                 shown = f"${value:,.4f} of ${limit:,.4f}" if name == "cost_usd" else f"{value:,} of {limit:,}"
                 raise BudgetReachedError(
-                    f"step '{self.request.step.id}' stopped before model call {len(calls) + 1}: it used {shown} "
-                    f"{name.replace('_usd', '').replace('_', ' ')} the run's budget had left"
+                    f"step '{self.request.step.id}' stopped before model call {self.progress.rounds + 1}: it used "
+                    f"{shown} {name.replace('_usd', '').replace('_', ' ')} the run's budget had left"
                 )
 
     async def _call_tool(self, call: ToolCall) -> Message:
@@ -237,6 +282,19 @@ class Executor:
         if call.arguments is None:
             why = f"the arguments are not a JSON object: {call.raw_arguments[:200]}"
             return answer(ToolCallStatus.error, f"Error: {why}. Call it again with a JSON object.", why)
+        approved_by = ""
+        if call.name in self.gated:
+            decision = self.request.call_decisions.get(str(position))
+            if decision is None:
+                # Nothing is recorded for the call, so a resumed conversation reaches it again at
+                # the same position.
+                raise AwaitingApproval(
+                    activity_io.AwaitedCall(call_id=str(position), tool=call.name, arguments=redact(arguments)[:2000])
+                )
+            if not decision.approved:
+                why = f"rejected by {decision.by}" + (f": {decision.reason}" if decision.reason else "")
+                return answer(ToolCallStatus.refused, f"{why[0].upper()}{why[1:]}. The call was not run.", why)
+            approved_by = f"approved by {decision.by}"
         context = ToolContext(
             run_id=self.request.run_id,
             step_id=self.request.step.id,
@@ -254,7 +312,7 @@ class Executor:
         text = output if isinstance(output, str) else json.dumps(output, default=str)
         if len(text) > MAX_TOOL_RESULT_CHARS:
             text = text[:MAX_TOOL_RESULT_CHARS] + f"\n[cut: {len(text):,} characters in all]"
-        return answer(ToolCallStatus.ok, text)
+        return answer(ToolCallStatus.ok, text, approved_by)
 
 
 _REPAIR = object()

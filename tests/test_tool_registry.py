@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from stratagem.errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
+from stratagem.plan import Risk
 from stratagem.tools import ToolContext, ToolDefinition, ToolRegistry, idempotency_key, tool
 from stratagem.tools.registry import define_tool
 
@@ -158,6 +159,40 @@ def test_unresolvable_annotation_is_refused() -> None:
 
     with pytest.raises(ToolRegistrationError, match=r"^tool 'broken': cannot read its type hints \(.*NoSuchType"):
         define_tool(broken)
+
+
+def test_a_bad_risk_is_refused_at_registration() -> None:
+    def wire(amount: int) -> str:
+        return "sent"
+
+    with pytest.raises(ToolRegistrationError) as caught:
+        tool(risk="extreme")(wire)
+    assert str(caught.value) == "tool 'wire': risk must be one of 'low', 'medium', 'high', not 'extreme'"
+    with pytest.raises(ToolRegistrationError, match=r"^tool 'wire': risk must be one of"):
+        define_tool(wire, risk="HIGH")
+
+
+def test_a_tools_own_risk_and_approval_reach_its_spec() -> None:
+    def wire(amount: int) -> str:
+        return "sent"
+
+    plain = define_tool(wire).spec()
+    assert plain.risk is None and not (plain.requires_approval or plain.irreversible or plain.needs_approval)
+    medium = define_tool(wire, risk="medium").spec()
+    assert medium.risk is Risk.medium and not medium.needs_approval
+    assert define_tool(wire, risk=Risk.high).spec().needs_approval
+    assert define_tool(wire, requires_approval=True).spec().needs_approval
+    undoable = define_tool(wire, irreversible=True).spec()
+    assert undoable.irreversible and undoable.floor is Risk.high and undoable.needs_approval
+
+    @tool(risk="high", irreversible=True)
+    def drop_table(table: str) -> None:
+        """Drop a table."""
+
+    registry = ToolRegistry()
+    registry.register(drop_table)
+    spec = registry.catalog().get("drop_table")
+    assert spec is not None and (spec.risk, spec.irreversible) == (Risk.high, True)
 
 
 # --- the registry -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ..catalog import ToolCatalog, ToolSpec
 from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
+from ..plan import Risk
 from ..telemetry import tool_call_span
 
 _MARK = "__stratagem_tool__"
@@ -75,6 +76,9 @@ class ToolDefinition:
     side_effects: bool
     local: bool = False
     returns: dict[str, Any] | None = None
+    risk: Risk | None = None
+    requires_approval: bool = False
+    irreversible: bool = False
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -90,6 +94,9 @@ class ToolDefinition:
             side_effects=self.side_effects,
             local=self.local,
             returns=self.returns,
+            risk=self.risk,
+            requires_approval=self.requires_approval,
+            irreversible=self.irreversible,
         )
 
 
@@ -100,15 +107,36 @@ def tool(
     description: str | None = None,
     side_effects: bool = True,
     local: bool = False,
+    risk: Risk | str | None = None,
+    requires_approval: bool = False,
+    irreversible: bool = False,
 ) -> Any:
     """Register a function as a tool. Use bare (`@tool`) or with options (`@tool(name=...)`).
 
     `local=True` is the fast path for cheap, quick, deterministic tools: their steps run as
     Temporal local activities, in the worker that runs the workflow, with no task queue round
-    trip. Keep it for tools that finish in well under a second."""
+    trip. Keep it for tools that finish in well under a second.
+
+    A tool can say how dangerous it is, and no plan can say less (stratagem.risk):
+    `risk="low" | "medium" | "high"` is the least risk of a step that calls it;
+    `requires_approval=True` makes every use wait for a person; `irreversible=True` (effects
+    that cannot be undone) means both risk high and approval. A tool step that calls such a tool
+    waits for its approval, however the plan marks it; an llm step's executor pauses before each
+    call to it until a person approves or rejects that call (stratagem.executor). The worker's
+    own registration decides this, never a plan or a request."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(fn, _MARK, define_tool(fn, name=name, description=description, side_effects=side_effects, local=local))
+        definition = define_tool(
+            fn,
+            name=name,
+            description=description,
+            side_effects=side_effects,
+            local=local,
+            risk=risk,
+            requires_approval=requires_approval,
+            irreversible=irreversible,
+        )
+        setattr(fn, _MARK, definition)
         return fn
 
     return mark(function) if function is not None else mark
@@ -121,8 +149,16 @@ def define_tool(
     description: str | None = None,
     side_effects: bool = True,
     local: bool = False,
+    risk: Risk | str | None = None,
+    requires_approval: bool = False,
+    irreversible: bool = False,
 ) -> ToolDefinition:
     tool_name = name or fn.__name__
+    try:
+        tool_risk = None if risk is None else Risk(risk)
+    except ValueError:
+        choices = ", ".join(repr(r.value) for r in Risk)
+        raise ToolRegistrationError(f"tool '{tool_name}': risk must be one of {choices}, not {risk!r}") from None
     try:
         # include_extras keeps Annotated[..., Field(...)] metadata (descriptions, bounds) for the schema.
         hints = get_type_hints(fn, include_extras=True)
@@ -156,6 +192,9 @@ def define_tool(
         context_parameter=context_parameter,
         side_effects=side_effects,
         local=local,
+        risk=tool_risk,
+        requires_approval=requires_approval,
+        irreversible=irreversible,
     )
 
 
