@@ -14,10 +14,12 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from .activity_io import CallDecision
 from .answers import answer_problem
 from .errors import DecisionRefusedError
-from .ledger import Decision, DecisionAction, EventKind
-from .plan import Plan, Risk, Step
+from .ledger import Decision, DecisionAction, EventKind, StepStatus
+from .plan import Plan, PlanDraft, Risk, Step, StepKind
+from .risk import effective_risk
 from .run_types import (
     AnswerInput,
     ApproveInput,
@@ -28,6 +30,8 @@ from .run_types import (
     PendingDecision,
     Phase,
     RejectInput,
+    RepairAction,
+    RepairInput,
     ReviseInput,
     RunState,
 )
@@ -64,53 +68,198 @@ def check_approver(state: RunState, by: str) -> None:
         raise DecisionRefusedError(f"{by} is not on this run's approver list ({names})")
 
 
+def step_approvers(state: RunState, step_id: str) -> list[str] | None:
+    """The people a step's `approvers` name, groups expanded; None when it names nobody."""
+    step = _step(state, step_id)
+    if step is None or not step.approvers:
+        return None
+    groups = state.options.approver_groups
+    people: list[str] = []
+    for name in step.approvers:
+        for person in groups.get(name, [name]):
+            if person not in people:
+                people.append(person)
+    return people
+
+
+def check_step_approver(state: RunState, by: str, step_id: str) -> None:
+    """A step that names its approvers takes decisions about it from them only (on top of the run's list)."""
+    people = step_approvers(state, step_id)
+    if people is not None and by not in people:
+        step = _step(state, step_id)
+        named = ", ".join(step.approvers) if step is not None else ""
+        raise DecisionRefusedError(
+            f"{by} may not decide on step '{step_id}': its approvers are {named} ({', '.join(people)})"
+        )
+
+
 def check_approve(state: RunState, decision: ApproveInput) -> None:
     check_open(state)
     check_approver(state, decision.by)
     check_revision(state, decision.revision)
-    if decision.step_id is not None:
+    if decision.call_id is not None:
+        if decision.step_id is None:
+            raise DecisionRefusedError("a tool call is approved with its step: give --step as well as --call")
+        if pending_call(state, decision.step_id, decision.call_id) is None:
+            raise DecisionRefusedError(
+                f"step '{decision.step_id}' has no tool call {decision.call_id} waiting for approval"
+            )
+        check_step_approver(state, decision.by, decision.step_id)
+    elif decision.step_id is not None:
         if pending_for(state, DecisionKind.step_approval, decision.step_id) is None:
             raise DecisionRefusedError(f"step '{decision.step_id}' is not waiting for approval")
+        check_step_approver(state, decision.by, decision.step_id)
     elif state.phase is not Phase.awaiting_approval:
         raise DecisionRefusedError(f"no plan is waiting for approval (the run is {state.phase.value})")
 
 
+def pending_call(state: RunState, step_id: str, call_id: str) -> PendingDecision | None:
+    return next(
+        (
+            p
+            for p in state.pending
+            if p.kind is DecisionKind.tool_call_approval
+            and p.step_id == step_id
+            and p.call is not None
+            and p.call.call_id == call_id
+        ),
+        None,
+    )
+
+
 def check_reject(state: RunState, decision: RejectInput) -> None:
-    check_approve(state, ApproveInput(by=decision.by, revision=decision.revision, step_id=decision.step_id))
+    check_approve(
+        state,
+        ApproveInput(by=decision.by, revision=decision.revision, step_id=decision.step_id, call_id=decision.call_id),
+    )
 
 
 def check_revise(state: RunState, decision: ReviseInput) -> None:
-    """The edited plan must be valid as laid over what already ran, against the run's tools."""
+    """The edited plan must be valid as laid over what already ran, against the run's tools.
+
+    A plan may be revised under review, while waiting for repair, and while it runs (level 4):
+    running steps finish as they are, so a revision may not change or drop one of them."""
     check_open(state)
     check_approver(state, decision.by)
-    if state.phase is not Phase.awaiting_approval:
-        raise DecisionRefusedError(
-            f"a plan can only be revised while it awaits approval (the run is {state.phase.value})"
-        )
+    revisable = [Phase.awaiting_approval]
+    if state.level >= 4:
+        revisable += [Phase.running, Phase.awaiting_repair]
+    if state.phase not in revisable:
+        when = "awaits approval, waits for repair or runs" if state.level >= 4 else "awaits approval"
+        raise DecisionRefusedError(f"a plan can only be revised while it {when} (the run is {state.phase.value})")
     check_revision(state, decision.revision)
+    if state.phase is Phase.running:
+        running_problems(state, decision.plan)
     merged = reconcile(state.plan, decision.plan, state.ledger.steps)
     problems = merged.problems or plan_problems(merged.draft, state.catalog, **state.options.plan_rules())
     if problems:
         raise DecisionRefusedError("the revised plan is invalid: " + "; ".join(problems))
 
 
+def running_problems(state: RunState, draft: PlanDraft) -> None:
+    """Refuse a revision that changes or drops a step while it runs (a human step waiting for its
+    answer may change: it is asked again)."""
+    assert state.plan is not None
+    in_draft = {s.id: s for s in draft.steps}
+    for step in state.plan.steps:
+        record = state.ledger.steps[step.id]
+        if record.status is not StepStatus.running or step.kind is StepKind.human:
+            continue
+        if step.id not in in_draft:
+            raise DecisionRefusedError(f"step '{step.id}' is running and cannot be dropped until it finishes")
+        if in_draft[step.id] != step:
+            raise DecisionRefusedError(f"step '{step.id}' is running and cannot be changed until it finishes")
+
+
 def check_answer(state: RunState, answer: AnswerInput) -> None:
     check_open(state)
     if pending_for(state, DecisionKind.human_answer, answer.step_id) is None:
         raise DecisionRefusedError(f"step '{answer.step_id}' is not waiting for an answer")
+    if step_approvers(state, answer.step_id) is not None:
+        check_approver(state, answer.by)
+        check_step_approver(state, answer.by, answer.step_id)
     schema = _answer_schema(state, answer.step_id)
     if schema is not None and (problem := answer_problem(answer.answer, schema)):
         raise DecisionRefusedError(f"step '{answer.step_id}' refused the answer: {problem}")
 
 
-def _answer_schema(state: RunState, step_id: str) -> dict[str, Any] | None:
-    """The answer schema of a step of the current plan (None: no plan, no such step, no schema)."""
+def _step(state: RunState, step_id: str) -> Step | None:
+    """A step of the current plan (None: no plan, or no such step)."""
     if state.plan is None:
         return None
     try:
-        return state.plan.step(step_id).answer_schema
+        return state.plan.step(step_id)
     except KeyError:
         return None
+
+
+def _answer_schema(state: RunState, step_id: str) -> dict[str, Any] | None:
+    """The answer schema of a step of the current plan (None: no plan, no such step, no schema)."""
+    step = _step(state, step_id)
+    return step.answer_schema if step is not None else None
+
+
+def failed_steps(state: RunState) -> list[str]:
+    """The steps of the current plan that failed, or were cancelled, and wait for a repair."""
+    if state.plan is None:
+        return []
+    stuck = (StepStatus.failed, StepStatus.cancelled)
+    return [s.id for s in state.plan.steps if state.ledger.steps[s.id].status in stuck]
+
+
+def check_repair(state: RunState, decision: RepairInput) -> None:
+    """A repair needs a run waiting for one; retry and skip name a step that failed."""
+    check_open(state)
+    check_approver(state, decision.by)
+    if state.phase is not Phase.awaiting_repair:
+        raise DecisionRefusedError(f"the run is not waiting for a repair (it is {state.phase.value})")
+    if decision.action is RepairAction.stop:
+        return
+    if decision.step_id is None:
+        raise DecisionRefusedError(f"{decision.action.value} needs the failed step it applies to")
+    failed = failed_steps(state)
+    if decision.step_id not in failed:
+        waiting = ", ".join(failed) or "none"
+        raise DecisionRefusedError(f"step '{decision.step_id}' did not fail; the failed steps are: {waiting}")
+    check_step_approver(state, decision.by, decision.step_id)
+    step = _step(state, decision.step_id)
+    assert step is not None
+    if decision.action is RepairAction.retry:
+        if decision.output is not None:
+            raise DecisionRefusedError("a retry takes new arguments, not an output; to supply the output, skip")
+        if decision.args is not None:
+            if step.kind is not StepKind.tool:
+                raise DecisionRefusedError(
+                    f"step '{step.id}' is a {step.kind.value} step; only tool steps take arguments"
+                )
+            problems = plan_problems(
+                retried_plan(state, step.id, decision.args), state.catalog, **state.options.plan_rules()
+            )
+            if problems:
+                raise DecisionRefusedError("the new arguments are refused: " + "; ".join(problems))
+        return
+    if decision.args is not None:
+        raise DecisionRefusedError("a skip takes the step's output, not arguments; to run it with new ones, retry")
+    schema, what = _output_schema(state, step)
+    if schema is not None and (problem := answer_problem(decision.output, schema)):
+        raise DecisionRefusedError(f"the output for step '{step.id}' does not match {what}: {problem}")
+
+
+def _output_schema(state: RunState, step: Step) -> tuple[dict[str, Any] | None, str]:
+    """What a step's output must look like, where something says: its answer schema or its tool's return type."""
+    if step.kind is StepKind.human and step.answer_schema is not None:
+        return step.answer_schema, "its answer schema"
+    spec = state.catalog.get(step.tool) if step.kind is StepKind.tool and step.tool else None
+    if spec is not None and spec.returns is not None:
+        return spec.returns, f"the return type of tool '{spec.name}'"
+    return None, ""
+
+
+def retried_plan(state: RunState, step_id: str, args: dict[str, Any]) -> PlanDraft:
+    """The current plan with one step's arguments replaced (a retry with edited arguments)."""
+    assert state.plan is not None
+    steps = [s.model_copy(update={"args": args}) if s.id == step_id else s for s in state.plan.steps]
+    return PlanDraft(goal=state.plan.goal, steps=steps, reason=f"step '{step_id}' retried with new arguments")
 
 
 def check_budget(state: RunState, decision: BudgetInput, *, elapsed_seconds: float) -> None:
@@ -169,13 +318,165 @@ def request_budget(state: RunState, used_up: list[str], now: datetime) -> bool:
     return True
 
 
-def plan_approval_request(state: RunState, now: datetime, why: Sequence[str] = ()) -> PendingDecision:
+def plan_approval_request(
+    state: RunState, now: datetime, why: Sequence[str] = (), changes: dict[str, list[str]] | None = None
+) -> PendingDecision:
+    """Ask for the current revision's approval: of the whole plan, or (`changes`) of the steps it
+    added, changed and removed since the approved revision."""
     plan = state.plan
     assert plan is not None
-    prompt = f"approve revision {plan.revision} ({len(plan.steps)} steps)"
+    if changes is None:
+        prompt = f"approve revision {plan.revision} ({len(plan.steps)} steps)"
+    else:
+        listed = "; ".join(f"{kind} {', '.join(ids)}" for kind, ids in changes.items() if ids)
+        prompt = f"approve revision {plan.revision}: {listed} (the other steps keep revision {state.approved_revision}'s approval)"
     if why:
         prompt += ": " + "; ".join(why)
-    return PendingDecision(kind=DecisionKind.plan_approval, revision=plan.revision, since=now, prompt=prompt)
+    return PendingDecision(
+        kind=DecisionKind.plan_approval, revision=plan.revision, since=now, prompt=prompt, changes=changes
+    )
+
+
+def plan_changes(before: Plan, after: Plan) -> dict[str, list[str]]:
+    """The steps `after` adds, changes and removes against `before`, by id. A step is unchanged
+    only if every field is the same: its approval covered exactly that step."""
+    old = {s.id: s for s in before.steps}
+    new = {s.id: s for s in after.steps}
+    return {
+        "added": [sid for sid in new if sid not in old],
+        "changed": [sid for sid in new if sid in old and new[sid] != old[sid]],
+        "removed": [sid for sid in old if sid not in new],
+    }
+
+
+def covered(changes: dict[str, list[str]] | None) -> list[str] | None:
+    """The steps an approval of a revision with these changes covers (None: the whole plan)."""
+    if changes is None:
+        return None
+    return [sid for ids in changes.values() for sid in ids]
+
+
+def carry_approval(state: RunState, now: datetime) -> None:
+    """A revision with no step added, changed or removed keeps the approved revision's approval."""
+    plan, before = state.plan, state.approved_revision
+    assert plan is not None and before is not None
+    earlier = next(
+        (
+            d
+            for d in reversed(state.ledger.decisions)
+            if d.action is DecisionAction.approve and d.revision == before and d.step_id is None
+        ),
+        None,
+    )
+    by = earlier.by if earlier is not None else "carried"
+    comment = f"no step differs from revision {before}, which {by} approved"
+    _decided(state, DecisionAction.approve, by, now, plan.revision, comment, "carried")
+    state.ledger.decisions[-1].covers = []
+    state.ledger.record(
+        EventKind.approval_carried, now, revision=plan.revision, actor=by, message=comment, via="carried"
+    )
+    state.approved_revision = plan.revision
+    state.pending = [p for p in state.pending if p.kind is not DecisionKind.plan_approval]
+    state.phase = Phase.running
+
+
+def kept_step_approvals(state: RunState, before: Plan | None, after: Plan) -> dict[str, bool]:
+    """The step approvals a new revision keeps: those of steps identical to the revision they were given in."""
+    if before is None:
+        return {}
+    old = {s.id: s for s in before.steps}
+    return {
+        sid: True
+        for step in after.steps
+        if (sid := step.id) in old and old[sid] == step and state.step_approvals.get(sid) is True
+    }
+
+
+def request_repair(state: RunState, why: str, now: datetime) -> None:
+    """Ask a person to repair each failed step (retry it, skip it with an output), revise the plan, or stop."""
+    assert state.plan is not None
+    revision = state.plan.revision
+    failed = failed_steps(state)
+    state.phase = Phase.awaiting_repair
+    state.pending = [
+        PendingDecision(
+            kind=DecisionKind.repair,
+            revision=revision,
+            since=now,
+            step_id=sid,
+            prompt=f"step '{sid}' failed: {state.ledger.steps[sid].error or why}. Retry it, skip it with an output, "
+            "revise the plan, or stop the run",
+        )
+        for sid in failed
+    ] or [
+        PendingDecision(
+            kind=DecisionKind.repair, revision=revision, since=now, prompt=f"{why}. Revise the plan or stop the run"
+        )
+    ]
+    state.ledger.record(EventKind.repair_requested, now, revision=revision, message=why, steps=failed)
+
+
+def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> str | None:
+    """Apply a repair to one failed step (retry without new arguments, or skip), or stop. Returns
+    why the run ends, for a stop. A retry with new arguments is a new revision: the workflow adopts
+    it (`retried_plan`) and then calls `approve_repair`."""
+    assert state.plan is not None
+    revision = state.plan.revision
+    action = DecisionAction(decision.action.value)
+    _decided(state, action, decision.by, now, revision, decision.reason, via, decision.step_id, decision=decision)
+    if decision.action is RepairAction.stop:
+        state.ledger.record(
+            EventKind.step_repaired,
+            now,
+            revision=revision,
+            actor=decision.by,
+            message="stopped the run",
+            action="stop",
+            via=via,
+        )
+        return f"stopped by {decision.by} instead of a repair" + (f": {decision.reason}" if decision.reason else "")
+    assert decision.step_id is not None
+    record = state.ledger.steps[decision.step_id]
+    if decision.action is RepairAction.skip:
+        record.status, record.error, record.output = StepStatus.succeeded, None, decision.output
+        message = f"skipped by {decision.by}, with an output supplied by hand"
+    else:
+        record.status, record.error, record.output, record.started_at = StepStatus.pending, None, None, None
+        message = f"retried by {decision.by}" + (" with new arguments" if decision.args is not None else "")
+    state.ledger.record(
+        EventKind.step_repaired,
+        now,
+        revision=revision,
+        step_id=decision.step_id,
+        actor=decision.by,
+        message=message,
+        action=decision.action.value,
+        via=via,
+    )
+    state.pending = [p for p in state.pending if not (p.kind is DecisionKind.repair and p.step_id == decision.step_id)]
+    if not failed_steps(state):
+        state.pending = [p for p in state.pending if p.kind is not DecisionKind.repair]
+        state.failure = None
+        state.phase = Phase.running
+    return None
+
+
+def approve_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> None:
+    """The person who retried a step with new arguments approved that revision by doing so."""
+    assert state.plan is not None
+    comment = f"retry of step '{decision.step_id}' with new arguments" + (
+        f": {decision.reason}" if decision.reason else ""
+    )
+    state.ledger.record(
+        EventKind.plan_approved,
+        now,
+        revision=state.plan.revision,
+        actor=decision.by,
+        message=comment,
+        via=via,
+        covers=[decision.step_id],
+    )
+    state.approved_revision = state.plan.revision
 
 
 _RISK_ORDER = {Risk.low: 0, Risk.medium: 1, Risk.high: 2}
@@ -224,10 +525,68 @@ def request_step_approval(state: RunState, step: Step, now: datetime) -> None:
             revision=state.plan.revision,
             since=now,
             step_id=step.id,
-            prompt=f"approve step '{step.id}' ({step.title}), risk {step.risk.value}",
+            prompt=f"approve step '{step.id}' ({step.title}), risk {effective_risk(step, state.catalog).value}",
         )
     )
     state.ledger.record(EventKind.step_awaiting_approval, now, revision=state.plan.revision, step_id=step.id)
+
+
+def request_call_approval(state: RunState, step_id: str, call: Any, now: datetime) -> None:
+    """Ask for one tool call of an llm step, showing the exact arguments. Not again if already asked."""
+    assert state.plan is not None
+    if pending_call(state, step_id, call.call_id) is not None:
+        return
+    state.pending.append(
+        PendingDecision(
+            kind=DecisionKind.tool_call_approval,
+            revision=state.plan.revision,
+            since=now,
+            step_id=step_id,
+            prompt=f"step '{step_id}' wants to call {call.tool}({call.arguments})",
+            call=call,
+        )
+    )
+    state.ledger.record(
+        EventKind.call_awaiting_approval,
+        now,
+        revision=state.plan.revision,
+        step_id=step_id,
+        message=f"{call.tool}({call.arguments})",
+        call=call.call_id,
+    )
+
+
+def decide_call(state: RunState, decision: ApproveInput | RejectInput, *, via: str, now: datetime) -> None:
+    """Approve or reject one paused tool call; the step goes on either way (a rejection is the call's result)."""
+    assert state.plan is not None and decision.step_id is not None and decision.call_id is not None
+    approved = isinstance(decision, ApproveInput)
+    comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
+    action = DecisionAction.approve if approved else DecisionAction.reject
+    _decided(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision)
+    state.ledger.decisions[-1].call_id = decision.call_id
+    state.ledger.record(
+        EventKind.call_approved if approved else EventKind.call_rejected,
+        now,
+        revision=state.plan.revision,
+        step_id=decision.step_id,
+        actor=decision.by,
+        message=comment,
+        via=via,
+        call=decision.call_id,
+    )
+    paused = state.paused_calls[decision.step_id]
+    paused.decisions[decision.call_id] = CallDecision(approved=approved, by=decision.by, reason=comment)
+    paused.decided = True
+    state.pending = [
+        p
+        for p in state.pending
+        if not (
+            p.kind is DecisionKind.tool_call_approval
+            and p.step_id == decision.step_id
+            and p.call is not None
+            and p.call.call_id == decision.call_id
+        )
+    ]
 
 
 def request_answer(state: RunState, step_id: str, question: str, now: datetime) -> PendingDecision:
@@ -280,12 +639,17 @@ def _decided(
 
 
 def approve_plan(state: RunState, decision: ApproveInput, *, via: str, now: datetime) -> None:
-    """Approve the current revision: the run starts (or resumes) executing it."""
+    """Approve the current revision: the run starts (or resumes) executing it. The approval covers
+    the steps the review asked about (all of them, or the changed ones: `PendingDecision.changes`)."""
     assert state.plan is not None
     revision = state.plan.revision
+    asked = pending_for(state, DecisionKind.plan_approval, None)
+    covers = covered(asked.changes) if asked is not None else None
     _decided(state, DecisionAction.approve, decision.by, now, revision, decision.comment, via, decision=decision)
+    state.ledger.decisions[-1].covers = covers
+    extra: dict[str, Any] = {"covers": covers} if covers is not None else {}
     state.ledger.record(
-        EventKind.plan_approved, now, revision=revision, actor=decision.by, message=decision.comment, via=via
+        EventKind.plan_approved, now, revision=revision, actor=decision.by, message=decision.comment, via=via, **extra
     )
     state.approved_revision = revision
     state.pending = []
@@ -324,11 +688,30 @@ def record_plan_rejection(state: RunState, decision: RejectInput, *, via: str, n
     return f"rejected by {decision.by}: {decision.reason}"
 
 
-def record_revision(state: RunState, decision: ReviseInput, plan: Plan, *, via: str, now: datetime) -> None:
-    """Record a reviewer's edit, already adopted as `plan`; the new revision awaits approval."""
+def review_changes(state: RunState, partial: bool) -> dict[str, list[str]] | None:
+    """What a review of the current revision asks about: None for the whole plan (the first
+    revision, `whole_plan_approval`, or runs from before partial re-approval), else the diff
+    against the approved revision."""
+    approved = state.approved_plan
+    if not partial or state.options.whole_plan_approval or approved is None or state.plan is None:
+        return None
+    return plan_changes(approved, state.plan)
+
+
+def record_revision(
+    state: RunState, decision: ReviseInput, plan: Plan, *, via: str, now: datetime, partial: bool = False
+) -> None:
+    """Record a person's edit, already adopted as `plan`; the new revision awaits approval of what
+    it changed, or keeps the approved revision's approval when it changed nothing."""
     _decided(state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via, decision=decision)
-    escalated = any(p.escalated for p in state.pending)
-    state.pending = [plan_approval_request(state, now)]
+    escalated = any(p.escalated for p in state.pending if p.kind is DecisionKind.plan_approval)
+    state.pending = [p for p in state.pending if p.kind not in (DecisionKind.plan_approval, DecisionKind.repair)]
+    changes = review_changes(state, partial)
+    if changes is not None and not covered(changes):
+        carry_approval(state, now)
+        return
+    state.phase = Phase.awaiting_approval
+    state.pending.insert(0, plan_approval_request(state, now, changes=changes))
     state.pending[0].escalated = escalated  # an escalation stays visible until someone decides
 
 

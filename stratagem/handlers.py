@@ -12,7 +12,8 @@ REJECT = "reject"
 REVISE = "revise"
 ANSWER = "answer"
 BUDGET = "budget"
-DECISION_UPDATES = frozenset({APPROVE, REJECT, REVISE, ANSWER, BUDGET})
+REPAIR = "repair"
+DECISION_UPDATES = frozenset({APPROVE, REJECT, REVISE, ANSWER, BUDGET, REPAIR})
 
 
 def signal_name(update: str) -> str:
@@ -28,3 +29,4 @@ PLAN = "plan"
 LEDGER = "ledger"
 PENDING = "pending"
 EVENTS = "events"
+CATALOG = "catalog"

@@ -72,6 +72,9 @@ class DecisionAction(str, Enum):
     reject = "reject"
     revise = "revise"
     budget = "budget"
+    retry = "retry"
+    skip = "skip"
+    stop = "stop"
 
 
 class Decision(CompactModel):
@@ -84,6 +87,12 @@ class Decision(CompactModel):
     via: str = Field(default="update", description="update, signal, or auto (auto_approve).")
     signed_by: str | None = Field(
         default=None, description="The key whose signature the worker verified (stratagem.signing); None: unsigned."
+    )
+    call_id: str | None = Field(default=None, description="Set when the decision is about one tool call of a step.")
+    covers: list[str] | None = Field(
+        default=None,
+        description="A plan approval's steps: those added, changed or removed since the approved revision. "
+        "None: the whole plan.",
     )
 
 
@@ -118,6 +127,13 @@ class EventKind(str, Enum):
     run_failed = "run_failed"
     run_rejected = "run_rejected"
     run_cancelled = "run_cancelled"
+    approval_carried = "approval_carried"
+    repair_requested = "repair_requested"
+    step_repaired = "step_repaired"
+    call_awaiting_approval = "call_awaiting_approval"
+    call_approved = "call_approved"
+    call_rejected = "call_rejected"
+    step_carried = "step_carried"
 
 
 class LedgerEvent(CompactModel):

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError, ModelConfigError
 from .models import split_model_string
+from .run_types import FailureAction
 from .usage import DEFAULT_PRICES, Budget, Price, price_for
 
 CONFIG_ENV = "STRATAGEM_CONFIG"
@@ -46,6 +47,13 @@ class ModelConfig(BaseModel):
     approvers: list[str] | None = Field(
         default=None, description="Who may approve, reject, revise or change the budget; none: anyone."
     )
+    groups: dict[str, list[str]] = Field(
+        default_factory=dict, description="Named groups of approvers a step may name, e.g. finance: [dana, lee]."
+    )
+    on_failure: FailureAction | None = Field(
+        default=None, description="repair (wait for a person) or fail, when a failed step cannot be replanned."
+    )
+    whole_plan_approval: bool = Field(default=False, description="Review every revision as a whole.")
 
 
 def load_config(path: str | Path | None) -> ModelConfig:

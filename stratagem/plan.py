@@ -93,6 +93,11 @@ class Step(CompactModel):
     max_attempts: int | None = Field(
         default=None, ge=1, le=20, description="Attempts before the step counts as failed."
     )
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="Who may approve this step, answer it or approve its tool calls: people's names or groups from "
+        "the configuration (e.g. finance), on top of the run's approvers. Naming any makes the step wait for approval.",
+    )
     answer_schema: dict[str, Any] | None = Field(
         default=None,
         description="For human steps: what the answer must look like, as a JSON Schema (types, properties, "
@@ -101,7 +106,7 @@ class Step(CompactModel):
 
     @property
     def needs_step_approval(self) -> bool:
-        return self.requires_approval or self.risk is Risk.high
+        return self.requires_approval or self.risk is Risk.high or bool(self.approvers)
 
 
 class PlanDraft(BaseModel):

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
+from .activity_io import AwaitedCall, CallDecision
 from .catalog import ToolCatalog
 from .compact import CompactModel
 from .ledger import EventArchive, Ledger, LedgerEvent
@@ -32,6 +33,13 @@ class ReviewTimeoutAction(str, Enum):
     """End the run as failed."""
     escalate = "escalate"
     """Record an escalation, flag the pending decision, and keep waiting."""
+
+
+class FailureAction(str, Enum):
+    repair = "repair"
+    """Wait for a person to retry the step, skip it with an output, revise the plan, or stop."""
+    fail = "fail"
+    """End the run as failed."""
 
 
 class Mode(str, Enum):
@@ -75,6 +83,13 @@ class RunOptions(CompactModel):
         """What plan validation must know about the run's models."""
         return {"has_executor": bool(self.executor), "tiers": sorted(self.tiers)}
 
+    @property
+    def repairs(self) -> bool:
+        """Whether a failure no replan can answer waits for a person instead of ending the run."""
+        if self.on_failure is None:
+            return not self.auto_approve
+        return self.on_failure is FailureAction.repair
+
     auto_approve: bool = Field(default=False, description="Approve every plan and gated step without a person.")
     workspace: str | None = Field(
         default=None,
@@ -84,6 +99,20 @@ class RunOptions(CompactModel):
     approvers: list[str] | None = Field(
         default=None,
         description="Who may approve, reject, revise or change the budget. None: anyone.",
+    )
+    approver_groups: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Named groups of people (e.g. finance: [dana, lee]) a step's `approvers` may name.",
+    )
+    on_failure: FailureAction | None = Field(
+        default=None,
+        description="When a step fails for good and no replan can follow (no planner, the replan limit, the "
+        "planner failed): repair waits for a person, fail ends the run. None: repair, or fail when auto_approve.",
+    )
+    whole_plan_approval: bool = Field(
+        default=False,
+        description="Every revision is reviewed as a whole. Off: steps identical to the approved revision keep "
+        "their approval, and a review asks about the added, changed and removed steps only.",
     )
     replan_requires_approval: bool = Field(default=True, description="Revisions from replanning wait for approval.")
     max_parallel: int = Field(default=4, ge=1, le=256, description="Tool and llm steps running at once.")
@@ -116,7 +145,19 @@ class RunOptions(CompactModel):
 # takes them. Raise it when a change needs a new level, and keep the old paths for lower ones.
 # Level 2: the approving workflow task leaves the memo's phase to the next task.
 # Level 3: the tool catalogue comes from a local activity when the worker serves the tools role.
-RUN_LEVEL = 3
+# Level 4: repair instead of failure, partial re-approval, tool-call approvals, changes while running.
+RUN_LEVEL = 4
+
+
+class Fork(BaseModel):
+    """Where a forked run comes from, and the outputs it carries over instead of running again."""
+
+    run_id: str = Field(min_length=1, max_length=200, description="The run it was forked from.")
+    revision: int = Field(ge=1, description="The revision of that run the fork starts from.")
+    outputs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Outputs of steps that succeeded in that run and are unchanged in the fork's plan, by step id.",
+    )
 
 
 class RunInput(BaseModel):
@@ -125,6 +166,7 @@ class RunInput(BaseModel):
     goal: str | None = None
     plan: PlanDraft | None = Field(default=None, description="A plan written by a person; skips planning.")
     author: Author | None = Field(default=None, description="Who wrote `plan`.")
+    fork: Fork | None = Field(default=None, description="Set when the run is a fork of another run (`plan` is set).")
     options: RunOptions = Field(default_factory=RunOptions)
     state: RunState | None = Field(default=None, description="Carried by continue-as-new; never set by callers.")
 
@@ -138,6 +180,8 @@ class RunInput(BaseModel):
             if not self.options.executor:
                 raise ValueError("a joint run needs a model (options.executor)")
             return self
+        if self.fork is not None and self.plan is None:
+            raise ValueError("a fork takes the plan it starts from")
         if self.plan is None and not self.goal:
             raise ValueError("a run needs a goal (to plan) or a plan")
         if self.plan is None and not self.options.planner:
@@ -150,6 +194,7 @@ class Phase(str, Enum):
     awaiting_approval = "awaiting_approval"
     running = "running"
     replanning = "replanning"
+    awaiting_repair = "awaiting_repair"
     succeeded = "succeeded"
     failed = "failed"
     rejected = "rejected"
@@ -165,6 +210,8 @@ class DecisionKind(str, Enum):
     step_approval = "step_approval"
     human_answer = "human_answer"
     budget = "budget"
+    repair = "repair"
+    tool_call_approval = "tool_call_approval"
 
 
 class PendingDecision(CompactModel):
@@ -174,6 +221,22 @@ class PendingDecision(CompactModel):
     step_id: str | None = None
     prompt: str = ""
     escalated: bool = False
+    call: AwaitedCall | None = Field(default=None, description="A tool_call_approval's call: tool and exact arguments.")
+    changes: dict[str, list[str]] | None = Field(
+        default=None,
+        description="A plan approval's diff against the approved revision: added, changed and removed step ids. "
+        "None: the whole plan is under review.",
+    )
+
+
+class PausedCall(CompactModel):
+    """An llm step paused on a tool call: the call, the executor's progress (in the store) to go on
+    from, and the decision once a person made it."""
+
+    call: AwaitedCall
+    resume: dict[str, Any]
+    decisions: dict[str, CallDecision] = Field(default_factory=dict, description="Every decided call, by call id.")
+    decided: bool = False
 
 
 class RunState(BaseModel):
@@ -199,6 +262,10 @@ class RunState(BaseModel):
     started_at: datetime | None = Field(default=None, description="When the run started (for the wall-clock budget).")
     budget_warned: list[str] = Field(default_factory=list, description="Budgets already warned about (80% used).")
     level: int = Field(default=0, description="The run's RunInput.level, kept across continue-as-new.")
+    paused_calls: dict[str, PausedCall] = Field(
+        default_factory=dict, description="llm steps paused on a tool call that waits for a person, by step id."
+    )
+    forked_from: Fork | None = Field(default=None, description="The run and revision this run was forked from.")
 
     @property
     def plan(self) -> Plan | None:
@@ -241,6 +308,7 @@ class DecisionInput(BaseModel):
 class ApproveInput(DecisionInput):
     revision: int | None = Field(default=None, description="Refuse if the pending revision is not this one.")
     step_id: str | None = Field(default=None, description="Approve one gated step instead of the plan.")
+    call_id: str | None = Field(default=None, max_length=20, description="Approve one tool call of the step.")
     comment: str = Field(default="", max_length=TEXT_LIMIT)
 
 
@@ -248,6 +316,26 @@ class RejectInput(DecisionInput):
     reason: str = Field(min_length=1, max_length=TEXT_LIMIT)
     revision: int | None = None
     step_id: str | None = None
+    call_id: str | None = Field(default=None, max_length=20)
+
+
+class RepairAction(str, Enum):
+    retry = "retry"
+    """Run the failed step again, with edited arguments if given (a new revision)."""
+    skip = "skip"
+    """Count the step as done, with an output supplied by hand."""
+    stop = "stop"
+    """End the run as failed."""
+
+
+class RepairInput(DecisionInput):
+    """A person's answer to a run waiting for repair (a human replan is a `ReviseInput`)."""
+
+    action: RepairAction
+    step_id: str | None = Field(default=None, description="The failed step (retry, skip).")
+    args: dict[str, Any] | None = Field(default=None, description="retry: the tool step's new arguments.")
+    output: Any = Field(default=None, description="skip: the step's output.")
+    reason: str = Field(default="", max_length=TEXT_LIMIT)
 
 
 class ReviseInput(DecisionInput):

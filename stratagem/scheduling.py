@@ -77,6 +77,11 @@ def _definition(step: Step) -> dict:
     return step.model_dump(include=set(_DEFINING_FIELDS), mode="json")
 
 
+def same_definition(a: Step, b: Step) -> bool:
+    """Whether two steps do the same work (what they are called and how they are gated aside)."""
+    return _definition(a) == _definition(b)
+
+
 @dataclass
 class Reconciliation:
     """The outcome of laying a revised draft over the ledger."""

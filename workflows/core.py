@@ -43,6 +43,10 @@ from .observe import Observer
 DETAILS_EVERY = timedelta(seconds=1)
 # Runs started before the phase was kept in the memo replay without it.
 PHASE_MEMO_PATCH = "phase-in-memo"
+# Level 4 (each behind its patch for runs started before it): steps identical to the approved
+# revision keep their approval; a failure no replan can answer waits for a repair.
+PARTIAL_PATCH = "partial-re-approval"
+REPAIR_PATCH = "repair-instead-of-failure"
 
 
 class RunCore:
@@ -100,6 +104,15 @@ class RunCore:
     def _patched(self, patch: str) -> bool:
         """A behaviour introduced behind `patch`: always on for runs at level 1 or more (stratagem.run_types.RUN_LEVEL)."""
         return self.state.level >= 1 or workflow.patched(patch)
+
+    def _since(self, level: int, patch: str) -> bool:
+        """A behaviour introduced at `level`: on for runs at that level or above, and behind `patch`
+        for runs started before it (their histories replay without it)."""
+        return self.state.level >= level or workflow.patched(patch)
+
+    def _partial(self) -> bool:
+        """Whether a review asks only about what changed since the approved revision."""
+        return self._since(4, PARTIAL_PATCH)
 
     def _queue(self, role: Role) -> str:
         """Where a role's activities go: a queue per role, beside the workflow's own (stratagem/roles.py)."""

@@ -18,13 +18,13 @@ from temporalio.exceptions import ActivityError
 from temporalio.exceptions import CancelledError as TemporalCancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io, decisions
+    from stratagem import activity_io, decisions, risk
     from stratagem.errors import ReferenceResolutionError
     from stratagem.ledger import EventKind, StepStatus, ToolCallRecord
     from stratagem.plan import Step, StepKind
     from stratagem.references import references_in, resolve_step
     from stratagem.roles import Role
-    from stratagem.run_types import ApproveInput, DecisionKind, Phase, RejectInput
+    from stratagem.run_types import ApproveInput, DecisionKind, PausedCall, Phase, RejectInput
     from stratagem.scheduling import Frontier, all_succeeded
     from stratagem.stored import describe, is_stored
     from stratagem.usage import CallUsage, may_cross, price_for
@@ -50,12 +50,14 @@ class Execution(Planning, Continuation):
         self._rejection = None
         self._frontier = Frontier(state.plan, state.ledger)
         self._references = {}
-        # Human steps already out for an answer when a continue-as-new carried them here: their
-        # question stays asked, only the waiting resumes.
+        revision = state.plan.revision
+        # Steps already out waiting on a person when a continue-as-new (or a repair) carried them
+        # here: a human step's question, an llm step's paused tool call. The waiting resumes.
         self._resumed = [
             s
             for s in state.plan.steps
-            if s.kind is StepKind.human and state.ledger.steps[s.id].status is StepStatus.running
+            if state.ledger.steps[s.id].status is StepStatus.running
+            and (s.kind is StepKind.human or s.id in state.paused_calls)
         ]
         while True:
             if not self._winding_down and self._finished_here > 0 and self._continue_as_new_due():
@@ -85,7 +87,11 @@ class Execution(Planning, Continuation):
             self._close_open_steps(StepStatus.skipped, "run rejected")
             self._end(Phase.rejected, self._rejection, EventKind.run_rejected)
         elif state.failure is not None:
+            # A failure answers a revision made meanwhile too: the replan (or repair) starts from it.
+            state.pending = [p for p in state.pending if p.kind is not DecisionKind.plan_approval]
             state.phase = Phase.replanning
+        elif state.plan.revision != revision:
+            return False  # revised while running: its review (or the carried approval) says what next
         elif all_succeeded(state.plan, state.ledger):
             return True
         elif not self._winding_down:
@@ -136,7 +142,11 @@ class Execution(Planning, Continuation):
         plan = state.plan
         assert plan is not None
         record = state.ledger.steps[step.id]
-        if step.needs_step_approval and not await self._step_gate(step):
+        paused = state.paused_calls.get(step.id)
+        if paused is not None:
+            if not await self._await_call_decision(step, paused):
+                return False
+        elif risk.needs_approval(step, state.catalog) and not await self._step_gate(step):
             return False
         if step.kind is StepKind.human:
             # A used-up budget pauses questions to people too (runs from before asked anyway).
@@ -169,10 +179,12 @@ class Execution(Planning, Continuation):
                 # Some referenced outputs are in the store, where only an activity may read:
                 # the activity resolves the references.
                 args, instructions = step.args, step.instructions
-            self._step_started(record, plan.revision)
+            if paused is None:
+                self._step_started(record, plan.revision)
             try:
-                result = await self._dispatch(step, plan.revision, args, instructions, outputs, deferred)
+                result = await self._dispatch(step, plan.revision, args, instructions, outputs, deferred, paused)
             except ActivityError as exc:
+                state.paused_calls.pop(step.id, None)
                 if isinstance(exc.cause, TemporalCancelledError):
                     # The run was cancelled while the activity ran: that is not the step's failure.
                     raise asyncio.CancelledError() from exc
@@ -198,6 +210,19 @@ class Execution(Planning, Continuation):
                 return False
             self._record_step_work(step, result.calls, result.tool_calls)
             record.attempts += result.attempt
+            if result.awaiting is not None:
+                # The executor paused on a tool call that needs a person; nothing ran. The step
+                # goes on once the call is decided (run again: it waits outside a parallel slot).
+                assert result.resume is not None, "a paused executor hands over its progress"
+                earlier = paused.decisions if paused is not None else {}
+                state.paused_calls[step.id] = PausedCall(call=result.awaiting, resume=result.resume, decisions=earlier)
+                decisions.request_call_approval(state, step.id, result.awaiting, self._now())
+                if state.options.auto_approve:
+                    call = result.awaiting.call_id
+                    auto = ApproveInput(by="auto_approve", step_id=step.id, call_id=call, comment="auto_approve")
+                    decisions.decide_call(state, auto, via="auto", now=self._now())
+                return True
+            state.paused_calls.pop(step.id, None)
             record.output = result.output
             record.transcript = result.transcript
             self._close_step(record, StepStatus.succeeded, None)
@@ -270,6 +295,26 @@ class Execution(Planning, Continuation):
             )
         return False
 
+    async def _await_call_decision(self, step: Step, paused: PausedCall) -> bool:
+        """An llm step paused on a tool call: wait for a person's decision on it. False if the run
+        winds down first (the state carries the pause) or stops (the step starts over later,
+        pending: the call never ran)."""
+        state = self.state
+        if paused.decided:
+            return True
+        decisions.request_call_approval(state, step.id, paused.call, self._now())
+        await self._park(step.id, lambda: paused.decided or self._stopping or self._winding_down)
+        if paused.decided:
+            return True
+        if self._stopping:
+            state.paused_calls.pop(step.id, None)
+            state.pending = [
+                p for p in state.pending if not (p.kind is DecisionKind.tool_call_approval and p.step_id == step.id)
+            ]
+            record = state.ledger.steps[step.id]
+            record.status, record.started_at = StepStatus.pending, None
+        return False
+
     async def _dispatch(
         self,
         step: Step,
@@ -278,6 +323,7 @@ class Execution(Planning, Continuation):
         instructions: str,
         outputs: Mapping[str, Any],
         references: dict[str, Any] | None,
+        paused: PausedCall | None = None,
     ) -> activity_io.StepOutput:
         options = self.state.options
         if step.kind is StepKind.tool:
@@ -314,6 +360,8 @@ class Execution(Planning, Continuation):
             price=price_for(model, options.prices),
             allowance=self._allowance(step),
             workspace=options.workspace,
+            resume=paused.resume if paused is not None else None,
+            call_decisions=paused.decisions if paused is not None else {},
         )
         return await workflow.execute_activity(
             activity_io.RUN_LLM, request, task_queue=self._queue(Role.executor), **step_activity_options(step, options)

@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from stratagem import decisions, handlers
+    from stratagem.catalog import ToolCatalog
     from stratagem.errors import DecisionRefusedError
     from stratagem.ledger import EventKind, Ledger, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan
@@ -30,6 +31,8 @@ with workflow.unsafe.imports_passed_through():
         PendingDecision,
         Phase,
         RejectInput,
+        RepairAction,
+        RepairInput,
         ReviseInput,
         RunState,
         RunStatus,
@@ -102,6 +105,20 @@ class Messages(Execution):
     def answer_signal(self, answer: AnswerInput) -> None:
         self._signal(decisions.check_answer, answer, lambda: self._apply_answer(answer))
 
+    @workflow.update(name=handlers.REPAIR)
+    async def repair(self, decision: RepairInput) -> DecisionOutcome:
+        outcome = self._apply_repair(decision, via="update")
+        self._show()
+        return outcome
+
+    @repair.validator
+    def _validate_repair(self, decision: RepairInput) -> None:
+        self._validate(decisions.check_repair, decision)
+
+    @workflow.signal(name=handlers.signal_name(handlers.REPAIR))
+    def repair_signal(self, decision: RepairInput) -> None:
+        self._signal(decisions.check_repair, decision, lambda: self._apply_repair(decision, via="signal"))
+
     def _refusal(self, check: Callable[[RunState, Any], None], decision: Any) -> DecisionRefused | None:
         # As an ApplicationError the refusal reaches update callers with its type.
         try:
@@ -132,6 +149,9 @@ class Messages(Execution):
         self._show()
 
     def _apply_approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
+        if decision.call_id is not None:
+            decisions.decide_call(self.state, decision, via=via, now=self._now())
+            return decisions.outcome(self.state, f"call {decision.call_id} of step '{decision.step_id}' approved")
         if decision.step_id is not None:
             self._decide_step(decision, via=via)
         else:
@@ -143,6 +163,11 @@ class Messages(Execution):
         return decisions.outcome(self.state, "approved")
 
     def _apply_reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
+        if decision.call_id is not None:
+            decisions.decide_call(self.state, decision, via=via, now=self._now())
+            return decisions.outcome(
+                self.state, f"call {decision.call_id} of step '{decision.step_id}' rejected; the step is told"
+            )
         if decision.step_id is not None:
             self._decide_step(decision, via=via)
             return decisions.outcome(self.state, "step rejected; the run ends once running steps finish")
@@ -152,11 +177,40 @@ class Messages(Execution):
         return decisions.outcome(self.state, "rejected")
 
     def _apply_revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:
+        running = self.state.phase is Phase.running
         merged = reconcile(self.state.plan, decision.plan, self.state.ledger.steps)
         author = Author(kind=AuthorKind.human, name=decision.by)
         plan = self._adopt(merged, author, decision.reason or decision.plan.reason or "edited by a reviewer")
-        decisions.record_revision(self.state, decision, plan, via=via, now=self._now())
+        decisions.record_revision(self.state, decision, plan, via=via, now=self._now(), partial=self._partial())
+        if running:
+            # Nothing new starts and steps waiting on people give up for now; running ones finish.
+            # The execution loop then ends, and the new revision runs once it is approved.
+            self._stopping = True
+        if self.state.phase is Phase.running:
+            return decisions.outcome(self.state, f"revision {plan.revision} keeps the approval: no step changed")
         return decisions.outcome(self.state, f"revision {plan.revision} awaits approval")
+
+    def _apply_repair(self, decision: RepairInput, *, via: str) -> DecisionOutcome:
+        state = self.state
+        if decision.action is RepairAction.retry and decision.args is not None:
+            assert decision.step_id is not None
+            draft = decisions.retried_plan(state, decision.step_id, decision.args)
+            author = Author(kind=AuthorKind.human, name=decision.by)
+            # The new revision runs this step again; the other failed steps still wait for their repair.
+            others = {sid: state.ledger.steps[sid].error for sid in decisions.failed_steps(state)}
+            others.pop(decision.step_id, None)
+            self._adopt(reconcile(state.plan, draft, state.ledger.steps), author, draft.reason)
+            for sid, error in others.items():
+                state.ledger.steps[sid].status, state.ledger.steps[sid].error = StepStatus.failed, error
+            decisions.approve_repair(state, decision, via=via, now=self._now())
+        stop = decisions.apply_repair(state, decision, via=via, now=self._now())
+        if stop is not None:
+            self._fail(stop)
+            return decisions.outcome(state, "the run is stopped")
+        if state.phase is Phase.running:
+            return decisions.outcome(state, f"step '{decision.step_id}' {decision.action.value}; the run goes on")
+        left = ", ".join(decisions.failed_steps(state))
+        return decisions.outcome(state, f"step '{decision.step_id}' {decision.action.value}; still failed: {left}")
 
     def _apply_answer(self, answer: AnswerInput) -> DecisionOutcome:
         decisions.record_answer(self.state, answer, self._now())
@@ -226,6 +280,11 @@ class Messages(Execution):
     @workflow.query(name=handlers.LEDGER)
     def ledger(self) -> Ledger:
         return self.state.ledger
+
+    @workflow.query(name=handlers.CATALOG)
+    def catalog(self) -> ToolCatalog:
+        """The run's tools as the worker declared them: what plan tables show effective risk with."""
+        return self.state.catalog
 
     @workflow.query(name=handlers.PENDING)
     def pending(self) -> list[PendingDecision]:

@@ -13,7 +13,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io
+    from stratagem import activity_io, decisions
     from stratagem.catalog import ToolCatalog
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
@@ -32,6 +32,7 @@ from .activity_options import (
     PLANNING_TIMEOUT,
 )
 from .budgets import Budgets
+from .core import REPAIR_PATCH
 from .failures import cause_detail, cause_message
 from .observe import mark
 
@@ -113,7 +114,7 @@ class Planning(Budgets):
             if is_cancelled_exception(exc):
                 raise
             self._record_calls(cause_detail(exc, "calls", CallUsage), "plan")
-            self._fail(f"planning failed: {cause_message(exc)}")
+            self._planning_failed(current, f"planning failed: {cause_message(exc)}")
             return None
         self._record_calls(out.call_usage, "plan")
         self.state.planner_calls += out.calls
@@ -130,10 +131,25 @@ class Planning(Budgets):
         merged = reconcile(current, out.draft, self.state.ledger.steps)
         problems = merged.problems or self._problems(merged.draft)
         if problems:
-            self._fail("the planner's plan is invalid: " + "; ".join(problems))
+            self._planning_failed(current, "the planner's plan is invalid: " + "; ".join(problems))
             return None
         reason = out.draft.reason or ("revised after: " + (self.state.failure or "") if current else "initial plan")
         return self._adopt(merged, Author(kind=AuthorKind.model, name=out.model), reason)
+
+    def _cannot_replan(self, why: str) -> None:
+        """No replan can answer a failure: a person repairs it (level 4, unless the options say to
+        fail, as they do by default for auto_approve runs), or the run fails."""
+        if self.state.options.repairs and self._since(4, REPAIR_PATCH):
+            decisions.request_repair(self.state, why, self._now())
+        else:
+            self._fail(why)
+
+    def _planning_failed(self, current: Plan | None, why: str) -> None:
+        """The planner failed: a first plan cannot be repaired (there is nothing to retry), a replan can."""
+        if current is None:
+            self._fail(why)
+        else:
+            self._cannot_replan(f"{self.state.failure or 'a step failed'}; then {why}")
 
     def _history(self) -> list[str]:
         """What the replanner should know beyond the current plan: earlier revisions, decisions
@@ -168,8 +184,11 @@ class Planning(Budgets):
         for sid in merged.retried:
             record = ledger.steps[sid]
             record.status, record.error, record.output = StepStatus.pending, None, None
+        previous = state.plan
         ledger.add_revision(plan)
-        state.step_approvals = {}
+        # Steps identical to the revision their approval was given in keep it (partial re-approval).
+        kept = self._partial() and not state.options.whole_plan_approval
+        state.step_approvals = decisions.kept_step_approvals(state, previous, plan) if kept else {}
         state.failure = None
         ledger.record(
             EventKind.plan_proposed,

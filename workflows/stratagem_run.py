@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         RUN_LEVEL,
         WORKFLOW_NAME,
         ApproveInput,
+        DecisionKind,
         Mode,
         Phase,
         ReviewTimeoutAction,
@@ -113,6 +114,8 @@ class StratagemRun(Messages):
                         break  # every step succeeded
                 elif self.state.phase is Phase.replanning:
                     await self._replan()
+                elif self.state.phase is Phase.awaiting_repair:
+                    await self._await_repair()
                 else:  # planning only happens in _start; reaching it here is a bug
                     raise ApplicationError(f"run is in unexpected phase {self.state.phase.value}", non_retryable=True)
             return await self._finish()
@@ -144,6 +147,8 @@ class StratagemRun(Messages):
             if problems:
                 return self._fail("the supplied plan is invalid: " + "; ".join(problems))
             self._adopt(Reconciliation(draft=input.plan), author, input.plan.reason or "supplied plan")
+            if input.fork is not None:
+                self._carry_fork(input)
             # The ledger holds the steps now. The input lives as long as this execution (run()'s
             # argument): left here, it would keep every step alive past the continue-as-new that
             # hands the state on (_release), while the next execution reads its copy in.
@@ -156,6 +161,38 @@ class StratagemRun(Messages):
         if planned is not None:
             self.state.phase = Phase.awaiting_approval
 
+    def _carry_fork(self, input: RunInput) -> None:
+        """A fork starts with the outputs its starter carried over from the run it was forked from:
+        those steps count as done and never run here. (What ran there keeps its effects there; the
+        idempotency keys here are this run's own, so whatever runs again is a new call.)"""
+        fork, state = input.fork, self.state
+        assert fork is not None and state.plan is not None
+        state.forked_from = fork.model_copy(update={"outputs": {}})
+        state.ledger.record(
+            EventKind.step_carried,
+            self._now(),
+            revision=state.plan.revision,
+            message=f"forked from run {fork.run_id} at revision {fork.revision}",
+            source=fork.run_id,
+            source_revision=fork.revision,
+            steps=sorted(fork.outputs),
+        )
+        for sid, output in fork.outputs.items():
+            record = state.ledger.steps.get(sid)
+            if record is None:
+                continue  # validated by the client; a step the plan lacks carries nothing
+            record.output, record.attempts = output, 0
+            record.revision = state.plan.revision
+            self._close_step(record, StepStatus.succeeded, None)
+            state.ledger.record(
+                EventKind.step_carried,
+                self._now(),
+                revision=state.plan.revision,
+                step_id=sid,
+                message=f"output carried from run {fork.run_id} (revision {fork.revision})",
+                source=fork.run_id,
+            )
+
     # ------------------------------------------------------------------ review gate
 
     async def _review(self) -> None:
@@ -166,6 +203,11 @@ class StratagemRun(Messages):
             decision = ApproveInput(by="auto_approve", revision=state.plan.revision, comment="auto_approve")
             decisions.approve_plan(state, decision, via="auto", now=self._now())
             return
+        changes = decisions.review_changes(state, self._partial())
+        if changes is not None and not decisions.covered(changes):
+            # Nothing differs from the approved revision (a replan that retries the failed steps as
+            # they were): its approval stands.
+            return decisions.carry_approval(state, self._now())
         why: list[str] = []
         if is_replan and not state.options.replan_requires_approval and not state.pending:
             why = decisions.loosened(state.approved_plan, state.plan)
@@ -181,8 +223,8 @@ class StratagemRun(Messages):
                 revision=state.plan.revision,
                 message="needs a person although replan_requires_approval is off: " + "; ".join(why),
             )
-        if not state.pending:  # already pending when a continue-as-new carried it here
-            state.pending = [decisions.plan_approval_request(state, self._now(), why)]
+        if decisions.pending_for(state, DecisionKind.plan_approval, None) is None:  # else carried here
+            state.pending.insert(0, decisions.plan_approval_request(state, self._now(), why, changes))
         self._show()
         attributes = {"stratagem.revision": state.plan.revision}
         with self._observe.span(f"review revision {state.plan.revision}", attributes) as span:
@@ -241,11 +283,11 @@ class StratagemRun(Messages):
                 revision=state.plan.revision,
                 message=f"{state.ledger.replans} of {state.options.max_replans} replans used",
             )
-            return self._fail(f"{failure}; the replan limit ({state.options.max_replans}) is reached")
+            return self._cannot_replan(f"{failure}; the replan limit ({state.options.max_replans}) is reached")
         if state.options.mode is Mode.joint:
-            return self._fail(f"{failure}; a joint run does not replan")
+            return self._cannot_replan(f"{failure}; a joint run does not replan")
         if not state.options.planner:
-            return self._fail(f"{failure}; no planner model is configured to revise the plan")
+            return self._cannot_replan(f"{failure}; no planner model is configured to revise the plan")
         state.ledger.replans += 1
         state.ledger.record(
             EventKind.replan_requested,
@@ -262,6 +304,16 @@ class StratagemRun(Messages):
         with self._observe.span(f"replan {state.ledger.replans}", attributes, links=links):
             if await self._call_planner(current=state.plan) is not None:
                 state.phase = Phase.awaiting_approval
+
+    async def _await_repair(self) -> None:
+        """Wait until a person retries or skips every failed step (the run goes on), revises the
+        plan (a review follows) or stops the run."""
+        state = self.state
+        self._show()
+        revision = state.plan.revision if state.plan else 0
+        with self._observe.span("repair", {"stratagem.revision": revision}) as span:
+            await workflow.wait_condition(lambda: state.phase is not Phase.awaiting_repair)
+            span.set_attribute("stratagem.outcome", state.phase.value)
 
     # ------------------------------------------------------------------ finishing
 
