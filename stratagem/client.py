@@ -26,6 +26,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.service import RPCError, RPCStatusCode
 
 from . import handlers
+from .catalog import ToolCatalog
 from .config import Settings
 from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .ledger import EventArchive, Ledger, LedgerEvent
@@ -44,6 +45,7 @@ from .run_types import (
     EventsQuery,
     PendingDecision,
     RejectInput,
+    RepairInput,
     ReviseInput,
     RunInput,
     RunResult,
@@ -138,6 +140,10 @@ class RunHandle:
         """Raise the run's budget, or stop a run waiting on it."""
         return await self._decide(handlers.BUDGET, decision)
 
+    async def repair(self, decision: RepairInput) -> DecisionOutcome:
+        """Retry a failed step (with new arguments if given), skip it with an output, or stop the run."""
+        return await self._decide(handlers.REPAIR, decision)
+
     async def _decide(self, update: str, decision: Any) -> DecisionOutcome:
         """Send a decision as an update, signed when there is a key. A refusal raises
         DecisionRefusedError with the run's reason."""
@@ -189,6 +195,15 @@ class RunHandle:
 
     async def plan(self) -> Plan | None:
         return await self._query(handlers.PLAN, Plan | None)
+
+    async def catalog(self) -> ToolCatalog | None:
+        """The run's tools as its worker declared them (their risk, whether they need approval);
+        None from a worker that does not answer this query (older than level 4)."""
+        try:
+            catalog: ToolCatalog = await self._query(handlers.CATALOG, ToolCatalog)
+        except StratagemError:
+            return None
+        return catalog
 
     async def ledger(self) -> Ledger:
         """The whole ledger, archived events read back from the store."""
@@ -295,7 +310,18 @@ async def ensure_status_attribute(client: Client) -> bool:
     return await has_status_attribute(client)
 
 
-async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None) -> RunHandle:
+async def run_input_of(client: Client, run: RunHandle) -> RunInput:
+    """What the run's current execution was started with (its options, and after a continue-as-new
+    its carried state), read from its history through the client's converter (and codec)."""
+    history = await run.handle.fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    [decoded] = await client.data_converter.decode(started.input.payloads, [RunInput])
+    return decoded  # type: ignore[no-any-return]
+
+
+async def start_run(
+    client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None, memo: dict[str, Any] | None = None
+) -> RunHandle:
     """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary.
     Where the namespace has the StratagemStatus search attribute, the run keeps its status
     there (`stratagem list --status awaiting-approval` queries it)."""
@@ -315,7 +341,7 @@ async def start_run(client: Client, run: RunInput, *, task_queue: str, run_id: s
             id=workflow_id,
             task_queue=task_queue,
             result_type=RunResult,
-            memo={"goal": goal},
+            memo={"goal": goal, **(memo or {})},
             static_summary=f"Stratagem: {goal}"[:400],
             search_attributes=search_attributes,
         )

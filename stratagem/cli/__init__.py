@@ -19,7 +19,7 @@ from ..config import Settings
 from ..errors import StratagemError
 from ..telemetry import configure_tracing, flush_telemetry
 from ..worker_options import add_worker_arguments
-from . import decisions, following, inspection, listing, processes, render, start
+from . import decisions, following, forking, inspection, listing, processes, render, start
 from .errors import USAGE
 from .session import connection_lost
 
@@ -86,6 +86,17 @@ def parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="only these people may approve, reject, revise or change the budget; repeatable",
     )
+    run.add_argument(
+        "--on-failure",
+        choices=["repair", "fail"],
+        help="when a failed step cannot be replanned: wait for a person to repair it (default), or fail "
+        "(the default with --auto-approve)",
+    )
+    run.add_argument(
+        "--whole-plan-approval",
+        action="store_true",
+        help="review every revision as a whole, not only the steps it changed",
+    )
     run.add_argument("--detach", action="store_true", help="print the run id and return at once")
     run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
     run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
@@ -111,6 +122,7 @@ def parser() -> argparse.ArgumentParser:
     approve.add_argument("run_id")
     approve.add_argument("--revision", type=int, help="refuse if the plan under review is not this revision")
     approve.add_argument("--step", metavar="STEP_ID", help="approve this gated step instead of the plan")
+    approve.add_argument("--call", metavar="CALL_ID", help="with --step: approve this tool call of the llm step")
     approve.add_argument("--by", metavar="NAME")
     approve.add_argument("--comment", default="")
 
@@ -119,9 +131,14 @@ def parser() -> argparse.ArgumentParser:
     reject.add_argument("--reason", required=True)
     reject.add_argument("--revision", type=int)
     reject.add_argument("--step", metavar="STEP_ID")
+    reject.add_argument("--call", metavar="CALL_ID", help="with --step: reject this tool call (the step is told)")
     reject.add_argument("--by", metavar="NAME")
 
-    revise = command("revise", decisions.cmd_revise, "replace the plan under review with an edited plan file")
+    revise = command(
+        "revise",
+        decisions.cmd_revise,
+        "replace the plan with an edited plan file: under review, while it runs, or as a repair",
+    )
     revise.add_argument("run_id")
     revise.add_argument("plan_file")
     revise.add_argument("--revision", type=int, help="the revision your edit is based on")
@@ -146,6 +163,33 @@ def parser() -> argparse.ArgumentParser:
     budget.add_argument("--stop", action="store_true", help="end the run instead (it must be waiting on its budget)")
     budget.add_argument("--reason", default="")
     budget.add_argument("--by", metavar="NAME")
+
+    retry = command("retry", decisions.cmd_retry, "repair: run a failed step again, with new arguments if given")
+    retry.add_argument("run_id")
+    retry.add_argument("step_id")
+    retry.add_argument("--args", metavar="JSON", help="the tool step's new arguments, a JSON object")
+    retry.add_argument("--reason", default="")
+    retry.add_argument("--by", metavar="NAME")
+
+    skip = command("skip", decisions.cmd_skip, "repair: count a failed step as done, with its output given by hand")
+    skip.add_argument("run_id")
+    skip.add_argument("step_id")
+    skip.add_argument("--output", required=True, metavar="JSON", help="the step's output, as JSON")
+    skip.add_argument("--reason", default="")
+    skip.add_argument("--by", metavar="NAME")
+
+    stop = command("stop", decisions.cmd_stop, "repair: end a run that waits for a repair, as failed")
+    stop.add_argument("run_id")
+    stop.add_argument("--reason", default="")
+    stop.add_argument("--by", metavar="NAME")
+
+    fork = command("fork", forking.cmd_fork, "start a new run from a revision of another, carrying what succeeded")
+    fork.add_argument("run_id")
+    fork.add_argument("--revision", type=int, help="the revision to start from (default: the latest)")
+    fork.add_argument("--plan", metavar="FILE", help="start from this edited plan instead; changed steps run again")
+    fork.add_argument("--id", metavar="RUN_ID", help="the new run's id")
+    fork.add_argument("--detach", action="store_true", help="print the new run's id and return at once")
+    fork.add_argument("--by", metavar="NAME")
 
     cancel = command("cancel", decisions.cmd_cancel, "cancel a run", json=False)
     cancel.add_argument("run_id")

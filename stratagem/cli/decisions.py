@@ -15,7 +15,15 @@ from temporalio.client import WorkflowExecutionStatus
 
 from ..config import stratagem_home
 from ..plan_files import load_plan_file
-from ..run_types import AnswerInput, ApproveInput, BudgetInput, RejectInput, ReviseInput
+from ..run_types import (
+    AnswerInput,
+    ApproveInput,
+    BudgetInput,
+    RejectInput,
+    RepairAction,
+    RepairInput,
+    ReviseInput,
+)
 from ..signing import SIGNING_KEY_ENV, Signer
 from . import render
 from .errors import CliError
@@ -45,14 +53,57 @@ async def _decide(args: argparse.Namespace, decision: str, payload: object) -> i
     return 0
 
 
+def _call(args: argparse.Namespace) -> str | None:
+    if args.call is not None and args.step is None:
+        raise CliError("--call needs --step: a tool call is approved with the step that makes it")
+    return args.call
+
+
 async def cmd_approve(args: argparse.Namespace) -> int:
-    decision = ApproveInput(by=reviewer(args), revision=args.revision, step_id=args.step, comment=args.comment)
+    decision = ApproveInput(
+        by=reviewer(args), revision=args.revision, step_id=args.step, call_id=_call(args), comment=args.comment
+    )
     return await _decide(args, "approve", decision)
 
 
 async def cmd_reject(args: argparse.Namespace) -> int:
-    decision = RejectInput(by=reviewer(args), reason=args.reason, revision=args.revision, step_id=args.step)
+    decision = RejectInput(
+        by=reviewer(args), reason=args.reason, revision=args.revision, step_id=args.step, call_id=_call(args)
+    )
     return await _decide(args, "reject", decision)
+
+
+def json_option(text: str, option: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{option}: not JSON: {json_problem(exc)}") from None
+
+
+async def cmd_retry(args: argparse.Namespace) -> int:
+    new_args: dict[str, object] | None = None
+    if args.args is not None:
+        parsed = json_option(args.args, "--args")
+        if not isinstance(parsed, dict):
+            raise CliError("--args takes a JSON object, the tool's arguments by name")
+        new_args = parsed
+    decision = RepairInput(
+        by=reviewer(args), action=RepairAction.retry, step_id=args.step_id, args=new_args, reason=args.reason
+    )
+    return await _decide(args, "repair", decision)
+
+
+async def cmd_skip(args: argparse.Namespace) -> int:
+    output = json_option(args.output, "--output")
+    decision = RepairInput(
+        by=reviewer(args), action=RepairAction.skip, step_id=args.step_id, output=output, reason=args.reason
+    )
+    return await _decide(args, "repair", decision)
+
+
+async def cmd_stop(args: argparse.Namespace) -> int:
+    decision = RepairInput(by=reviewer(args), action=RepairAction.stop, reason=args.reason)
+    return await _decide(args, "repair", decision)
 
 
 async def cmd_revise(args: argparse.Namespace) -> int:

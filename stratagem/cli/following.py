@@ -15,6 +15,7 @@ from rich.text import Text
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 
+from ..catalog import ToolCatalog
 from ..client import RunHandle
 from ..ledger import EventKind, Ledger
 from ..run_types import DecisionKind, PendingDecision, Phase, RunResult
@@ -55,15 +56,16 @@ def _answer_schema(ledger: Ledger, pending: PendingDecision) -> dict[str, Any] |
         return None
 
 
-def _key(pending: PendingDecision) -> tuple[str, int, str | None]:
-    return (pending.kind.value, pending.revision, pending.step_id)
+def _key(pending: PendingDecision) -> tuple[str, int, str | None, str | None]:
+    return (pending.kind.value, pending.revision, pending.step_id, pending.call.call_id if pending.call else None)
 
 
 async def follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str) -> int:
     """Print progress until the run ends; in a terminal, ask for the decisions it waits on."""
     seen = 0
-    hinted: set[tuple[str, int, str | None]] = set()
-    later: set[tuple[str, int, str | None]] = set()
+    hinted: set[tuple[str, int, str | None, str | None]] = set()
+    later: set[tuple[str, int, str | None, str | None]] = set()
+    catalog: ToolCatalog | None = None
     drafts: dict[int, Path] = {}
     asking: PendingDecision | None = None
     prompter = Prompter() if interactive else None
@@ -76,7 +78,9 @@ async def follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str)
                 render.console.print(render.event_line(event))
                 if event.kind is EventKind.plan_proposed and event.revision is not None:
                     plan = ledger.revision(event.revision)
-                    render.console.print(render.plan_table(plan, title=f"Plan revision {plan.revision}: {plan.goal}"))
+                    catalog = catalog or await run.catalog()
+                    title = f"Plan revision {plan.revision}: {plan.goal}"
+                    render.console.print(render.plan_table(plan, title=title, catalog=catalog))
                     if plan.revision > 1:  # what a reviewer of a revision needs first: what changed
                         previous = ledger.revision(plan.revision - 1)
                         for line in show.diff_lines(show.diff_revisions(previous, plan)):

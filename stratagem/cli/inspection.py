@@ -7,10 +7,11 @@ import asyncio
 import json
 import sys
 
+from ..run_types import WORKFLOW_NAME
 from ..store import default_store, is_stored, load_value
 from . import render, show
 from .errors import CliError
-from .session import hosted_run
+from .session import hosted_run, open_client, settings
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
@@ -21,7 +22,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
             return 0
         ledger = await run.ledger()
         plan = await run.plan()
-    render.status_view(status, ledger, plan)
+        catalog = await run.catalog()
+    render.status_view(status, ledger, plan, catalog)
     return 0
 
 
@@ -30,7 +32,31 @@ async def cmd_audit(args: argparse.Namespace) -> int:
         ledger = await run.ledger()
     for record in ledger.audit_records():
         print(json.dumps(record, default=str, sort_keys=True))
+    # The lineage the other way: runs forked from this one (a fork's own ledger names its source).
+    for fork in await forks_of(args.run_id):
+        print(json.dumps(fork, default=str, sort_keys=True))
     return 0
+
+
+async def forks_of(run_id: str, scan: int = 2000) -> list[dict[str, object]]:
+    """Runs started by `stratagem fork` from `run_id`, found by their memo among the newest `scan` runs."""
+    client = await open_client(settings())
+    found: list[dict[str, object]] = []
+    async for execution in client.list_workflows(f'WorkflowType = "{WORKFLOW_NAME}"', limit=scan):
+        try:
+            memo = await execution.memo()
+        except Exception:
+            continue  # a memo this shell cannot decode (another encryption key) names no fork of ours
+        if memo.get("forked_from") == run_id:
+            found.append(
+                {
+                    "type": "fork",
+                    "run_id": execution.id,
+                    "revision": memo.get("forked_revision"),
+                    "at": execution.start_time,
+                }
+            )
+    return sorted(found, key=lambda f: str(f["at"]))
 
 
 async def cmd_show(args: argparse.Namespace) -> int:

@@ -16,7 +16,17 @@ from typing import Any
 from ..client import RunHandle
 from ..errors import DecisionRefusedError, PlanFileError
 from ..plan_files import dump_plan, load_plan_file
-from ..run_types import AnswerInput, ApproveInput, BudgetInput, DecisionKind, PendingDecision, RejectInput, ReviseInput
+from ..run_types import (
+    AnswerInput,
+    ApproveInput,
+    BudgetInput,
+    DecisionKind,
+    PendingDecision,
+    RejectInput,
+    RepairAction,
+    RepairInput,
+    ReviseInput,
+)
 from . import render
 from .decisions import json_problem, parse_limits
 from .errors import CliError
@@ -113,6 +123,15 @@ def question(pending: PendingDecision, schema: dict[str, Any] | None = None) -> 
         return f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: "
     if pending.kind is DecisionKind.step_approval:
         return f"{pending.prompt}? [y]es / [n]o / [l]ater: "
+    if pending.kind is DecisionKind.tool_call_approval:
+        return f"{pending.prompt}\nlet it make this call? [y]es / [n]o (the step is told) / [l]ater: "
+    if pending.kind is DecisionKind.repair:
+        if pending.step_id is None:
+            return f"{pending.prompt}\n[e]dit the plan / [s]top the run / [l]ater: "
+        return (
+            f"{pending.prompt}\n[r]etry / retry with new [a]rguments / [s]kip with an output / [e]dit the plan / "
+            "s[t]op the run / [l]ater: "
+        )
     if pending.kind is DecisionKind.budget:
         return (
             f"paused: {pending.prompt}\n"
@@ -200,6 +219,20 @@ async def respond(
                 return "later"
             else:
                 render.console.print("please answer y, n or l")
+        elif pending.kind is DecisionKind.tool_call_approval:
+            assert pending.call is not None
+            call = pending.call.call_id
+            if choice.startswith("y"):
+                await run.approve(ApproveInput(by=by, step_id=pending.step_id, call_id=call))
+            elif choice.startswith("n"):
+                reason = await _reason(prompter)
+                await run.reject(RejectInput(by=by, step_id=pending.step_id, call_id=call, reason=reason))
+            elif choice.startswith("l"):
+                return "later"
+            else:
+                render.console.print("please answer y, n or l")
+        elif pending.kind is DecisionKind.repair:
+            return await _repair(run, pending, choice, by, prompter, drafts)
         elif pending.kind is DecisionKind.budget:
             if choice in ("", "l", "later"):
                 return "later"
@@ -236,6 +269,44 @@ async def respond(
             await run.answer(AnswerInput(step_id=pending.step_id or "", answer=answer, by=by))
     except DecisionRefusedError as exc:
         render.errors.print(f"error: {exc}", markup=False)
+    return "done"
+
+
+async def _json_line(prompt: str, prompter: Prompter) -> Any:
+    """A JSON value typed on one line; asked again until it parses (end of input gives up)."""
+    while True:
+        render.console.print(prompt, end="", markup=False)
+        text = await prompter.line(timeout=None)
+        if text is None:
+            raise CliError("the repair was left unfinished")
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            render.errors.print(f"error: that is not valid JSON: {json_problem(exc)}; try again", markup=False)
+
+
+async def _repair(
+    run: RunHandle, pending: PendingDecision, choice: str, by: str, prompter: Prompter, drafts: dict[int, Path]
+) -> str:
+    step = pending.step_id
+    if choice.startswith("l") or not choice:
+        return "later"
+    if choice.startswith("e"):
+        await edit_plan(run, pending.revision, by, drafts)
+    elif choice.startswith("t") or (choice.startswith("s") and step is None):
+        await run.repair(RepairInput(by=by, action=RepairAction.stop, reason=await _reason(prompter)))
+    elif step is None:
+        render.console.print("please answer e, s or l")
+    elif choice.startswith("r"):
+        await run.repair(RepairInput(by=by, action=RepairAction.retry, step_id=step))
+    elif choice.startswith("a"):
+        args = await _json_line("new arguments (a JSON object): ", prompter)
+        await run.repair(RepairInput(by=by, action=RepairAction.retry, step_id=step, args=args))
+    elif choice.startswith("s"):
+        output = await _json_line("the step's output (JSON): ", prompter)
+        await run.repair(RepairInput(by=by, action=RepairAction.skip, step_id=step, output=output))
+    else:
+        render.console.print("please answer r, a, s, e, t or l")
     return "done"
 
 

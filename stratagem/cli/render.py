@@ -13,9 +13,11 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from ..catalog import ToolCatalog
 from ..graph import topological_order
 from ..ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
-from ..plan import PlanDraft, StepKind
+from ..plan import PlanDraft, Step, StepKind
+from ..risk import effective_risk, gated_calls, needs_approval
 from ..run_types import PendingDecision, RunResult, RunStatus
 from ..stored import describe, is_stored
 from ..usage import Budget, UsageTotals
@@ -80,8 +82,11 @@ _EVENT_MARK = {
 }
 
 
-def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | None = None) -> Table:
-    """The plan in dependency order: what each step does, after what, at what risk."""
+def plan_table(
+    plan: PlanDraft, ledger: Ledger | None = None, *, title: str | None = None, catalog: ToolCatalog | None = None
+) -> Table:
+    """The plan in dependency order: what each step does, after what, at what risk (the tool's
+    floor counted, when the run's `catalog` is known)."""
     table = Table(title=title, title_justify="left", show_lines=False)
     # fold: a long word wraps onto the next line instead of ending in "…"
     table.add_column("step", overflow="fold")
@@ -107,7 +112,7 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
             does += f" · tools: {', '.join(step.tools) if step.tools else 'none'}"
             if step.tier:
                 does += f" · tier {step.tier}"
-        risk = step.risk.value + (" · approval" if step.needs_step_approval else "")
+        risk = _risk(step, catalog)
         row: list[str | Text] = [step.id, step.kind.value, does, ", ".join(step.depends_on) or "-", risk]
         if ledger is not None:
             record = ledger.steps.get(step.id)
@@ -116,6 +121,20 @@ def plan_table(plan: PlanDraft, ledger: Ledger | None = None, *, title: str | No
             row.append(step_usage(record.usage, record.tool_calls) if record else "")
         table.add_row(*row)
     return table
+
+
+def _risk(step: Step, catalog: ToolCatalog | None) -> str:
+    if catalog is None:
+        return step.risk.value + (" · approval" if step.needs_step_approval else "")
+    level = effective_risk(step, catalog)
+    text = level.value + (f" (plan: {step.risk.value})" if level is not step.risk else "")
+    if needs_approval(step, catalog):
+        text += " · approval"
+    if step.approvers:
+        text += f" by {', '.join(step.approvers)}"
+    if calls := gated_calls(step, catalog):
+        text += f" · asks before {', '.join(calls)}"
+    return text
 
 
 def step_usage(usage: UsageTotals | None, tool_calls: list[ToolCallRecord]) -> str:
@@ -164,6 +183,10 @@ def decision_line(decision: Decision) -> str:
     what = f"{decision.action.value} " + (
         f"step {decision.step_id}" if decision.step_id else f"revision {decision.revision}"
     )
+    if decision.call_id is not None:
+        what += f" call {decision.call_id}"
+    if decision.covers:
+        what += f" (covering {', '.join(decision.covers)})"
     proof = (
         f"signed by {decision.signed_by}"
         if decision.signed_by
@@ -180,6 +203,22 @@ def decision_hint(run_id: str, pending: PendingDecision) -> str:
         )
     if pending.kind.value == "step_approval":
         return f"step '{pending.step_id}' waits for approval: stratagem approve {run_id} --step {pending.step_id}"
+    if pending.kind.value == "tool_call_approval" and pending.call is not None:
+        call = f"--step {pending.step_id} --call {pending.call.call_id}"
+        return (
+            f"{pending.prompt}\n  approve: stratagem approve {run_id} {call}\n"
+            f"  reject:  stratagem reject {run_id} {call} --reason TEXT  (the step is told, and goes on)"
+        )
+    if pending.kind.value == "repair":
+        step = pending.step_id
+        lines = [f"waiting for a repair: {pending.prompt}"]
+        if step is not None:
+            lines += [
+                f"  retry:  stratagem retry {run_id} {step} [--args JSON]",
+                f"  skip:   stratagem skip {run_id} {step} --output JSON",
+            ]
+        lines += [f"  revise: stratagem revise {run_id} PLAN_FILE", f"  stop:   stratagem stop {run_id} --reason TEXT"]
+        return "\n".join(lines)
     if pending.kind.value == "budget":
         return (
             f"paused: {pending.prompt}\n"
@@ -192,7 +231,9 @@ def decision_hint(run_id: str, pending: PendingDecision) -> str:
     )
 
 
-def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None) -> None:
+def status_view(
+    status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None, catalog: ToolCatalog | None = None
+) -> None:
     console.print(
         Text.assemble((plain(status.run_id), "bold"), f"  {status.phase.value}  revision {status.revision or '-'}")
     )
@@ -217,7 +258,7 @@ def status_view(status: RunStatus, ledger: Ledger | None, plan: PlanDraft | None
         for decision in ledger.decisions[-5:]:
             console.print(decision_line(decision))
     if plan is not None:
-        console.print(plan_table(plan, ledger))
+        console.print(plan_table(plan, ledger, catalog=catalog))
     for pending in status.pending:
         console.print(decision_hint(status.run_id, pending))
 

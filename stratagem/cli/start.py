@@ -16,7 +16,7 @@ from ..model_config import load_config, run_prices
 from ..models import load_model, split_model_string
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import load_plan_file
-from ..run_types import Mode, RunInput, RunOptions
+from ..run_types import FailureAction, Mode, RunInput, RunOptions
 from ..server import is_local, owns_server
 from ..tools import ToolRegistry
 from ..usage import Budget
@@ -94,6 +94,9 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
         joint_tools=args.allow_tools if mode is Mode.joint else None,
         auto_approve=args.auto_approve,
         approvers=args.approvers or file.approvers,
+        approver_groups=file.groups,
+        on_failure=FailureAction(args.on_failure) if args.on_failure else file.on_failure,
+        whole_plan_approval=args.whole_plan_approval or file.whole_plan_approval,
         budget=budget,
         max_tool_rounds=args.max_tool_rounds or file.max_tool_rounds or RunOptions().max_tool_rounds,
     )
