@@ -220,6 +220,10 @@ class Harness:
             author=Author(kind=AuthorKind.human, name=by) if draft else None,
             options=RunOptions(**options),
         )
+        return await self.start_input(run)
+
+    async def start_input(self, run: RunInput) -> RunHandle:
+        """Start a run from a whole RunInput (a fork, say), on this harness's worker."""
         started = await start_run(self.client, run, task_queue=self.task_queue, run_id=f"test-{uuid.uuid4().hex[:10]}")
         started.store = self.store  # where this worker archives a long run's events
         self.runs.append(started)

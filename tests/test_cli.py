@@ -575,3 +575,90 @@ def is_listening_on(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(0.5)
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def wait_status(run_id: str, env: dict[str, str], check, tries: int = 150) -> dict:
+    for _ in range(tries):
+        status = json.loads((await acli("status", run_id, "--json", env=env)).stdout)
+        if check(status):
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"{run_id} never got there: {status}")
+
+
+async def test_a_failed_step_is_repaired_and_the_run_forked_from_the_command_line(cli_env, tmp_path):
+    env, harness = cli_env
+    plan = {
+        "goal": "repair me",
+        "steps": [
+            step("a", "fails_once", label="A"),
+            step("b", "record", ["a"], label="after ${a}"),
+            step("c", "record", label="C"),
+        ],
+    }
+    path = write_plan(tmp_path / "plan.yaml", plan)
+    await acli("run", *TOOLS, "--plan", path, "--detach", "--id", "cli-repair", env=env)
+    assert (await acli("approve", "cli-repair", "--by", "bob", env=env)).returncode == 0
+    status = await wait_status("cli-repair", env, lambda s: s["phase"] == "awaiting_repair")
+    assert [(p["kind"], p["step_id"]) for p in status["pending"]] == [("repair", "a")]
+
+    one_line_error(await acli("skip", "cli-repair", "a", "--output", "{oops", env=env), "--output: not JSON")
+    one_line_error(await acli("retry", "cli-repair", "b", env=env), "step 'b' did not fail; the failed steps are: a")
+    one_line_error(await acli("retry", "cli-repair", "a", "--args", "[1]", env=env), "--args takes a JSON object")
+    retried = await acli("retry", "cli-repair", "a", "--by", "bob", "--json", env=env)
+    assert retried.returncode == 0 and json.loads(retried.stdout)["phase"] == "running"
+    waited = await acli("wait", "cli-repair", "--json", env=env)
+    assert json.loads(waited.stdout)["outputs"] == {"b": "after A", "c": "C"}
+
+    # A fork with one step changed runs that step and what depends on it; c is carried over.
+    edited = write_plan(
+        tmp_path / "edited.yaml", {**plan, "steps": [step("a", "record", label="A2"), *plan["steps"][1:]]}
+    )
+    forked = await acli("fork", "cli-repair", "--plan", edited, "--id", "cli-fork", "--detach", env=env)
+    assert forked.returncode == 0, forked.stderr
+    assert "carries c; runs again: a, b" in forked.stderr + forked.stdout
+    assert (await acli("approve", "cli-fork", "--by", "bob", env=env)).returncode == 0
+    waited = await acli("wait", "cli-fork", "--json", env=env)
+    assert json.loads(waited.stdout)["outputs"] == {"b": "after A2", "c": "C"}
+    labels = [c["label"] for c in harness.calls() if c["tool"] == "record"]
+    assert sorted(labels[:2]) == ["C", "after A"] and labels[2:] == ["A2", "after A2"]  # c never ran again
+
+    audit = [json.loads(line) for line in (await acli("audit", "cli-repair", env=env)).stdout.splitlines()]
+    assert {"type": "fork", "run_id": "cli-fork", "revision": 1}.items() <= audit[-1].items()
+    fork_audit = [json.loads(line) for line in (await acli("audit", "cli-fork", env=env)).stdout.splitlines()]
+    assert any(r.get("kind") == "step_carried" and r.get("step_id") == "c" for r in fork_audit)
+    one_line_error(await acli("fork", "cli-repair", "--revision", "9", env=env), "there is no revision 9")
+
+
+async def test_a_tool_call_is_approved_from_the_command_line(cli_env, tmp_path):
+    env, harness = cli_env
+    script = tmp_path / "wire.yaml"
+    script.write_text(
+        yaml.safe_dump(
+            {
+                "executor": {
+                    "settle": [{"call": {"tool": "wire_funds", "args": {"amount": 7, "to": "acme"}}}, {"text": "ok"}]
+                }
+            }
+        )
+    )
+    plan = {
+        "goal": "g",
+        "steps": [{"id": "settle", "title": "settle", "kind": "llm", "instructions": "pay", "tools": ["wire_funds"]}],
+    }
+    path = write_plan(tmp_path / "plan.yaml", plan)
+    started = await acli(
+        "run", *TOOLS, "--plan", path, "--executor", f"scripted:{script}", "--detach", "--id", "cli-call", env=env
+    )
+    assert started.returncode == 0, started.stderr
+    assert (await acli("approve", "cli-call", "--by", "bob", env=env)).returncode == 0
+    status = await wait_status("cli-call", env, lambda s: any(p["kind"] == "tool_call_approval" for p in s["pending"]))
+    call = status["pending"][0]["call"]
+    assert call["tool"] == "wire_funds" and json.loads(call["arguments"]) == {"amount": 7, "to": "acme"}
+    one_line_error(await acli("approve", "cli-call", "--call", "0", env=env), "--call needs --step")
+    assert harness.calls() == []
+    approved = await acli("approve", "cli-call", "--step", "settle", "--call", call["call_id"], "--by", "dana", env=env)
+    assert approved.returncode == 0, approved.stderr
+    waited = await acli("wait", "cli-call", "--json", env=env)
+    assert json.loads(waited.stdout)["outputs"] == {"settle": "ok"}
+    assert [c["tool"] for c in harness.calls()] == ["wire_funds"]

@@ -37,7 +37,7 @@ from stratagem.ledger import EventKind, StepStatus
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.plugin import StratagemPlugin
-from stratagem.run_types import Phase, RunInput, RunOptions
+from stratagem.run_types import ApproveInput, Phase, RepairAction, RepairInput, RunInput, RunOptions
 from stratagem.workflows import StratagemRun
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -514,3 +514,97 @@ def test_embedded_server_killed_with_runs_in_three_states(tmp_path):
             pass
         for pid in pids:
             kill_if_ours(pid, str(home))
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. A worker killed while a tool-call approval and a repair wait for people
+
+
+def _pending(kind: str):
+    return lambda status: any(p.kind.value == kind for p in status.pending)
+
+
+async def _until(run: RunHandle, check: Any, seconds: float = 60) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status = await run.status()
+        if check(status):
+            return status
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"run {run.id} never got there: {(await run.status()).model_dump(mode='json')}")
+
+
+async def test_a_worker_killed_while_a_call_approval_and_a_repair_wait(dev_env, tmp_path):
+    client = dev_env.client
+    task_queue = f"crash-people-{uuid.uuid4().hex[:8]}"
+    workspace = tmp_path / "ws"
+    script = tmp_path / "wire.yaml"
+    script.write_text(
+        json.dumps(
+            {"executor": {"settle": [{"call": {"tool": "crash_wire", "args": {"amount": 900}}}, {"text": "done"}]}}
+        )
+    )
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": "default",
+        "TEMPORAL_TASK_QUEUE": task_queue,
+        "STRATAGEM_WORKSPACE": str(workspace),
+    }
+    llm_plan = PlanDraft.model_validate(
+        {
+            "goal": "settle",
+            "steps": [
+                {"id": "settle", "title": "settle", "kind": "llm", "instructions": "pay", "tools": ["crash_wire"]}
+            ],
+        }
+    )
+    failing_plan = PlanDraft.model_validate(
+        {
+            "goal": "check then publish",
+            "steps": [
+                {"id": "check", "title": "check", "tool": "crash_fails_once", "args": {"label": "ok"}},
+                {
+                    "id": "publish",
+                    "title": "publish",
+                    "tool": "crash_work",
+                    "args": {"label": "${check}", "seconds": 0.1},
+                    "depends_on": ["check"],
+                },
+            ],
+        }
+    )
+    author = Author(kind=AuthorKind.human, name="ops")
+    workers = Workers(env, tmp_path)
+    try:
+        await wait_for_pollers(client, task_queue, {workers.start().pid})
+        wire = await start_run(
+            client,
+            RunInput(plan=llm_plan, author=author, options=RunOptions(executor=f"scripted:{script}")),
+            task_queue=task_queue,
+        )
+        repair = await start_run(client, RunInput(plan=failing_plan, author=author), task_queue=task_queue)
+        for run in (wire, repair):
+            await _until(run, lambda s: s.phase is Phase.awaiting_approval)
+            await run.approve(ApproveInput(by="ops", revision=1))
+        waiting = await _until(wire, _pending("tool_call_approval"))
+        await _until(repair, lambda s: s.phase is Phase.awaiting_repair)
+
+        [victim] = workers.alive
+        workers.sigkill(victim)
+        await wait_for_pollers(client, task_queue, {workers.start().pid})
+        # The new worker picks both runs up where they waited: nothing ran meanwhile.
+        assert not effect_rows(workspace, wire.id)
+        [call] = [p for p in waiting.pending if p.call is not None]
+        await wire.approve(ApproveInput(by="dana", step_id="settle", call_id=call.call.call_id))
+        await repair.repair(RepairInput(by="ops", action=RepairAction.retry, step_id="check"))
+        wired, repaired = await asyncio.wait_for(asyncio.gather(wire.result(), repair.result()), timeout=60)
+    finally:
+        workers.close()
+
+    assert wired.outputs == {"settle": "done"} and repaired.outputs == {"publish": "ok"}
+    [row] = effect_rows(workspace, wire.id)  # the approved call ran once
+    assert row["amount"] == "900" and row["key"].endswith("/settle/r1/c0")
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
+    for run in (wire, repair):
+        await replayer.replay_workflow(await run.handle.fetch_history())

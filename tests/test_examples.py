@@ -25,17 +25,17 @@ from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.client import get_run
-from stratagem.errors import ToolError
+from stratagem.errors import DecisionRefusedError, ToolError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.plan import AuthorKind, PlanDraft, StepKind
 from stratagem.plan_files import load_plan_file
-from stratagem.run_types import AnswerInput, ApproveInput, DecisionKind, Phase, RunStatus
+from stratagem.run_types import AnswerInput, ApproveInput, DecisionKind, Phase, RepairAction, RepairInput, RunStatus
 from stratagem.tools import ToolContext, ToolRegistry
 from stratagem.validation import validate_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-NAMES = ["vendor_onboarding", "monthly_report", "employee_onboarding"]
+NAMES = ["vendor_onboarding", "monthly_report", "employee_onboarding", "expense_claim"]
 GOAL_EXAMPLES = ["order_shipping"]  # planned from a goal by a scripted planner: no plan.yaml
 
 
@@ -122,6 +122,8 @@ def test_plans_use_parallel_steps_gates_and_people():
         "vendor_onboarding": {"parallel": True, "gated": True, "llm": True, "human": False},
         "monthly_report": {"parallel": True, "gated": False, "llm": True, "human": True},
         "employee_onboarding": {"parallel": True, "gated": True, "llm": True, "human": True},
+        # Its payment is gated by the tool's declared risk, not by the plan (the plan says low).
+        "expense_claim": {"parallel": False, "gated": False, "llm": False, "human": True},
     }
 
 
@@ -151,6 +153,9 @@ async def drive(
                 await run.approve(ApproveInput(by="reviewer", revision=pending.revision))
             elif pending.kind is DecisionKind.step_approval:
                 await run.approve(ApproveInput(by="approver", step_id=pending.step_id))
+            elif pending.kind is DecisionKind.repair:
+                # The quickstart's person gives up on a failed check, saying why.
+                await run.repair(RepairInput(by="ops", action=RepairAction.stop, reason=pending.prompt))
             else:
                 await run.answer(AnswerInput(step_id=pending.step_id, answer=answers[pending.step_id], by="manager"))
         if asyncio.get_running_loop().time() > deadline:
@@ -232,8 +237,45 @@ async def test_vendor_onboarding_stops_before_paying_when_a_check_fails(time_env
     assert ledger.steps["vat_check"].status is StepStatus.failed and ledger.steps["vat_check"].attempts == 1
     for later in ("welcome_letter", "file_letter", "first_payment"):
         assert ledger.steps[later].status is not StepStatus.succeeded
-    assert [kind for kind, _, _ in decisions] == ["plan_approval"]  # the payment never asked for approval
+    # The run waited for a repair instead of failing; the payment never asked for approval.
+    assert [kind for kind, _, _ in decisions] == ["plan_approval", "repair"]
+    assert "stopped by ops" in status.reason
     assert not (harness.workspace / "payments").exists()
+
+
+async def test_expense_claim_refuses_a_free_text_answer_and_is_repaired(time_env, tmp_path):
+    """The example's README, as a person at the terminal would live it."""
+    example = Example("expense_claim")
+    async with example_harness(time_env, tmp_path, example) as harness:
+        run = await harness.start(example.plan(), by="ops")
+        await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+        await run.approve(ApproveInput(by="reviewer", revision=1))
+        await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+        with pytest.raises(DecisionRefusedError) as refused:
+            await run.answer(AnswerInput(step_id="finance_review", answer="ok", by="fin"))
+        assert "the answer: 'ok' is not of type 'object'" in str(refused.value)
+        with pytest.raises(DecisionRefusedError) as refused:
+            await run.answer(AnswerInput(step_id="finance_review", answer={"decision": "approve"}, by="fin"))
+        assert "amount_eur" in str(refused.value)
+        await run.answer(
+            AnswerInput(step_id="finance_review", answer={"decision": "approve", "amount_eur": 184}, by="fin")
+        )
+
+        status = await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_repair)
+        assert "accounting period 2026-10 is closed" in status.pending[0].prompt
+        args = {"claim_id": "EC-7", "amount_eur": "${finance_review.amount_eur}", "period": "2026-11"}
+        await run.repair(RepairInput(by="fin", action=RepairAction.retry, step_id="post", args=args))
+
+        status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+        assert status.pending[0].step_id == "pay" and "risk high" in status.pending[0].prompt
+        assert not (harness.workspace / "payments").exists()  # nothing paid before the approval
+        await run.approve(ApproveInput(by="cfo", step_id="pay"))
+        result = await run.result()
+
+    assert result.status is Phase.succeeded and result.revision == 2
+    assert result.outputs == {"pay": "EUR 184 to Ada Lovelace (P-EC-7-2026-11)"}
+    rows = (harness.workspace / "payments" / "reimbursements.csv").read_text().splitlines()
+    assert len(rows) == 1 and rows[0].startswith("Ada Lovelace,184,P-EC-7-2026-11,")
 
 
 async def test_monthly_report_end_to_end(time_env, tmp_path):
@@ -401,7 +443,8 @@ def test_quickstart_runs_the_example(name, tmp_path):
     assert "-> approving revision 1 as reviewer 'quickstart'" in out
     for step in example.answers:
         assert f"-> answering {step} as 'quickstart' from answers.yaml" in out
-    assert "succeeded (revision 1)" in out
+    repaired = (example.folder / "repairs.yaml").exists()  # a repair with new arguments is revision 2
+    assert f"succeeded (revision {2 if repaired else 1})" in out
     assert "Temporal Server:" not in out  # the server's banner stays out of the run's output
     assert (tmp_path / "workspace").is_dir()
 

@@ -47,7 +47,7 @@ def test_the_workflows_handler_names_are_the_wire_contract():
     from stratagem import handlers
     from stratagem.workflows import StratagemRun
 
-    updates = {"approve", "reject", "revise", "answer", "budget"}
+    updates = {"approve", "reject", "revise", "answer", "budget", "repair"}
     assert handlers.DECISION_UPDATES == updates
     assert handlers.DECISION_SIGNALS == {f"{u}_signal": u for u in updates}
     definition = _Definition.from_class(StratagemRun)
@@ -55,7 +55,7 @@ def test_the_workflows_handler_names_are_the_wire_contract():
     assert updates <= set(definition.updates)
     assert set(handlers.DECISION_SIGNALS) <= set(definition.signals)
     assert (
-        {handlers.STATUS, handlers.PLAN, handlers.LEDGER, handlers.PENDING, handlers.EVENTS}
-        == {"status", "plan", "ledger", "pending", "events"}
+        {handlers.STATUS, handlers.PLAN, handlers.LEDGER, handlers.PENDING, handlers.EVENTS, handlers.CATALOG}
+        == {"status", "plan", "ledger", "pending", "events", "catalog"}
         <= set(definition.queries)
     )

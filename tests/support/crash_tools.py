@@ -18,6 +18,7 @@ import os
 import time
 from typing import Any
 
+from stratagem.errors import ToolError
 from stratagem.tools import ToolContext, builtin, tool
 
 ATTEMPTS_LOG = "attempts.jsonl"
@@ -58,4 +59,27 @@ async def crash_work(label: str, seconds: float, ctx: ToolContext) -> str:
     log_attempt(ctx, "effect", repeated=effect["repeated"])
     await asyncio.sleep(seconds / 2)
     log_attempt(ctx, "end")
+    return label
+
+
+@tool(requires_approval=True)
+def crash_wire(amount: int, ctx: ToolContext) -> str:
+    """Wire money: every call waits for a person. Records its effect once per idempotency key."""
+    log_attempt(ctx, "wire", amount=amount)
+    builtin.append_csv_row(
+        path=f"effects/{ctx.run_id}.csv",
+        row={"step": ctx.step_id, "key": ctx.idempotency_key, "amount": amount},
+        ctx=ctx,
+    )
+    return f"wired {amount}"
+
+
+@tool
+def crash_fails_once(label: str, ctx: ToolContext) -> str:
+    """Fails for good the first time a run's step calls it; works after (a repair's retry)."""
+    path = ctx.workspace / ATTEMPTS_LOG
+    earlier = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    log_attempt(ctx, "fails_once")
+    if not any(e["event"] == "fails_once" and e["run_id"] == ctx.run_id for e in earlier):
+        raise ToolError(f"{label}: the first try fails", retryable=False)
     return label

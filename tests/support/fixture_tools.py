@@ -119,3 +119,30 @@ def quick(label: str, ctx: ToolContext) -> str:
     if label == "fail once" and ctx.attempt == 1:
         raise RuntimeError("first attempt fails")
     return label.upper()
+
+
+@tool
+def fails_once(label: str, ctx: ToolContext) -> str:
+    """Fails (for good) the first time this step calls it, and works every time after."""
+    log = ctx.workspace / "calls.jsonl"
+    before = log.read_text().splitlines() if log.exists() else []
+    _log(ctx, {"tool": "fails_once", "label": label})
+    if not any(
+        json.loads(line).get("tool") == "fails_once" and json.loads(line)["step"] == ctx.step_id for line in before
+    ):
+        raise ToolError(f"{label}: the first try fails", retryable=False)
+    return label
+
+
+@tool(risk="high")
+def pay(amount: int, to: str, ctx: ToolContext) -> dict:
+    """Pay a supplier (risk high whatever a plan says)."""
+    _log(ctx, {"tool": "pay", "amount": amount, "to": to})
+    return {"paid": amount, "to": to}
+
+
+@tool(requires_approval=True)
+def wire_funds(amount: int, to: str, ctx: ToolContext) -> str:
+    """Wire money (every use needs a person's approval)."""
+    _log(ctx, {"tool": "wire_funds", "amount": amount, "to": to})
+    return f"wired {amount} to {to}"

@@ -1,0 +1,388 @@
+"""The human side of a run: tool-declared risk, per-call approvals in llm steps, repair instead
+of failure, partial re-approval, changes while running, forks and per-step approvers. Every
+test runs the real workflow on the time-skipping test server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from support.plans import awaiting, step
+from temporalio.client import WorkflowFailureError
+
+from stratagem.errors import DecisionRefusedError
+from stratagem.forks import fork_carry
+from stratagem.ledger import DecisionAction, EventKind, StepStatus, ToolCallStatus
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.run_types import (
+    ApproveInput,
+    DecisionKind,
+    Fork,
+    Phase,
+    RejectInput,
+    RepairAction,
+    RepairInput,
+    ReviseInput,
+    RunInput,
+    RunOptions,
+)
+
+
+async def refused(coro) -> str:
+    with pytest.raises(DecisionRefusedError) as info:
+        await coro
+    return str(info.value)
+
+
+def phase(value: str):
+    return lambda status: status.phase.value == value
+
+
+def pending_kind(kind: str, step_id: str | None = None):
+    return lambda status: any(
+        p.kind.value == kind and (step_id is None or p.step_id == step_id) for p in status.pending
+    )
+
+
+def llm(id: str, tools: list[str], depends_on: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "id": id,
+        "title": id,
+        "kind": "llm",
+        "instructions": f"do {id}",
+        "tools": tools,
+        "depends_on": depends_on or [],
+    }
+
+
+# ------------------------------------------------------------------ risk declared by the tool
+
+
+async def test_a_plan_cannot_lower_a_tools_risk(harness):
+    """`pay` is @tool(risk="high"); the plan says low. The step still waits for its own approval."""
+    plan = {"goal": "pay acme", "steps": [{**step("pay", "pay", amount=900, to="acme"), "risk": "low"}]}
+    run = await harness.start(plan)
+    await harness.wait_for(run, awaiting)
+    catalog = await run.catalog()
+    assert catalog is not None and catalog.get("pay").floor.value == "high"
+    await run.approve(ApproveInput(by="bob", revision=1))
+    status = await harness.wait_for(run, pending_kind("step_approval", "pay"))
+    [waiting] = status.pending
+    assert "risk high" in waiting.prompt
+    await asyncio.sleep(0.5)
+    assert harness.calls() == []  # nothing paid before the step's approval
+    await run.approve(ApproveInput(by="dana", step_id="pay"))
+    result = await run.result()
+    assert result.status is Phase.succeeded
+    assert [c["tool"] for c in harness.calls()] == ["pay"]
+
+
+async def test_a_tool_that_requires_approval_gates_its_step(harness):
+    run = await harness.start({"goal": "g", "steps": [step("wire", "wire_funds", amount=5, to="x")]})
+    await harness.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    await harness.wait_for(run, pending_kind("step_approval", "wire"))
+    await run.reject(RejectInput(by="dana", step_id="wire", reason="not today"))
+    result = await run.result()
+    assert result.status is Phase.rejected
+    assert harness.calls() == []
+
+
+# ------------------------------------------------------------------ per-call approval in llm steps
+
+
+def wire_script(harness, calls: list[dict[str, Any]]) -> str:
+    turns = [{"call": call} for call in calls] + [{"text": "done"}]
+    return harness.script("wire.yaml", {"executor": {"settle": turns}})
+
+
+async def test_an_llm_steps_call_to_a_gated_tool_waits_with_its_arguments(harness):
+    model = wire_script(harness, [{"tool": "wire_funds", "args": {"amount": 900, "to": "acme"}}])
+    run = await harness.start({"goal": "g", "steps": [llm("settle", ["wire_funds"])]}, executor=model)
+    await harness.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    status = await harness.wait_for(run, pending_kind("tool_call_approval", "settle"))
+    [waiting] = status.pending
+    assert waiting.call is not None and waiting.call.tool == "wire_funds" and waiting.call.call_id == "0"
+    assert '"amount": 900' in waiting.call.arguments and '"acme"' in waiting.call.arguments
+    assert harness.calls() == []  # nothing ran before the decision
+
+    # A call id that is not waiting, and a call decision without its step, are refused.
+    assert "has no tool call 7 waiting" in await refused(
+        run.approve(ApproveInput(by="dana", step_id="settle", call_id="7"))
+    )
+    assert "give --step" in await refused(run.approve(ApproveInput(by="dana", call_id="0")))
+
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0", comment="invoice 42"))
+    result = await run.result()
+    assert result.outputs == {"settle": "done"}
+    [call] = harness.calls()
+    assert call["tool"] == "wire_funds" and call["key"].endswith("/settle/r1/c0")
+    ledger = await run.ledger()
+    decision = ledger.decisions[-1]
+    assert (decision.by, decision.step_id, decision.call_id) == ("dana", "settle", "0")
+    kinds = [e.kind for e in ledger.events]
+    assert kinds.index(EventKind.call_awaiting_approval) < kinds.index(EventKind.call_approved)
+    # The model calls before and after the pause are each counted once.
+    assert ledger.usage.calls == 2
+
+
+async def test_a_rejected_call_is_told_to_the_model_and_never_runs(harness):
+    model = wire_script(
+        harness,
+        [
+            {"tool": "wire_funds", "args": {"amount": 900, "to": "acme"}},
+            {"tool": "wire_funds", "args": {"amount": 90, "to": "acme"}},
+        ],
+    )
+    run = await harness.start({"goal": "g", "steps": [llm("settle", ["wire_funds"])]}, executor=model)
+    await harness.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    await harness.wait_for(run, pending_kind("tool_call_approval", "settle"))
+    await run.reject(RejectInput(by="dana", step_id="settle", call_id="0", reason="too much"))
+    # The model tries a smaller amount: a new call, asked about again.
+    status = await harness.wait_for(run, lambda s: any(p.call is not None and p.call.call_id == "1" for p in s.pending))
+    assert '"amount": 90' in status.pending[0].call.arguments
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="1"))
+    assert (await run.result()).status is Phase.succeeded
+    assert [(c["tool"], c["amount"]) for c in harness.calls()] == [("wire_funds", 90)]
+    record = (await run.ledger()).steps["settle"]
+    assert [(t.call, t.status) for t in record.tool_calls] == [(0, ToolCallStatus.refused), (1, ToolCallStatus.ok)]
+    assert "dana" in record.tool_calls[0].message
+
+
+async def test_auto_approve_decides_calls_too(harness):
+    model = wire_script(harness, [{"tool": "wire_funds", "args": {"amount": 1, "to": "x"}}])
+    run = await harness.start(
+        {"goal": "g", "steps": [llm("settle", ["wire_funds"])]}, executor=model, auto_approve=True
+    )
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["tool"] for c in harness.calls()] == ["wire_funds"]
+    assert (await run.ledger()).decisions[-1].via == "auto"
+
+
+# ------------------------------------------------------------------ repair instead of failure
+
+FAILS_ONCE = {
+    "goal": "two steps",
+    "steps": [step("a", "fails_once", label="A"), step("b", "record", ["a"], label="after ${a}")],
+}
+
+
+async def approved(harness, plan: dict[str, Any], **options: Any):
+    run = await harness.start(plan, **options)
+    await harness.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    return run
+
+
+async def test_a_failed_step_without_a_planner_waits_for_repair_and_a_retry_finishes_the_run(harness):
+    run = await approved(harness, FAILS_ONCE)
+    status = await harness.wait_for(run, phase("awaiting_repair"))
+    [waiting] = status.pending
+    assert (waiting.kind, waiting.step_id) == (DecisionKind.repair, "a")
+    assert "no planner model" in waiting.prompt or "the first try fails" in waiting.prompt
+
+    assert "step 'b' did not fail" in await refused(
+        run.repair(RepairInput(by="bob", action=RepairAction.retry, step_id="b"))
+    )
+    await run.repair(RepairInput(by="bob", action=RepairAction.retry, step_id="a", reason="upstream is back"))
+    result = await run.result()
+    assert result.status is Phase.succeeded and result.outputs == {"b": "after A"}
+    calls = harness.calls()
+    assert [c["tool"] for c in calls] == ["fails_once", "fails_once", "record"]
+    assert calls[0]["key"] == calls[1]["key"]  # the same step of the same revision: the same key
+    ledger = await run.ledger()
+    assert ledger.decisions[-1].action is DecisionAction.retry
+    assert EventKind.repair_requested in {e.kind for e in ledger.events}
+
+
+async def test_skip_supplies_the_output_by_hand(harness):
+    run = await approved(harness, FAILS_ONCE)
+    await harness.wait_for(run, phase("awaiting_repair"))
+    await run.repair(RepairInput(by="bob", action=RepairAction.skip, step_id="a", output="by hand"))
+    result = await run.result()
+    assert result.outputs == {"b": "after by hand"}
+    assert [c["tool"] for c in harness.calls()] == ["fails_once", "record"]
+    record = (await run.ledger()).steps["a"]
+    assert (record.status, record.output) == (StepStatus.succeeded, "by hand")
+
+
+async def test_retry_with_new_arguments_is_a_new_revision_the_repairer_approved(harness):
+    run = await approved(harness, FAILS_ONCE)
+    await harness.wait_for(run, phase("awaiting_repair"))
+    message = await refused(
+        run.repair(RepairInput(by="bob", action=RepairAction.retry, step_id="a", args={"labl": "typo"}))
+    )
+    assert "the new arguments are refused" in message
+    await run.repair(RepairInput(by="bob", action=RepairAction.retry, step_id="a", args={"label": "A2"}))
+    result = await run.result()
+    assert result.status is Phase.succeeded and result.revision == 2
+    assert result.outputs == {"b": "after A2"}
+    calls = harness.calls()
+    assert calls[1]["label"] == "A2" and calls[1]["key"].endswith("/a/r2")
+    ledger = await run.ledger()
+    approval = next(e for e in ledger.events if e.kind is EventKind.plan_approved and e.revision == 2)
+    assert approval.data["covers"] == ["a"]
+
+
+async def test_stop_ends_a_run_waiting_for_repair(harness):
+    run = await approved(harness, FAILS_ONCE)
+    await harness.wait_for(run, phase("awaiting_repair"))
+    await run.repair(RepairInput(by="bob", action=RepairAction.stop, reason="give up"))
+    status = await harness.wait_for(run, lambda s: s.phase.finished)
+    assert status.phase is Phase.failed and "stopped by bob" in (status.reason or "")
+
+
+async def test_unattended_runs_fail_as_before(harness):
+    run = await harness.start(FAILS_ONCE, auto_approve=True)
+    with pytest.raises(WorkflowFailureError):
+        await run.result()
+    assert (await run.status()).phase is Phase.failed
+
+
+async def test_on_failure_fail_ends_an_attended_run(harness):
+    run = await approved(harness, FAILS_ONCE, on_failure="fail")
+    status = await harness.wait_for(run, lambda s: s.phase.finished)
+    assert status.phase is Phase.failed
+
+
+async def test_a_repair_is_not_open_to_someone_off_the_approver_list(harness):
+    run = await approved(harness, FAILS_ONCE, approvers=["bob"])
+    await harness.wait_for(run, phase("awaiting_repair"))
+    message = await refused(run.repair(RepairInput(by="mallory", action=RepairAction.skip, step_id="a", output="x")))
+    assert "not on this run's approver list" in message
+    assert (await run.status()).phase is Phase.awaiting_repair
+
+
+# ------------------------------------------------------------------ partial re-approval
+
+
+async def test_a_revision_asks_only_about_what_changed_and_keeps_step_approvals(harness):
+    plan = {
+        "goal": "g",
+        "steps": [
+            {**step("gated", "fails_once", label="G"), "requires_approval": True},
+            step("other", "record", label="O"),
+            step("last", "record", ["gated", "other"], label="L"),
+        ],
+    }
+    run = await approved(harness, plan)
+    await harness.wait_for(run, pending_kind("step_approval", "gated"))
+    await run.approve(ApproveInput(by="dana", step_id="gated"))
+    await harness.wait_for(run, phase("awaiting_repair"))
+
+    edited = PlanDraft.model_validate(
+        {**plan, "steps": [*plan["steps"][:2], step("last", "record", ["gated", "other"], label="L2")]}
+    )
+    outcome = await run.revise(ReviseInput(by="erin", plan=edited, reason="new label"))
+    assert outcome.phase is Phase.awaiting_approval
+    [review] = (await run.status()).pending
+    assert review.changes == {"added": [], "changed": ["last"], "removed": []}
+    assert "changed last" in review.prompt
+    await run.approve(ApproveInput(by="bob", revision=2))
+    result = await run.result()
+    assert result.status is Phase.succeeded
+    # The gated step ran again without a second step approval: it is identical to the one dana approved.
+    ledger = await run.ledger()
+    assert [e.kind for e in ledger.events].count(EventKind.step_awaiting_approval) == 1
+    assert ledger.decisions[-1].covers == ["last"]
+    assert [c["label"] for c in harness.calls() if c["tool"] == "record"] == ["O", "L2"]
+
+
+async def test_a_revision_that_changes_nothing_keeps_the_approval(harness):
+    run = await approved(harness, FAILS_ONCE)
+    await harness.wait_for(run, phase("awaiting_repair"))
+    outcome = await run.revise(ReviseInput(by="erin", plan=PlanDraft.model_validate(FAILS_ONCE), reason="try again"))
+    assert outcome.phase is Phase.running and "keeps the approval" in outcome.message
+    assert (await run.result()).status is Phase.succeeded
+    ledger = await run.ledger()
+    assert EventKind.approval_carried in {e.kind for e in ledger.events}
+
+
+async def test_whole_plan_approval_asks_about_every_step(harness):
+    run = await approved(harness, FAILS_ONCE, whole_plan_approval=True)
+    await harness.wait_for(run, phase("awaiting_repair"))
+    outcome = await run.revise(ReviseInput(by="erin", plan=PlanDraft.model_validate(FAILS_ONCE)))
+    assert outcome.phase is Phase.awaiting_approval
+    [review] = (await run.status()).pending
+    assert review.changes is None
+
+
+# ------------------------------------------------------------------ changes while running
+
+
+async def test_a_plan_revised_while_running_holds_new_steps_until_approved(harness):
+    plan = {"goal": "g", "steps": [step("long", "slow", label="L", seconds=30)]}
+    run = await approved(harness, plan)
+    await harness.wait_for(run, lambda s: s.steps.running == 1)
+    changed = PlanDraft.model_validate({"goal": "g", "steps": [step("long", "slow", label="other", seconds=30)]})
+    assert "is running and cannot be changed" in await refused(run.revise(ReviseInput(by="erin", plan=changed)))
+    grown = PlanDraft.model_validate(
+        {"goal": "g", "steps": [*plan["steps"], step("notify", "record", ["long"], label="done")]}
+    )
+    outcome = await run.revise(ReviseInput(by="erin", plan=grown, reason="tell them"))
+    assert outcome.phase is Phase.awaiting_approval
+    await harness.time_skip(40)
+    status = await harness.wait_for(run, lambda s: s.steps.succeeded == 1)
+    assert status.phase is Phase.awaiting_approval
+    assert [c["tool"] for c in harness.calls()] == ["slow"]  # notify waits for the approval
+    [review] = status.pending
+    assert review.changes == {"added": ["notify"], "changed": [], "removed": []}
+    await run.approve(ApproveInput(by="bob", revision=2))
+    result = await run.result()
+    assert result.status is Phase.succeeded
+    assert [c["tool"] for c in harness.calls()] == ["slow", "record"]
+
+
+# ------------------------------------------------------------------ forks
+
+
+async def test_a_fork_runs_again_only_what_changed(harness):
+    plan = {
+        "goal": "g",
+        "steps": [
+            step("a", "record", label="A"),
+            step("b", "record", ["a"], label="B from ${a}"),
+            step("c", "record", label="C"),
+        ],
+    }
+    run = await harness.start(plan, auto_approve=True)
+    assert (await run.result()).status is Phase.succeeded
+    source = await run.ledger()
+
+    edited = PlanDraft.model_validate({**plan, "steps": [step("a", "record", label="A2"), *plan["steps"][1:]]})
+    carry = fork_carry(source, 1, edited)
+    assert set(carry.outputs) == {"c"} and carry.rerun == ["a", "b"]  # b depends on a changed step
+
+    fork = RunInput(
+        plan=edited,
+        author=Author(kind=AuthorKind.human, name="erin"),
+        options=RunOptions(auto_approve=True),
+        fork=Fork(run_id=run.id, revision=1, outputs=carry.outputs),
+    )
+    forked = await harness.start_input(fork)
+    result = await forked.result()
+    assert result.status is Phase.succeeded
+    calls = harness.calls()[3:]
+    assert [c["label"] for c in calls] == ["A2", "B from A2"]
+    # What ran again is a new call: the fork's keys are its own.
+    assert all(c["key"].startswith(forked.id + "/") for c in calls)
+    ledger = await forked.ledger()
+    assert ledger.steps["c"].output == "C" and ledger.steps["c"].status is StepStatus.succeeded
+    carried = [e for e in ledger.events if e.kind is EventKind.step_carried]
+    assert carried[0].data["source"] == run.id and [e.step_id for e in carried[1:]] == ["c"]
+
+
+# ------------------------------------------------------------------ who may decide what
+
+
+async def test_a_step_names_who_may_approve_it(harness):
+    plan = {"goal": "g", "steps": [{**step("pay", "record", label="P"), "approvers": ["finance"]}]}
+    run = await approved(harness, plan, approver_groups={"finance": ["dana", "lee"]})
+    await harness.wait_for(run, pending_kind("step_approval", "pay"))
+    message = await refused(run.approve(ApproveInput(by="bob", step_id="pay")))
+    assert "bob may not decide on step 'pay'" in message and "dana, lee" in message
+    await run.approve(ApproveInput(by="lee", step_id="pay"))
+    assert (await run.result()).status is Phase.succeeded
