@@ -37,7 +37,7 @@ from .run_types import (
 )
 from .scheduling import reconcile
 from .usage import price_for
-from .validation import plan_problems
+from .validation import plan_notes, plan_problems
 
 # ------------------------------------------------------------------ checks
 
@@ -332,6 +332,8 @@ def plan_approval_request(
         prompt = f"approve revision {plan.revision}: {listed} (the other steps keep revision {state.approved_revision}'s approval)"
     if why:
         prompt += ": " + "; ".join(why)
+    if notes := plan_notes(plan, state.catalog):
+        prompt += ". " + "; ".join(notes)
     return PendingDecision(
         kind=DecisionKind.plan_approval, revision=plan.revision, since=now, prompt=prompt, changes=changes
     )

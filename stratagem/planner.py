@@ -57,6 +57,12 @@ def render_tools(catalog: ToolCatalog) -> str:
     for spec in catalog.tools:
         params = json.dumps(spec.parameters, separators=(",", ":"), sort_keys=True)
         lines.append(f"- {spec.name}: {spec.description.strip() or '(no description)'}\n  parameters: {params}")
+        if spec.needs_approval or spec.floor is not None:  # what the plan cannot change about it
+            declared = [
+                f"risk {spec.floor.value}" if spec.floor else "",
+                "every use waits for approval" if spec.needs_approval else "",
+            ]
+            lines.append(f"  declared by the tool: {', '.join(d for d in declared if d)}")
         if spec.returns is not None:  # what references into its output (${step.field}) may name
             lines.append(f"  returns: {json.dumps(spec.returns, separators=(',', ':'), sort_keys=True)}")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from .errors import PlanValidationError
 from .graph import ancestry, find_cycles
 from .plan import PlanDraft, Step, StepKind
 from .references import find_references, references_in
+from .risk import raised
 
 
 def plan_problems(
@@ -96,6 +97,12 @@ def plan_problems(
                 ):
                     problems.append(f"step '{step.id}' references {ref}, but {problem}")
     return problems
+
+
+def plan_notes(plan: PlanDraft, catalog: ToolCatalog) -> list[str]:
+    """What the tools change about the plan as written: steps whose risk a tool raised, or that
+    wait for approval because their tool says so. Not problems: the tool wins, and says why."""
+    return [note for step in plan.steps if (note := raised(step, catalog))]
 
 
 def validate_plan(

@@ -20,7 +20,7 @@ from ..run_types import FailureAction, Mode, RunInput, RunOptions
 from ..server import is_local, owns_server
 from ..tools import ToolRegistry
 from ..usage import Budget
-from ..validation import validate_plan
+from ..validation import plan_notes, validate_plan
 from ..worker import build_worker
 from . import render
 from .decisions import reviewer
@@ -127,6 +127,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
     options = run_options(args, plan_file, draft)
     if draft is not None:
         validate_plan(draft, registry.catalog(), **options.plan_rules())
+        for line in plan_notes(draft, registry.catalog()):
+            render.note(f"note: {line}", json_mode=args.json)
     elif options.mode.value == "joint":
         unknown = sorted(set(options.joint_tools or []) - set(registry.catalog().names))
         if unknown:
