@@ -18,6 +18,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli
+from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import EventKind, StepStatus
 from stratagem.run_types import ApproveInput, BudgetInput, DecisionKind, Phase, RejectInput
 
@@ -367,3 +368,60 @@ async def test_oversized_refused_signals_do_not_grow_the_ledger(harness):
 
 
 PAY_PLAN = {"goal": "pay", "steps": [{"id": "pay", "title": "Pay", "tool": "record", "args": {"label": "paid"}}]}
+
+
+async def test_an_executors_gated_call_cannot_be_approved_by_a_plan_a_signal_or_a_non_approver(harness):
+    """A plan that marks the call's tool harmless, a signal from someone off the approver list,
+    and an update from a name the step does not list: the wire never happens."""
+    model = harness.script(
+        "wire.yaml",
+        {
+            "executor": {
+                "settle": [{"call": {"tool": "wire_funds", "args": {"amount": 9000, "to": "mallory"}}}, {"text": "x"}]
+            }
+        },
+    )
+    step = {
+        "id": "settle",
+        "title": "settle",
+        "kind": "llm",
+        "instructions": "pay",
+        "tools": ["wire_funds"],
+        "risk": "low",
+        "requires_approval": False,
+    }
+    run = await harness.start(
+        {"goal": "g", "steps": [step]}, executor=model, approvers=["bob", "dana"], approver_groups={}
+    )
+    await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.tool_call_approval for p in s.pending))
+    forged = ApproveInput(by="mallory", step_id="settle", call_id="0")
+    await run.handle.signal("approve_signal", forged)
+    await asyncio.sleep(1)
+    status = await run.status()
+    assert [p.kind for p in status.pending] == [DecisionKind.tool_call_approval]
+    ledger = await run.ledger()
+    assert any(e.kind is EventKind.signal_ignored and "mallory" in e.message for e in ledger.events)
+    assert harness.calls() == []
+    await run.reject(RejectInput(by="dana", step_id="settle", call_id="0", reason="not ours"))
+    assert (await run.result()).status is Phase.succeeded
+    assert harness.calls() == []  # rejected: the model was told, the wire never ran
+
+
+async def test_a_plan_cannot_name_approvers_to_widen_who_decides(harness):
+    """A planner that writes `approvers: [mallory]` on its payment step gets a step that only
+    people on both lists can approve: with the run's list [bob], nobody, and mallory least of all."""
+    plan = {
+        "goal": "g",
+        "steps": [{"id": "pay", "title": "pay", "tool": "record", "args": {"label": "paid"}, "approvers": ["mallory"]}],
+    }
+    run = await harness.start(plan, approvers=["bob"])
+    await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    for who in ("mallory", "bob"):
+        with pytest.raises(DecisionRefusedError) as refused:
+            await run.approve(ApproveInput(by=who, step_id="pay"))
+        assert "approver" in str(refused.value)
+    assert harness.calls() == []

@@ -386,3 +386,52 @@ async def test_a_step_names_who_may_approve_it(harness):
     assert "bob may not decide on step 'pay'" in message and "dana, lee" in message
     await run.approve(ApproveInput(by="lee", step_id="pay"))
     assert (await run.result()).status is Phase.succeeded
+
+
+async def test_a_paused_call_survives_a_continue_as_new(harness):
+    """A step beside the paused one ends, the history is long enough, and the run continues as
+    new while the call waits: the new execution picks the pause up, and the call runs once."""
+    model = wire_script(harness, [{"tool": "wire_funds", "args": {"amount": 3, "to": "x"}}])
+    plan = {
+        "goal": "g",
+        "steps": [
+            llm("settle", ["wire_funds"]),
+            step("other", "slow", label="o", seconds=5),
+            step("after", "record", ["settle", "other"], label="${settle}"),
+        ],
+    }
+    run = await harness.start(plan, executor=model, continue_as_new_after_events=10)
+    await harness.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    before = await harness.wait_for(run, pending_kind("tool_call_approval"))
+    await harness.time_skip(10)
+    await harness.wait_for(
+        run, lambda s: s.continued > before.continued and s.steps.succeeded == 1 and any(p.call for p in s.pending)
+    )
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0"))
+    result = await run.result()
+    assert result.outputs == {"after": "done"}
+    assert sorted(c["tool"] for c in harness.calls()) == ["record", "slow", "wire_funds"]
+
+
+def test_validation_notes_what_a_tool_changes_about_a_plan():
+    from support import FIXTURE_TOOLS
+
+    from stratagem.tools import ToolRegistry
+    from stratagem.validation import plan_notes
+
+    catalog = ToolRegistry.from_modules([FIXTURE_TOOLS]).catalog()
+    plan = PlanDraft.model_validate(
+        {
+            "goal": "g",
+            "steps": [
+                step("p", "pay", amount=1, to="x"),
+                step("w", "wire_funds", amount=1, to="x"),
+                step("r", "record", label="x"),
+            ],
+        }
+    )
+    assert plan_notes(plan, catalog) == [
+        "step 'p' runs at risk high, not low: tool 'pay' is risk high",
+        "step 'w' waits for approval: tool 'wire_funds' requires it",
+    ]
