@@ -11,8 +11,20 @@ from collections.abc import Awaitable, Callable
 
 from conftest import Harness
 
-from stratagem.plan import PlanDraft
-from stratagem.run_types import AnswerInput, ApproveInput, BudgetInput, DecisionKind, ReviseInput
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.run_types import (
+    AnswerInput,
+    ApproveInput,
+    BudgetInput,
+    DecisionKind,
+    Fork,
+    RejectInput,
+    RepairAction,
+    RepairInput,
+    ReviseInput,
+    RunInput,
+    RunOptions,
+)
 from support.plans import GREETING, SIDE_EFFECT, awaiting, diamond, step
 
 
@@ -121,6 +133,105 @@ async def budget_pause(h: Harness) -> list:
     return [run]
 
 
+async def repair(h: Harness) -> list:
+    """Level 4: a failed step waits for a repair; one retried with new arguments (a new revision),
+    then a second failure skipped with an output given by hand."""
+    plan = {
+        "goal": "repair",
+        "steps": [
+            step("a", "fails_once", label="A"),
+            step("b", "broken", ["a"], reason="down"),
+            step("c", "record", ["b"], label="${b}"),
+        ],
+    }
+    run = await h.start(plan)
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    await run.repair(RepairInput(by="alice", action=RepairAction.retry, step_id="a", args={"label": "A2"}))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair and p.step_id == "b" for p in s.pending))
+    await run.handle.signal(
+        "repair_signal", RepairInput(by="bob", action=RepairAction.skip, step_id="b", output="manual")
+    )
+    await run.result()
+    return [run]
+
+
+async def call_approval(h: Harness) -> list:
+    """Level 4: an llm step pauses on a gated tool call twice; one call is rejected, one approved."""
+    model = h.script(
+        "golden-wire.yaml",
+        {
+            "executor": {
+                "settle": [
+                    {"call": {"tool": "wire_funds", "args": {"amount": 900, "to": "acme"}}},
+                    {"call": {"tool": "wire_funds", "args": {"amount": 90, "to": "acme"}}},
+                    {"text": "settled"},
+                ]
+            }
+        },
+    )
+    plan = {
+        "goal": "settle",
+        "steps": [{"id": "settle", "title": "Settle", "kind": "llm", "instructions": "pay", "tools": ["wire_funds"]}],
+    }
+    run = await h.start(plan, executor=model)
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    await h.wait_for(run, lambda s: any(p.call is not None and p.call.call_id == "0" for p in s.pending))
+    await run.reject(RejectInput(by="dana", step_id="settle", call_id="0", reason="too much"))
+    await h.wait_for(run, lambda s: any(p.call is not None and p.call.call_id == "1" for p in s.pending))
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="1"))
+    await run.result()
+    return [run]
+
+
+async def partial_review(h: Harness) -> list:
+    """Level 4: a gated step approved, then failed; a revision changing another step is reviewed
+    for that step only and keeps the gated step's approval."""
+    plan = {
+        "goal": "partial",
+        "steps": [
+            {**step("gated", "fails_once", label="G"), "requires_approval": True},
+            step("slow", "slow", label="s", seconds=2),
+            step("last", "record", ["gated", "slow"], label="L"),
+        ],
+    }
+    run = await h.start(plan)
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    await run.approve(ApproveInput(by="dana", step_id="gated"))
+    await h.wait_for(run, lambda s: s.phase.value == "awaiting_repair")
+    edited = {**plan, "steps": [*plan["steps"][:2], step("last", "record", ["gated", "slow"], label="L2")]}
+    await run.revise(ReviseInput(by="bob", plan=PlanDraft.model_validate(edited)))
+    await run.approve(ApproveInput(by="alice", revision=2))
+    await run.result()
+    return [run]
+
+
+async def fork(h: Harness) -> list:
+    """Level 4: a run forked from another carries a step's output over."""
+    source = await h.start(SIDE_EFFECT, auto_approve=True)
+    await source.result()
+    edited = PlanDraft.model_validate(
+        {
+            **SIDE_EFFECT,
+            "steps": [step("first", "record", label="one"), step("second", "record", ["first"], label="deux")],
+        }
+    )
+    forked = await h.start_input(
+        RunInput(
+            plan=edited,
+            author=Author(kind=AuthorKind.human, name="erin"),
+            options=RunOptions(auto_approve=True),
+            fork=Fork(run_id=source.id, revision=1, outputs={"first": "one"}),
+        )
+    )
+    await forked.result()
+    return [forked]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -130,4 +241,8 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "archive": archive,
     "human": human,
     "budget_pause": budget_pause,
+    "repair": repair,
+    "call_approval": call_approval,
+    "partial_review": partial_review,
+    "fork": fork,
 }
