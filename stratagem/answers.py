@@ -69,8 +69,9 @@ def schema_problems(schema: Any, where: str = "answer_schema") -> list[str]:
     return []
 
 
-def answer_problem(answer: Any, schema: dict[str, Any]) -> str | None:
-    """Why `answer` does not fit `schema`, in one line naming the field; None if it fits."""
+def answer_problem(answer: Any, schema: dict[str, Any], what: str = "the answer") -> str | None:
+    """Why `answer` does not fit `schema`, in one line naming the field; None if it fits. `what`
+    names the value in the message (an output given by hand is checked the same way)."""
     errors = sorted(Draft202012Validator(schema).iter_errors(answer), key=lambda e: [str(p) for p in e.absolute_path])
     if not errors:
         return None
@@ -78,9 +79,9 @@ def answer_problem(answer: Any, schema: dict[str, Any]) -> str | None:
     field = ".".join(str(p) for p in error.absolute_path)
     if error.validator == "required":
         missing = error.message.split(" is a required property")[0]
-        return f"the answer lacks field {missing}" + (f" in '{field}'" if field else "")
+        return f"{what} lacks field {missing}" + (f" in '{field}'" if field else "")
     message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
-    return f"field '{field}' of the answer: {message}" if field else f"the answer: {message}"
+    return f"field '{field}' of {what}: {message}" if field else f"{what}: {message}"
 
 
 def path_problem(schema: dict[str, Any], path: Sequence[str], what: str = "the answer") -> str | None:

@@ -241,8 +241,8 @@ def check_repair(state: RunState, decision: RepairInput) -> None:
     if decision.args is not None:
         raise DecisionRefusedError("a skip takes the step's output, not arguments; to run it with new ones, retry")
     schema, what = _output_schema(state, step)
-    if schema is not None and (problem := answer_problem(decision.output, schema)):
-        raise DecisionRefusedError(f"the output for step '{step.id}' does not match {what}: {problem}")
+    if schema is not None and (problem := answer_problem(decision.output, schema, "the output")):
+        raise DecisionRefusedError(f"step '{step.id}' refused the output, which does not match {what}: {problem}")
 
 
 def _output_schema(state: RunState, step: Step) -> tuple[dict[str, Any] | None, str]:

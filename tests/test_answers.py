@@ -106,6 +106,7 @@ def test_a_typed_line_becomes_the_value_its_field_wants() -> None:
         ("3.5", {"type": "integer"}, "'3.5' is not a whole number"),
         ("maybe", {"type": "boolean"}, "'maybe' is not yes or no"),
         ("[1,", {"type": "array"}, "that is not valid JSON"),
+        ("ok", {"enum": ["approve", "reject"]}, "'ok' is not one of approve / reject"),
     ]:
         with pytest.raises(ValueError, match=expected):
             coerce(text, schema)

@@ -263,6 +263,12 @@ async def test_expense_claim_refuses_a_free_text_answer_and_is_repaired(time_env
 
         status = await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_repair)
         assert "accounting period 2026-10 is closed" in status.pending[0].prompt
+        # An output given by hand is checked against the tool's return type (Posting).
+        with pytest.raises(DecisionRefusedError) as refused:
+            await run.repair(
+                RepairInput(by="fin", action=RepairAction.skip, step_id="post", output={"posting_id": "P"})
+            )
+        assert "step 'post' refused the output" in str(refused.value) and "the output lacks field" in str(refused.value)
         args = {"claim_id": "EC-7", "amount_eur": "${finance_review.amount_eur}", "period": "2026-11"}
         await run.repair(RepairInput(by="fin", action=RepairAction.retry, step_id="post", args=args))
 

@@ -435,3 +435,14 @@ def test_validation_notes_what_a_tool_changes_about_a_plan():
         "step 'p' runs at risk high, not low: tool 'pay' is risk high",
         "step 'w' waits for approval: tool 'wire_funds' requires it",
     ]
+
+
+async def test_an_output_given_by_hand_must_match_the_tools_return_type(harness):
+    plan = {"goal": "g", "steps": [{**step("a", "broken", reason="down")}, step("b", "record", ["a"], label="x")]}
+    run = await approved(harness, plan)
+    await harness.wait_for(run, phase("awaiting_repair"))
+    # `broken` returns str: anything goes; a tool with a telling return type checks the output.
+    message = await refused(run.repair(RepairInput(by="bob", action=RepairAction.retry, step_id="a", output="x")))
+    assert "a retry takes new arguments, not an output" in message
+    await run.repair(RepairInput(by="bob", action=RepairAction.skip, step_id="a", output={"any": "thing"}))
+    assert (await run.result()).status is Phase.succeeded

@@ -110,11 +110,14 @@ def coerce(text: str, schema: dict[str, Any]) -> Any:
         if text.lower() in ("n", "no", "false", "0"):
             return False
         raise ValueError(f"'{text}' is not yes or no")
-    if kind in ("object", "array") or (schema.get("enum") and not all(isinstance(v, str) for v in schema["enum"])):
+    choices = schema.get("enum")
+    if kind in ("object", "array") or (choices and not all(isinstance(v, str) for v in choices)):
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"that is not valid JSON: {json_problem(exc)}") from None
+    if choices and text not in choices:
+        raise ValueError(f"'{text}' is not one of {describe_field(schema)}")
     return text
 
 
