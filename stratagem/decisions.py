@@ -137,16 +137,16 @@ def check_reject(state: RunState, decision: RejectInput) -> None:
 def check_revise(state: RunState, decision: ReviseInput) -> None:
     """The edited plan must be valid as laid over what already ran, against the run's tools.
 
-    A plan may be revised under review, while waiting for repair, and while it runs (level 4):
-    running steps finish as they are, so a revision may not change or drop one of them."""
+    A plan may be revised under review, while waiting for repair, and while it runs: running
+    steps finish as they are, so a revision may not change or drop one of them. (Runs of any
+    level: a revise the validator refused never reached a history, so accepting it now changes
+    no old history's replay.)"""
     check_open(state)
     check_approver(state, decision.by)
-    revisable = [Phase.awaiting_approval]
-    if state.level >= 4:
-        revisable += [Phase.running, Phase.awaiting_repair]
-    if state.phase not in revisable:
-        when = "awaits approval, waits for repair or runs" if state.level >= 4 else "awaits approval"
-        raise DecisionRefusedError(f"a plan can only be revised while it {when} (the run is {state.phase.value})")
+    if state.phase not in (Phase.awaiting_approval, Phase.running, Phase.awaiting_repair):
+        raise DecisionRefusedError(
+            f"a plan can only be revised while it awaits approval, runs or waits for a repair (the run is {state.phase.value})"
+        )
     check_revision(state, decision.revision)
     if state.phase is Phase.running:
         running_problems(state, decision.plan)

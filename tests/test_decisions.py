@@ -18,6 +18,8 @@ from stratagem.run_types import (
     PendingDecision,
     Phase,
     RejectInput,
+    RepairAction,
+    RepairInput,
     ReviseInput,
     RunState,
 )
@@ -87,11 +89,23 @@ def test_a_step_must_be_waiting_for_an_answer() -> None:
     decisions.check_answer(state, answer)
 
 
-def test_revise_only_during_review() -> None:
-    state = make_state(phase=Phase.running)
+def test_revise_during_review_repair_or_running_but_not_a_running_step() -> None:
+    state = make_state(phase=Phase.replanning)
     assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("a")))) == (
-        "a plan can only be revised while it awaits approval (the run is running)"
+        "a plan can only be revised while it awaits approval, runs or waits for a repair (the run is replanning)"
     )
+    state = make_state(phase=Phase.running)
+    state.ledger.steps["first"].status = StepStatus.running
+    changed = draft(tool_step("first", "other"), tool_step("second"))
+    assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=changed)) == (
+        "step 'first' is running and cannot be changed until it finishes"
+    )
+    assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("second")))) == (
+        "step 'first' is running and cannot be dropped until it finishes"
+    )
+    decisions.check_revise(state, ReviseInput(by="bob", plan=draft(tool_step("first"), tool_step("second", "y"))))
+    state.phase = Phase.awaiting_repair
+    decisions.check_revise(state, ReviseInput(by="bob", plan=changed))
 
 
 def test_an_invalid_revised_plan_is_refused_with_its_problems() -> None:
@@ -208,4 +222,67 @@ def test_tightening_or_plain_changes_pass():
             _plan(1, base), _plan(2, base, {"id": "new", "title": "n", "tool": "record", "risk": "high"})
         )
         == []
+    )
+
+
+def test_plan_changes_and_the_step_approvals_a_revision_keeps() -> None:
+    state = make_state(revisions=1)
+    before = state.plan
+    after = Plan.from_draft(
+        draft(tool_step("first"), tool_step("second", "new"), tool_step("third")),
+        revision=2,
+        author=Author(kind=AuthorKind.human, name="ann"),
+    )
+    assert decisions.plan_changes(before, after) == {"added": ["third"], "changed": ["second"], "removed": []}
+    state.step_approvals = {"first": True, "second": True}
+    assert decisions.kept_step_approvals(state, before, after) == {"first": True}
+    state.step_approvals = {"first": False}  # a rejection is never carried: the step is asked again
+    assert decisions.kept_step_approvals(state, before, after) == {}
+
+
+def test_a_repair_names_a_failed_step_and_fits_it() -> None:
+    state = make_state(phase=Phase.awaiting_repair)
+    state.ledger.steps["first"].status = StepStatus.failed
+    assert decisions.failed_steps(state) == ["first"]
+    retry = RepairInput(by="bob", action=RepairAction.retry, step_id="second")
+    assert refused(decisions.check_repair, state, retry) == "step 'second' did not fail; the failed steps are: first"
+    assert (
+        refused(decisions.check_repair, state, RepairInput(by="bob", action=RepairAction.skip))
+        == "skip needs the failed step it applies to"
+    )
+    bad_args = RepairInput(by="bob", action=RepairAction.retry, step_id="first", args={"label": "${second}"})
+    assert refused(decisions.check_repair, state, bad_args).startswith("the new arguments are refused")
+    both = RepairInput(by="bob", action=RepairAction.skip, step_id="first", output="x", args={"label": "y"})
+    assert "a skip takes the step's output, not arguments" in refused(decisions.check_repair, state, both)
+    decisions.check_repair(state, RepairInput(by="bob", action=RepairAction.stop))
+
+    assert (
+        decisions.apply_repair(
+            state, RepairInput(by="bob", action=RepairAction.skip, step_id="first", output="o"), via="update", now=NOW
+        )
+        is None
+    )
+    assert state.phase is Phase.running and state.ledger.steps["first"].output == "o"
+    state.phase = Phase.running
+    assert refused(decisions.check_repair, state, retry) == "the run is not waiting for a repair (it is running)"
+
+
+def test_a_steps_approvers_expand_groups_and_narrow_the_runs_list() -> None:
+    state = make_state(phase=Phase.running)
+    state.options.approver_groups = {"finance": ["dana", "lee"]}
+    state.options.approvers = ["dana", "bob"]
+    state.ledger.revisions[-1] = Plan.from_draft(
+        draft({**tool_step("first"), "approvers": ["finance", "kim"]}, tool_step("second")),
+        revision=1,
+        author=Author(kind=AuthorKind.human, name="ann"),
+    )
+    assert decisions.step_approvers(state, "first") == ["dana", "lee", "kim"]
+    assert decisions.step_approvers(state, "second") is None
+    state.pending = [pending(DecisionKind.step_approval, "first")]
+    decisions.check_approve(state, ApproveInput(by="dana", step_id="first"))
+    assert "bob may not decide on step 'first'" in refused(
+        decisions.check_approve, state, ApproveInput(by="bob", step_id="first")
+    )
+    assert "not on this run's approver list" in refused(
+        decisions.check_approve, state, ApproveInput(by="lee", step_id="first")
     )
