@@ -286,3 +286,16 @@ def test_a_steps_approvers_expand_groups_and_narrow_the_runs_list() -> None:
     assert "not on this run's approver list" in refused(
         decisions.check_approve, state, ApproveInput(by="lee", step_id="first")
     )
+
+
+def test_a_step_that_names_approvers_takes_its_answer_from_them_only() -> None:
+    state = make_state(phase=Phase.running)
+    state.ledger.revisions[-1] = Plan.from_draft(
+        draft({"id": "first", "title": "q", "kind": "human", "instructions": "?", "approvers": ["dana"]}),
+        revision=1,
+        author=Author(kind=AuthorKind.human, name="ann"),
+    )
+    state.pending = [pending(DecisionKind.human_answer, "first")]
+    message = refused(decisions.check_answer, state, AnswerInput(step_id="first", answer="x", by="bob"))
+    assert message == "bob may not decide on step 'first': its approvers are dana (dana)"
+    decisions.check_answer(state, AnswerInput(step_id="first", answer="x", by="dana"))

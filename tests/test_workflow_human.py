@@ -446,3 +446,29 @@ async def test_an_output_given_by_hand_must_match_the_tools_return_type(harness)
     assert "a retry takes new arguments, not an output" in message
     await run.repair(RepairInput(by="bob", action=RepairAction.skip, step_id="a", output={"any": "thing"}))
     assert (await run.result()).status is Phase.succeeded
+
+
+async def test_a_replan_that_changes_one_step_asks_only_about_that_step(harness):
+    first = {
+        "goal": "ship",
+        "steps": [
+            step("pack", "record", label="packed"),
+            step("book", "broken", ["pack"], reason="carrier refuses"),
+            step("notify", "record", ["book"], label="shipped"),
+        ],
+    }
+    second = {
+        **first,
+        "steps": [first["steps"][0], step("book", "record", ["pack"], label="other carrier"), first["steps"][2]],
+    }
+    planner = harness.script("replanner.yaml", {"planner": [{"plan": first}, {"plan": second}]})
+    run = await harness.start(goal="ship it", planner=planner)
+    await harness.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    status = await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval and s.revision == 2)
+    [review] = status.pending
+    assert review.changes == {"added": [], "changed": ["book"], "removed": []}
+    assert review.prompt.startswith("approve revision 2: changed book")
+    await run.approve(ApproveInput(by="bob", revision=2))
+    assert (await run.result()).status is Phase.succeeded
+    assert (await run.ledger()).decisions[-1].covers == ["book"]
