@@ -88,9 +88,8 @@ def check_step_approver(state: RunState, by: str, step_id: str) -> None:
     if people is not None and by not in people:
         step = _step(state, step_id)
         named = ", ".join(step.approvers) if step is not None else ""
-        raise DecisionRefusedError(
-            f"{by} may not decide on step '{step_id}': its approvers are {named} ({', '.join(people)})"
-        )
+        expanded = "" if step is not None and people == step.approvers else f" ({', '.join(people)})"
+        raise DecisionRefusedError(f"{by} may not decide on step '{step_id}': its approvers are {named}{expanded}")
 
 
 def check_approve(state: RunState, decision: ApproveInput) -> None:
