@@ -64,6 +64,8 @@ class PlanningActivities:
                     first_call_index=request.first_call_index,
                     has_executor=request.has_executor,
                     tiers=request.tiers,
+                    approvers=request.approvers,
+                    groups=request.groups,
                     model_name=request.model,
                     on_call=record,
                     activity_attempt=activity.info().attempt,

@@ -53,6 +53,8 @@ class PlanningInput(BaseModel):
     )
     has_executor: bool = True
     tiers: list[str] = Field(default_factory=list, description="Model tiers llm steps may name.")
+    approvers: list[str] | None = Field(default=None, description="The run's approvers (None: anyone).")
+    groups: dict[str, list[str]] = Field(default_factory=dict, description="Approver groups steps may name.")
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
 
 

@@ -10,7 +10,7 @@ time comes in as `now` (workflow time, in the workflow), and what the run loop m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -136,16 +136,19 @@ def check_reject(state: RunState, decision: RejectInput) -> None:
 def check_revise(state: RunState, decision: ReviseInput) -> None:
     """The edited plan must be valid as laid over what already ran, against the run's tools.
 
-    A plan may be revised under review, while waiting for repair, and while it runs: running
-    steps finish as they are, so a revision may not change or drop one of them. (Runs of any
-    level: a revise the validator refused never reached a history, so accepting it now changes
-    no old history's replay.)"""
+    A plan may be revised under review, while waiting for repair, and (runs at level 4) while it
+    runs: running steps finish as they are, so a revision may not change or drop one of them.
+    Older runs refuse it while running: a revise *signal* they ignored then is in their history,
+    and accepting it now would replay differently. (No older history has a run waiting for a
+    repair in it, so that phase takes a revise at any level.)"""
     check_open(state)
     check_approver(state, decision.by)
-    if state.phase not in (Phase.awaiting_approval, Phase.running, Phase.awaiting_repair):
-        raise DecisionRefusedError(
-            f"a plan can only be revised while it awaits approval, runs or waits for a repair (the run is {state.phase.value})"
-        )
+    revisable = [Phase.awaiting_approval, Phase.awaiting_repair]
+    if state.level >= 4:
+        revisable.append(Phase.running)
+    if state.phase not in revisable:
+        when = "awaits approval, runs or waits for a repair" if state.level >= 4 else "awaits approval or a repair"
+        raise DecisionRefusedError(f"a plan can only be revised while it {when} (the run is {state.phase.value})")
     check_revision(state, decision.revision)
     if state.phase is Phase.running:
         running_problems(state, decision.plan)
@@ -333,6 +336,9 @@ def plan_approval_request(
         prompt += ": " + "; ".join(why)
     if notes := plan_notes(plan, state.catalog):
         prompt += ". " + "; ".join(notes)
+    if state.forked_from is not None and plan.revision == 1:
+        carried = [s.id for s in plan.steps if state.ledger.steps[s.id].status is StepStatus.succeeded]
+        prompt += f". Carried over from run {state.forked_from.run_id}, not run here: {', '.join(carried) or 'none'}"
     return PendingDecision(
         kind=DecisionKind.plan_approval, revision=plan.revision, since=now, prompt=prompt, changes=changes
     )
@@ -369,27 +375,32 @@ def carry_approval(state: RunState, now: datetime) -> None:
         ),
         None,
     )
-    by = earlier.by if earlier is not None else "carried"
-    comment = f"no step differs from revision {before}, which {by} approved"
-    _decided(state, DecisionAction.approve, by, now, plan.revision, comment, "carried")
+    approver = earlier.by if earlier is not None else "nobody on record"
+    comment = f"no step differs from revision {before}, which {approver} approved"
+    # Recorded as the carried approval it is, not as the earlier approver's: they never saw this revision.
+    _decided(state, DecisionAction.approve, "carried", now, plan.revision, comment, "carried")
     state.ledger.decisions[-1].covers = []
     state.ledger.record(
-        EventKind.approval_carried, now, revision=plan.revision, actor=by, message=comment, via="carried"
+        EventKind.approval_carried, now, revision=plan.revision, actor="carried", message=comment, via="carried"
     )
     state.approved_revision = plan.revision
     state.pending = [p for p in state.pending if p.kind is not DecisionKind.plan_approval]
     state.phase = Phase.running
 
 
-def kept_step_approvals(state: RunState, before: Plan | None, after: Plan) -> dict[str, bool]:
-    """The step approvals a new revision keeps: those of steps identical to the revision they were given in."""
+def kept_step_approvals(
+    state: RunState, before: Plan | None, after: Plan, retried: Collection[str] = ()
+) -> dict[str, bool]:
+    """The step approvals a new revision keeps: those of steps identical to the revision they were
+    given in that have not run on them. An approval lets a step run once: a step that ran and
+    failed, and runs again (`retried`), is asked again, since its first run may have had effects."""
     if before is None:
         return {}
     old = {s.id: s for s in before.steps}
     return {
         sid: True
         for step in after.steps
-        if (sid := step.id) in old and old[sid] == step and state.step_approvals.get(sid) is True
+        if (sid := step.id) in old and old[sid] == step and sid not in retried and state.step_approvals.get(sid) is True
     }
 
 
@@ -399,7 +410,9 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
     revision = state.plan.revision
     failed = failed_steps(state)
     state.phase = Phase.awaiting_repair
-    state.pending = [
+    # A tool call a paused step waits on stays open: a person may decide it while repairing.
+    calls = [p for p in state.pending if p.kind is DecisionKind.tool_call_approval]
+    repairs = [
         PendingDecision(
             kind=DecisionKind.repair,
             revision=revision,
@@ -414,6 +427,7 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
             kind=DecisionKind.repair, revision=revision, since=now, prompt=f"{why}. Revise the plan or stop the run"
         )
     ]
+    state.pending = calls + repairs
     state.ledger.record(EventKind.repair_requested, now, revision=revision, message=why, steps=failed)
 
 
@@ -458,7 +472,9 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
     if not failed_steps(state):
         state.pending = [p for p in state.pending if p.kind is not DecisionKind.repair]
         state.failure = None
-        state.phase = Phase.running
+        # A revision made while the run ran may still await its approval: it is reviewed first.
+        approved = state.approved_revision == state.plan.revision
+        state.phase = Phase.running if approved else Phase.awaiting_approval
     return None
 
 
@@ -502,6 +518,10 @@ def loosened(before: Plan | None, after: Plan) -> list[str]:
             changes.append(f"step '{step.id}' risk lowered from {old.risk.value} to {step.risk.value}")
         if old.requires_approval and not step.requires_approval:
             changes.append(f"step '{step.id}' no longer requires approval")
+        if old.approvers and step.approvers != old.approvers:
+            changes.append(f"step '{step.id}' changes who may approve it ({', '.join(old.approvers)})")
+        if old.answer_schema is not None and step.answer_schema != old.answer_schema:
+            changes.append(f"step '{step.id}' changes what its answer must look like")
         if added := sorted(set(step.tools) - set(old.tools)):
             changes.append(f"step '{step.id}' may now call {', '.join(added)}")
         gated = old.needs_step_approval or step.needs_step_approval
@@ -706,7 +726,15 @@ def record_revision(
     it changed, or keeps the approved revision's approval when it changed nothing."""
     _decided(state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via, decision=decision)
     escalated = any(p.escalated for p in state.pending if p.kind is DecisionKind.plan_approval)
-    state.pending = [p for p in state.pending if p.kind not in (DecisionKind.plan_approval, DecisionKind.repair)]
+    # A question or approval about a step this revision changed or dropped is void: the step asks
+    # again if it still exists, and nothing can answer the old one meanwhile.
+    earlier = state.ledger.revisions[-2] if len(state.ledger.revisions) > 1 else None
+    void = set(covered(plan_changes(earlier, plan)) or []) if earlier is not None else set()
+    state.pending = [
+        p
+        for p in state.pending
+        if p.kind not in (DecisionKind.plan_approval, DecisionKind.repair) and p.step_id not in void
+    ]
     changes = review_changes(state, partial)
     if changes is not None and not covered(changes):
         carry_approval(state, now)

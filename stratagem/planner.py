@@ -173,6 +173,8 @@ async def plan_with_repairs(
     first_call_index: int = 0,
     has_executor: bool = True,
     tiers: Collection[str] = (),
+    approvers: Collection[str] | None = None,
+    groups: Mapping[str, list[str]] | None = None,
     on_call: Callable[[CallUsage], None] = lambda _: None,
     model_name: str | None = None,
     activity_attempt: int = 1,
@@ -184,6 +186,7 @@ async def plan_with_repairs(
     Raises ModelOutputError, listing the last problems, when no attempt produced a valid plan.
     """
     messages = planning_messages(goal, catalog, progress, tiers=tiers)
+    rules: dict[str, Any] = {"has_executor": has_executor, "tiers": tiers, "approvers": approvers, "groups": groups}
     usage = Usage()
     rejected: list[list[str]] = []
     for attempt in range(max_repairs + 1):
@@ -210,14 +213,12 @@ async def plan_with_repairs(
         draft, problems = parse_plan_output(response.text)
         if draft is not None:
             if progress is None:
-                problems = plan_problems(draft, catalog, has_executor=has_executor, tiers=tiers)
+                problems = plan_problems(draft, catalog, **rules)
             else:
                 # Validate the draft as the run will adopt it: with the succeeded steps it left
                 # out carried in, so later steps may still depend on and reference them.
                 merged = reconcile(progress.plan, draft, progress.records)
-                problems = merged.problems or plan_problems(
-                    merged.draft, catalog, has_executor=has_executor, tiers=tiers
-                )
+                problems = merged.problems or plan_problems(merged.draft, catalog, **rules)
         if draft is not None and not problems:
             return PlanningOutcome(
                 draft=draft, calls=attempt + 1, usage=usage, model=response.model, rejected_attempts=rejected

@@ -81,7 +81,12 @@ class RunOptions(CompactModel):
 
     def plan_rules(self) -> dict[str, Any]:
         """What plan validation must know about the run's models."""
-        return {"has_executor": bool(self.executor), "tiers": sorted(self.tiers)}
+        return {
+            "has_executor": bool(self.executor),
+            "tiers": sorted(self.tiers),
+            "approvers": self.approvers,
+            "groups": self.approver_groups,
+        }
 
     @property
     def repairs(self) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -29,6 +29,8 @@ def plan_problems(
     has_executor: bool = True,
     tiers: Collection[str] = (),
     credentials: bool = True,
+    approvers: Collection[str] | None = None,
+    groups: Mapping[str, list[str]] | None = None,
 ) -> list[str]:
     """Every broken rule, as a message. `has_executor=False` refuses llm steps (no model to run
     them); `tiers` are the model tiers the run routes, which llm steps may name. `credentials`
@@ -50,6 +52,8 @@ def plan_problems(
                 problems.extend(f"step '{step.id}': {p}" for p in schema_problems(step.answer_schema))
         if credentials:
             problems.extend(_credential_problems(step))
+        if step.approvers:
+            problems.extend(_approver_problems(step, approvers, groups or {}))
         if step.kind is StepKind.llm and not has_executor and step.tier is None:
             problems.append(
                 f"step '{step.id}' is an llm step, but the run has no executor model; set one or use a tool step"
@@ -106,10 +110,16 @@ def plan_notes(plan: PlanDraft, catalog: ToolCatalog) -> list[str]:
 
 
 def validate_plan(
-    plan: PlanDraft, catalog: ToolCatalog, *, has_executor: bool = True, tiers: Collection[str] = ()
+    plan: PlanDraft,
+    catalog: ToolCatalog,
+    *,
+    has_executor: bool = True,
+    tiers: Collection[str] = (),
+    approvers: Collection[str] | None = None,
+    groups: Mapping[str, list[str]] | None = None,
 ) -> None:
     """Raise `PlanValidationError` listing every problem, or return if the plan is valid."""
-    problems = plan_problems(plan, catalog, has_executor=has_executor, tiers=tiers)
+    problems = plan_problems(plan, catalog, has_executor=has_executor, tiers=tiers, approvers=approvers, groups=groups)
     if problems:
         raise PlanValidationError(problems)
 
@@ -119,6 +129,18 @@ def validate_plan(
 CREDENTIAL_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key", "x-auth-token"}
 )
+
+
+def _approver_problems(step: Step, run_approvers: Collection[str] | None, groups: Mapping[str, list[str]]) -> list[str]:
+    """A step's approvers must leave someone who may decide: a step nobody may approve waits forever."""
+    people = {person for name in step.approvers for person in groups.get(name, [name])}
+    if run_approvers is not None and not people & set(run_approvers):
+        named = ", ".join(step.approvers)
+        return [
+            f"step '{step.id}' names approvers ({named}) none of whom is among the run's approvers "
+            f"({', '.join(run_approvers) or 'nobody'}): nobody could approve it"
+        ]
+    return []
 
 
 def _credential_problems(step: Step) -> list[str]:

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 from conftest import STATUS_KEY, harness_for
+from support.plans import step
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
@@ -410,18 +411,23 @@ async def test_an_executors_gated_call_cannot_be_approved_by_a_plan_a_signal_or_
 
 
 async def test_a_plan_cannot_name_approvers_to_widen_who_decides(harness):
-    """A planner that writes `approvers: [mallory]` on its payment step gets a step that only
-    people on both lists can approve: with the run's list [bob], nobody, and mallory least of all."""
-    plan = {
-        "goal": "g",
-        "steps": [{"id": "pay", "title": "pay", "tool": "record", "args": {"label": "paid"}, "approvers": ["mallory"]}],
-    }
+    """A planner that writes `approvers: [mallory]` on its payment step gets a step only people on
+    both lists could approve: with the run's list [bob], nobody, so the plan is refused outright;
+    and where the lists do meet, only the people on both decide."""
+    plan = {"goal": "g", "steps": [{**step("pay", "record", label="paid"), "approvers": ["mallory"]}]}
     run = await harness.start(plan, approvers=["bob"])
+    status = await harness.wait_for(run, lambda s: s.phase.finished)
+    assert status.phase is Phase.failed and "nobody could approve it" in (status.reason or "")
+
+    plan = {"goal": "g", "steps": [{**step("pay", "record", label="paid"), "approvers": ["mallory", "bob"]}]}
+    run = await harness.start(plan, approvers=["bob", "carol"])
     await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
-    await run.approve(ApproveInput(by="bob", revision=1))
+    await run.approve(ApproveInput(by="carol", revision=1))
     await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
-    for who in ("mallory", "bob"):
+    for who, why in (("mallory", "not on this run's approver list"), ("carol", "may not decide on step 'pay'")):
         with pytest.raises(DecisionRefusedError) as refused:
             await run.approve(ApproveInput(by=who, step_id="pay"))
-        assert "approver" in str(refused.value)
+        assert why in str(refused.value)
     assert harness.calls() == []
+    await run.approve(ApproveInput(by="bob", step_id="pay"))
+    assert (await run.result()).status is Phase.succeeded

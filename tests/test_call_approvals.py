@@ -308,4 +308,7 @@ async def test_the_paused_arguments_are_redacted_and_cut(tmp_path):
     with pytest.raises(AwaitingApproval) as paused:
         await executor(tmp_path, model, ExecutorProgress(), []).run()
     assert secret not in paused.value.awaited.arguments and "[redacted]" in paused.value.awaited.arguments
-    assert len(paused.value.awaited.arguments) == 2000
+    shown = paused.value.awaited.arguments
+    assert shown.endswith(" [cut: 3,040 characters in all]") and len(shown) == 2000 + len(
+        " [cut: 3,040 characters in all]"
+    )

@@ -253,7 +253,7 @@ async def test_a_typed_answer_is_asked_field_by_field_at_the_terminal(cli_env, t
     env, _ = cli_env
     schema = {
         "type": "object",
-        "properties": {"status": {"enum": ["ok", "change"]}, "days": {"type": "integer"}},
+        "properties": {"status": {"enum": ["ok", "change"]}, "days": {"type": "integer", "minimum": 1}},
         "required": ["status"],
     }
     typed = {
@@ -268,17 +268,18 @@ async def test_a_typed_answer_is_asked_field_by_field_at_the_terminal(cli_env, t
     try:
         await terminal.expect("(the answer has the fields status, days: type each, or the whole answer as JSON")
         await terminal.expect("status (ok / change): ")
-        terminal.type("maybe\n")
+        terminal.type("maybe\n")  # not one of the choices: asked again at once
+        await terminal.expect("error: 'maybe' is not one of ok / change; try again")
+        await terminal.expect("status (ok / change): ", times=2)
+        terminal.type("ok\n")
         await terminal.expect("days (integer, optional): ")
         terminal.type("thirty\n")
         await terminal.expect("error: 'thirty' is not a whole number; try again")
         await terminal.expect("days (integer, optional): ", times=2)
-        terminal.type("30\n")
+        terminal.type("0\n")
         # The run refuses what its schema does not allow, and the question comes back.
-        await terminal.expect(
-            "refused the answer: field 'status' of the answer: 'maybe' is not one of ['ok', 'change']"
-        )
-        await terminal.expect("status (ok / change): ", times=2)
+        await terminal.expect("refused the answer: field 'days' of the answer: 0 is less than the minimum of 1")
+        await terminal.expect("status (ok / change): ", times=3)
         terminal.type("ok\n")
         await terminal.expect("days (integer, optional): ", times=3)
         terminal.type("30\n")

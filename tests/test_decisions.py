@@ -91,10 +91,16 @@ def test_a_step_must_be_waiting_for_an_answer() -> None:
 
 def test_revise_during_review_repair_or_running_but_not_a_running_step() -> None:
     state = make_state(phase=Phase.replanning)
+    state.level = 4
     assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("a")))) == (
         "a plan can only be revised while it awaits approval, runs or waits for a repair (the run is replanning)"
     )
+    # A run from before level 4 ignored a revise signal while running; it still must, to replay.
     state = make_state(phase=Phase.running)
+    assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=draft(tool_step("a")))) == (
+        "a plan can only be revised while it awaits approval or a repair (the run is running)"
+    )
+    state.level = 4
     state.ledger.steps["first"].status = StepStatus.running
     changed = draft(tool_step("first", "other"), tool_step("second"))
     assert refused(decisions.check_revise, state, ReviseInput(by="bob", plan=changed)) == (
@@ -204,6 +210,7 @@ def _plan(revision: int, *steps: dict) -> Plan:
         ),
         ({"risk": "high", "args": {"to": "a"}}, {"risk": "high", "args": {"to": "b"}}, "what it does changed"),
         ({"args": {"to": "a"}}, {"risk": "high", "args": {"to": "b"}}, "what it does changed"),
+        ({"approvers": ["finance"]}, {}, "changes who may approve it (finance)"),
     ],
 )
 def test_a_loosening_revision_is_named(before, after, expected):
@@ -211,6 +218,12 @@ def test_a_loosening_revision_is_named(before, after, expected):
     kinds = lambda d: {**base, **d, **({"tool": None, "instructions": "do"} if d.get("kind") == "llm" else {})}  # noqa: E731
     changes = decisions.loosened(_plan(1, kinds(before)), _plan(2, kinds(after)))
     assert len(changes) == 1 and expected in changes[0]
+
+
+def test_a_replan_cannot_loosen_an_answer_schema_unseen():
+    ask = {"id": "q", "title": "q", "kind": "human", "instructions": "?", "answer_schema": {"type": "integer"}}
+    changes = decisions.loosened(_plan(1, ask), _plan(2, {**ask, "answer_schema": None}))
+    assert changes == ["step 'q' changes what its answer must look like"]
 
 
 def test_tightening_or_plain_changes_pass():
@@ -236,12 +249,15 @@ def test_plan_changes_and_the_step_approvals_a_revision_keeps() -> None:
     assert decisions.plan_changes(before, after) == {"added": ["third"], "changed": ["second"], "removed": []}
     state.step_approvals = {"first": True, "second": True}
     assert decisions.kept_step_approvals(state, before, after) == {"first": True}
+    # A step that ran on its approval and failed is asked again before it runs again.
+    assert decisions.kept_step_approvals(state, before, after, retried=["first"]) == {}
     state.step_approvals = {"first": False}  # a rejection is never carried: the step is asked again
     assert decisions.kept_step_approvals(state, before, after) == {}
 
 
 def test_a_repair_names_a_failed_step_and_fits_it() -> None:
-    state = make_state(phase=Phase.awaiting_repair)
+    state = make_state(phase=Phase.awaiting_repair, revisions=2)
+    state.approved_revision = 2
     state.ledger.steps["first"].status = StepStatus.failed
     assert decisions.failed_steps(state) == ["first"]
     retry = RepairInput(by="bob", action=RepairAction.retry, step_id="second")
@@ -263,6 +279,13 @@ def test_a_repair_names_a_failed_step_and_fits_it() -> None:
         is None
     )
     assert state.phase is Phase.running and state.ledger.steps["first"].output == "o"
+    # Had revision 2 been made while the run ran and not approved yet, it is reviewed first.
+    state.phase, state.approved_revision = Phase.awaiting_repair, 1
+    state.ledger.steps["first"].status = StepStatus.failed
+    decisions.apply_repair(
+        state, RepairInput(by="bob", action=RepairAction.retry, step_id="first"), via="update", now=NOW
+    )
+    assert state.phase is Phase.awaiting_approval
     state.phase = Phase.running
     assert refused(decisions.check_repair, state, retry) == "the run is not waiting for a repair (it is running)"
 

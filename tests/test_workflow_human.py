@@ -260,35 +260,60 @@ async def test_a_repair_is_not_open_to_someone_off_the_approver_list(harness):
 
 
 async def test_a_revision_asks_only_about_what_changed_and_keeps_step_approvals(harness):
+    """`gated` is approved at its gate but waits for the one parallel slot; a revision made
+    meanwhile adds a step. The review asks about that step only, and `gated` runs on the
+    approval it already has."""
+    plan = {
+        "goal": "g",
+        "steps": [
+            step("long", "slow", label="L", seconds=30),
+            {**step("gated", "record", label="G"), "requires_approval": True},
+        ],
+    }
+    run = await approved(harness, plan, max_parallel=1)
+    await harness.wait_for(run, pending_kind("step_approval", "gated"))
+    await run.approve(ApproveInput(by="dana", step_id="gated"))
+    grown = PlanDraft.model_validate(
+        {**plan, "steps": [*plan["steps"], step("notify", "record", ["gated"], label="N")]}
+    )
+    outcome = await run.revise(ReviseInput(by="erin", plan=grown, reason="tell them"))
+    assert outcome.phase is Phase.awaiting_approval
+    [review] = [p for p in (await run.status()).pending if p.kind is DecisionKind.plan_approval]
+    assert review.changes == {"added": ["notify"], "changed": [], "removed": []}
+    assert "added notify" in review.prompt
+    await harness.time_skip(40)
+    await harness.wait_for(run, lambda s: s.steps.succeeded == 1)
+    await run.approve(ApproveInput(by="bob", revision=2))
+    result = await run.result()
+    assert result.status is Phase.succeeded
+    ledger = await run.ledger()
+    assert [e.kind for e in ledger.events].count(EventKind.step_awaiting_approval) == 1
+    assert ledger.decisions[-1].covers == ["notify"]
+    assert [c["label"] for c in harness.calls() if c["tool"] == "record"] == ["G", "N"]
+
+
+async def test_a_gated_step_that_failed_is_asked_again_before_it_runs_again(harness):
+    """Its first run may have had effects: an unchanged revision does not carry its step approval."""
     plan = {
         "goal": "g",
         "steps": [
             {**step("gated", "fails_once", label="G"), "requires_approval": True},
-            step("other", "record", label="O"),
-            step("last", "record", ["gated", "other"], label="L"),
+            step("last", "record", ["gated"], label="L"),
         ],
     }
     run = await approved(harness, plan)
     await harness.wait_for(run, pending_kind("step_approval", "gated"))
     await run.approve(ApproveInput(by="dana", step_id="gated"))
     await harness.wait_for(run, phase("awaiting_repair"))
-
     edited = PlanDraft.model_validate(
-        {**plan, "steps": [*plan["steps"][:2], step("last", "record", ["gated", "other"], label="L2")]}
+        {**plan, "steps": [plan["steps"][0], step("last", "record", ["gated"], label="L2")]}
     )
-    outcome = await run.revise(ReviseInput(by="erin", plan=edited, reason="new label"))
-    assert outcome.phase is Phase.awaiting_approval
-    [review] = (await run.status()).pending
-    assert review.changes == {"added": [], "changed": ["last"], "removed": []}
-    assert "changed last" in review.prompt
+    await run.revise(ReviseInput(by="erin", plan=edited))
     await run.approve(ApproveInput(by="bob", revision=2))
-    result = await run.result()
-    assert result.status is Phase.succeeded
-    # The gated step ran again without a second step approval: it is identical to the one dana approved.
-    ledger = await run.ledger()
-    assert [e.kind for e in ledger.events].count(EventKind.step_awaiting_approval) == 1
-    assert ledger.decisions[-1].covers == ["last"]
-    assert [c["label"] for c in harness.calls() if c["tool"] == "record"] == ["O", "L2"]
+    await harness.wait_for(run, pending_kind("step_approval", "gated"))
+    assert [c["tool"] for c in harness.calls()] == ["fails_once"]  # not run again before the approval
+    await run.approve(ApproveInput(by="dana", step_id="gated"))
+    assert (await run.result()).status is Phase.succeeded
 
 
 async def test_a_revision_that_changes_nothing_keeps_the_approval(harness):
@@ -472,3 +497,42 @@ async def test_a_replan_that_changes_one_step_asks_only_about_that_step(harness)
     await run.approve(ApproveInput(by="bob", revision=2))
     assert (await run.result()).status is Phase.succeeded
     assert (await run.ledger()).decisions[-1].covers == ["book"]
+
+
+async def test_a_revision_still_under_review_is_not_run_by_a_repair(harness):
+    """Revised while a step runs; that step then fails and is retried by a person. The revision
+    nobody approved yet is reviewed before anything of it runs."""
+    plan = {"goal": "g", "steps": [step("work", "slow_fail", seconds=20)]}
+    run = await approved(harness, plan)
+    await harness.wait_for(run, lambda s: s.steps.running == 1)
+    grown = PlanDraft.model_validate({**plan, "steps": [*plan["steps"], step("extra", "record", ["work"], label="E")]})
+    await run.revise(ReviseInput(by="erin", plan=grown))
+    await harness.time_skip(30)
+    await harness.wait_for(run, phase("awaiting_repair"))
+    outcome = await run.repair(RepairInput(by="bob", action=RepairAction.retry, step_id="work"))
+    assert outcome.phase is Phase.awaiting_approval
+    [review] = (await run.status()).pending
+    assert review.changes == {"added": ["extra"], "changed": [], "removed": []}
+    assert [c["tool"] for c in harness.calls()] == ["slow_fail"]
+    await run.approve(ApproveInput(by="bob", revision=2))
+    await harness.time_skip(30)
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["tool"] for c in harness.calls()] == ["slow_fail", "slow_fail", "record"]
+
+
+async def test_a_paused_call_outlives_a_repair_of_another_step(harness):
+    """A sibling fails while an llm step waits on a call: the call stays open through the repair,
+    and once decided the step goes on at the same call (one wire, key c0)."""
+    model = wire_script(harness, [{"tool": "wire_funds", "args": {"amount": 4, "to": "x"}}])
+    plan = {"goal": "g", "steps": [llm("settle", ["wire_funds"]), step("other", "slow_fail", seconds=5)]}
+    run = await approved(harness, plan, executor=model)
+    await harness.wait_for(run, pending_kind("tool_call_approval"))
+    await harness.time_skip(10)
+    status = await harness.wait_for(run, phase("awaiting_repair"))
+    assert {p.kind for p in status.pending} == {DecisionKind.tool_call_approval, DecisionKind.repair}
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0"))
+    await run.repair(RepairInput(by="bob", action=RepairAction.retry, step_id="other"))
+    await harness.time_skip(10)
+    assert (await run.result()).status is Phase.succeeded
+    wires = [c for c in harness.calls() if c["tool"] == "wire_funds"]
+    assert len(wires) == 1 and wires[0]["key"].endswith("/settle/r1/c0")

@@ -37,6 +37,8 @@ from .planning import Planning
 
 # A used-up budget holds human steps too, not only steps that call models.
 HUMAN_BUDGET_PATCH = "budget-holds-human-steps"
+# A tool's declared risk gates its steps whatever the plan says (level 4).
+TOOL_RISK_PATCH = "tool-risk-floor"
 
 
 class Execution(Planning, Continuation):
@@ -146,7 +148,7 @@ class Execution(Planning, Continuation):
         if paused is not None:
             if not await self._await_call_decision(step, paused):
                 return False
-        elif risk.needs_approval(step, state.catalog) and not await self._step_gate(step):
+        elif self._gated(step) and not await self._step_gate(step):
             return False
         if step.kind is StepKind.human:
             # A used-up budget pauses questions to people too (runs from before asked anyway).
@@ -162,6 +164,8 @@ class Execution(Planning, Continuation):
             return False
         uses_model = step.kind is StepKind.llm
         if not await self._wait_for_dispatch(step, uses_model):
+            if paused is not None and self._stopping:
+                self._hold_pause(step.id)
             return False  # stays pending; it runs after the replan, the continue-as-new or a raised budget
         self._busy_slots += 1
         self._model_steps_in_flight += uses_model
@@ -179,7 +183,7 @@ class Execution(Planning, Continuation):
                 # Some referenced outputs are in the store, where only an activity may read:
                 # the activity resolves the references.
                 args, instructions = step.args, step.instructions
-            if paused is None:
+            if record.status is not StepStatus.running:  # a paused step held back by a stop starts again
                 self._step_started(record, plan.revision)
             try:
                 result = await self._dispatch(step, plan.revision, args, instructions, outputs, deferred, paused)
@@ -295,10 +299,19 @@ class Execution(Planning, Continuation):
             )
         return False
 
+    def _gated(self, step: Step) -> bool:
+        """Whether a step waits for its own approval: what the plan says, raised by its tool's own
+        declaration (runs from before level 4 only behind a patch: a catalogue that a newer tools
+        worker described with a floor must not gate a step their history shows dispatched)."""
+        if step.needs_step_approval:
+            return True
+        return risk.needs_approval(step, self.state.catalog) and self._since(4, TOOL_RISK_PATCH)
+
     async def _await_call_decision(self, step: Step, paused: PausedCall) -> bool:
         """An llm step paused on a tool call: wait for a person's decision on it. False if the run
-        winds down first (the state carries the pause) or stops (the step starts over later,
-        pending: the call never ran)."""
+        winds down first or stops meanwhile; the state keeps the pause either way (and the request,
+        which a person may still decide), so the step goes on where it paused, with the same call
+        positions and keys, unless a revision changes or drops it (Planning._adopt)."""
         state = self.state
         if paused.decided:
             return True
@@ -306,14 +319,15 @@ class Execution(Planning, Continuation):
         await self._park(step.id, lambda: paused.decided or self._stopping or self._winding_down)
         if paused.decided:
             return True
-        if self._stopping:
-            state.paused_calls.pop(step.id, None)
-            state.pending = [
-                p for p in state.pending if not (p.kind is DecisionKind.tool_call_approval and p.step_id == step.id)
-            ]
-            record = state.ledger.steps[step.id]
-            record.status, record.started_at = StepStatus.pending, None
+        if self._stopping and not self._winding_down:
+            self._hold_pause(step.id)
         return False
+
+    def _hold_pause(self, step_id: str) -> None:
+        """A paused step the run stopped for: pending again, so a revision may keep, change or drop
+        it like any step that has not finished; its pause waits in the state."""
+        record = self.state.ledger.steps[step_id]
+        record.status, record.started_at = StepStatus.pending, None
 
     async def _dispatch(
         self,

@@ -172,6 +172,11 @@ class Messages(Execution):
             self._decide_step(decision, via=via)
             return decisions.outcome(self.state, "step rejected; the run ends once running steps finish")
         reason = decisions.record_plan_rejection(self.state, decision, via=via, now=self._now())
+        if self._tasks:
+            # A revision made while the run ran was rejected: its running steps finish first, and
+            # the execution loop then ends the run, so no step records an end after the run's.
+            self._rejection, self._stopping = reason, True
+            return decisions.outcome(self.state, "rejected; the run ends once running steps finish")
         self._close_open_steps(StepStatus.skipped, "plan rejected")
         self._end(Phase.rejected, reason, EventKind.run_rejected)
         return decisions.outcome(self.state, "rejected")
@@ -192,6 +197,7 @@ class Messages(Execution):
 
     def _apply_repair(self, decision: RepairInput, *, via: str) -> DecisionOutcome:
         state = self.state
+        assert state.plan is not None, "a run waits for a repair only once it has a plan"
         if decision.action is RepairAction.retry and decision.args is not None:
             assert decision.step_id is not None
             draft = decisions.retried_plan(state, decision.step_id, decision.args)
@@ -199,18 +205,26 @@ class Messages(Execution):
             # The new revision runs this step again; the other failed steps still wait for their repair.
             others = {sid: state.ledger.steps[sid].error for sid in decisions.failed_steps(state)}
             others.pop(decision.step_id, None)
+            # Retrying is approving the new arguments, but not a revision someone else is still reviewing.
+            approved = state.approved_revision == state.plan.revision
             self._adopt(reconcile(state.plan, draft, state.ledger.steps), author, draft.reason)
             for sid, error in others.items():
                 state.ledger.steps[sid].status, state.ledger.steps[sid].error = StepStatus.failed, error
-            decisions.approve_repair(state, decision, via=via, now=self._now())
+            if approved:
+                decisions.approve_repair(state, decision, via=via, now=self._now())
         stop = decisions.apply_repair(state, decision, via=via, now=self._now())
         if stop is not None:
             self._fail(stop)
             return decisions.outcome(state, "the run is stopped")
+        done = "retried" if decision.action is RepairAction.retry else "skipped"
         if state.phase is Phase.running:
-            return decisions.outcome(state, f"step '{decision.step_id}' {decision.action.value}; the run goes on")
+            return decisions.outcome(state, f"step '{decision.step_id}' {done}; the run goes on")
+        if state.phase is Phase.awaiting_approval:
+            return decisions.outcome(
+                state, f"step '{decision.step_id}' {done}; the current revision awaits approval before the run goes on"
+            )
         left = ", ".join(decisions.failed_steps(state))
-        return decisions.outcome(state, f"step '{decision.step_id}' {decision.action.value}; still failed: {left}")
+        return decisions.outcome(state, f"step '{decision.step_id}' {done}; still failed: {left}")
 
     def _apply_answer(self, answer: AnswerInput) -> DecisionOutcome:
         decisions.record_answer(self.state, answer, self._now())

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.roles import Role
-    from stratagem.run_types import JOINT_STEP_ID, Phase
+    from stratagem.run_types import JOINT_STEP_ID, DecisionKind, Phase
     from stratagem.scheduling import Reconciliation, reconcile
     from stratagem.usage import CallUsage, price_for
     from stratagem.validation import plan_problems
@@ -98,6 +98,8 @@ class Planning(Budgets):
             history=self._history() if current else [],
             has_executor=bool(options.executor),
             tiers=sorted(options.tiers),
+            approvers=options.approvers,
+            groups=options.approver_groups,
             price=price_for(options.planner, options.prices),
         )
         try:
@@ -186,9 +188,10 @@ class Planning(Budgets):
             record.status, record.error, record.output = StepStatus.pending, None, None
         previous = state.plan
         ledger.add_revision(plan)
+        self._void_pauses(previous, plan)
         # Steps identical to the revision their approval was given in keep it (partial re-approval).
         kept = self._partial() and not state.options.whole_plan_approval
-        state.step_approvals = decisions.kept_step_approvals(state, previous, plan) if kept else {}
+        state.step_approvals = decisions.kept_step_approvals(state, previous, plan, merged.retried) if kept else {}
         state.failure = None
         ledger.record(
             EventKind.plan_proposed,
@@ -215,6 +218,21 @@ class Planning(Budgets):
         else:  # a person's plan (supplied or revised), or joint mode's: no planner call to span
             self._observe.start(f"plan revision {revision}", attributes).end()
         return plan
+
+    def _void_pauses(self, before: Plan | None, after: Plan) -> None:
+        """A paused llm step that a revision changes or drops starts over (its conversation and the
+        calls it waits on belong to the old step); one the revision keeps as it was goes on."""
+        state = self.state
+        if not state.paused_calls or before is None:
+            return
+        old = {s.id: s for s in before.steps}
+        new = {s.id: s for s in after.steps}
+        for sid in list(state.paused_calls):
+            if new.get(sid) is None or new[sid] != old.get(sid):
+                del state.paused_calls[sid]
+                state.pending = [
+                    p for p in state.pending if not (p.kind is DecisionKind.tool_call_approval and p.step_id == sid)
+                ]
 
     def _adopt_joint_plan(self) -> None:
         """Joint mode: one llm step in which one model thinks and acts. It still waits for

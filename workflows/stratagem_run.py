@@ -223,7 +223,10 @@ class StratagemRun(Messages):
                 revision=state.plan.revision,
                 message="needs a person although replan_requires_approval is off: " + "; ".join(why),
             )
-        if decisions.pending_for(state, DecisionKind.plan_approval, None) is None:  # else carried here
+        if state.level < 4:  # as runs before level 4 decided it (their memo writes replay unchanged)
+            if not state.pending:
+                state.pending = [decisions.plan_approval_request(state, self._now(), why, changes)]
+        elif decisions.pending_for(state, DecisionKind.plan_approval, None) is None:  # else carried here
             state.pending.insert(0, decisions.plan_approval_request(state, self._now(), why, changes))
         self._show()
         attributes = {"stratagem.revision": state.plan.revision}

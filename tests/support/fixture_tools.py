@@ -146,3 +146,15 @@ def wire_funds(amount: int, to: str, ctx: ToolContext) -> str:
     """Wire money (every use needs a person's approval)."""
     _log(ctx, {"tool": "wire_funds", "amount": amount, "to": to})
     return f"wired {amount} to {to}"
+
+
+@tool
+async def slow_fail(seconds: float, ctx: ToolContext) -> str:
+    """Work for `seconds`, then fail for good the first time; work every time after."""
+    log = ctx.workspace / "calls.jsonl"
+    before = log.read_text().splitlines() if log.exists() else []
+    _log(ctx, {"tool": "slow_fail"})
+    await asyncio.sleep(seconds)
+    if not any(json.loads(line).get("tool") == "slow_fail" for line in before):
+        raise ToolError("gave up after a while", retryable=False)
+    return "done late"

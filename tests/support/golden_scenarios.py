@@ -187,24 +187,22 @@ async def call_approval(h: Harness) -> list:
 
 
 async def partial_review(h: Harness) -> list:
-    """Level 4: a gated step approved, then failed; a revision changing another step is reviewed
-    for that step only and keeps the gated step's approval."""
+    """Level 4: revised while it runs; the review asks about the added step only, and a gated step
+    approved before the revision runs on that approval."""
     plan = {
         "goal": "partial",
         "steps": [
-            {**step("gated", "fails_once", label="G"), "requires_approval": True},
-            step("slow", "slow", label="s", seconds=2),
-            step("last", "record", ["gated", "slow"], label="L"),
+            step("long", "slow", label="L", seconds=5),
+            {**step("gated", "record", label="G"), "requires_approval": True},
         ],
     }
-    run = await h.start(plan)
+    run = await h.start(plan, max_parallel=1)
     await h.wait_for(run, awaiting)
     await run.approve(ApproveInput(by="alice", revision=1))
     await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
     await run.approve(ApproveInput(by="dana", step_id="gated"))
-    await h.wait_for(run, lambda s: s.phase.value == "awaiting_repair")
-    edited = {**plan, "steps": [*plan["steps"][:2], step("last", "record", ["gated", "slow"], label="L2")]}
-    await run.revise(ReviseInput(by="bob", plan=PlanDraft.model_validate(edited)))
+    grown = {**plan, "steps": [*plan["steps"], step("notify", "record", ["gated"], label="N")]}
+    await run.revise(ReviseInput(by="bob", plan=PlanDraft.model_validate(grown)))
     await run.approve(ApproveInput(by="alice", revision=2))
     await run.result()
     return [run]
