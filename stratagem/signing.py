@@ -4,15 +4,21 @@ Anyone who can reach the Temporal frontend can send a run an update or a signal,
 just a string. So a deployment gives each person (or an issuer such as a review console) an
 Ed25519 key pair. The private key stays with the person; the public key is listed in the
 workers' STRATAGEM_APPROVER_KEYS (`name:base64`, comma-separated, or `@file` with one per
-line). A decision carries `signer` and `signature`, an Ed25519 signature over
+line). An approver's key signs only for its own name: the decision's `by` must be the signer.
+An issuer, such as a review console that authenticates people itself, signs with its own key
+for the person it authenticated (`Signer.issue`); its public key is listed in the workers'
+STRATAGEM_ISSUER_KEYS (same format), and a decision it signed counts for any `by`, with the
+verdict saying so (`Verdict.on_behalf_of`). A decision carries `signer` and `signature`, an
+Ed25519 signature over
 
     {"decision": <the decision's fields, defaults left out>, "kind": <approve|reject|...>,
      "run": <the run id>, "signer": <name>}
 
 as canonical JSON, so it cannot be moved to another run, turned into another kind of decision,
-or altered. The worker checks it before the workflow sees the decision (`VerifyDecisions`, a
-workflow interceptor): an update that fails is rejected, a signal that fails is recorded as
-ignored, and the ledger keeps `signed_by` on every decision.
+or altered (`by` included, so an issued decision cannot be given to another person). The worker
+checks it before the workflow sees the decision (`VerifyDecisions`, a workflow interceptor): an
+update that fails is rejected, a signal that fails is recorded as ignored, and the ledger keeps
+`signed_by` on every decision (an issuer's name for an issued one, the person staying in `by`).
 
 A worker with no keys accepts unsigned decisions (the local, embedded default); a worker with
 keys refuses them unless STRATAGEM_ALLOW_UNSIGNED=1. Keys are the worker's own configuration,
@@ -42,6 +48,7 @@ from .errors import ConfigError
 # tasks, and Temporal's sandbox cannot import cryptography's native code there.
 
 APPROVER_KEYS_ENV = "STRATAGEM_APPROVER_KEYS"
+ISSUER_KEYS_ENV = "STRATAGEM_ISSUER_KEYS"
 ALLOW_UNSIGNED_ENV = "STRATAGEM_ALLOW_UNSIGNED"
 SIGNING_KEY_ENV = "STRATAGEM_SIGNING_KEY"
 # Decision updates and the signals that carry the same decisions.
@@ -108,17 +115,28 @@ class Signer:
         return f"{self.name}:{base64.b64encode(self.seed).decode()}"
 
     def public_line(self) -> str:
-        """The entry for the workers' STRATAGEM_APPROVER_KEYS."""
+        """The entry for the workers' STRATAGEM_APPROVER_KEYS (or, for an issuer, STRATAGEM_ISSUER_KEYS)."""
         public = Ed25519PrivateKey.from_private_bytes(self.seed).public_key()
         return f"{self.name}:{base64.b64encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()}"
 
     def sign(self, run_id: str, kind: str, decision: BaseModel) -> Any:
-        """`decision` with `signer` and `signature` filled in (a copy)."""
+        """`decision` with `signer` and `signature` filled in (a copy). Its `by` is signed as it is,
+        never replaced: the workers accept a `by` other than this key's name only from an issuer
+        key (STRATAGEM_ISSUER_KEYS)."""
         unsigned = decision.model_copy(update={"signer": self.name, "signature": None})
         signature = Ed25519PrivateKey.from_private_bytes(self.seed).sign(
             signed_bytes(run_id, kind, unsigned, self.name)
         )
         return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
+
+    def issue(self, run_id: str, kind: str, decision: BaseModel, *, by: str) -> Any:
+        """For an issuer (a review console): `decision` as decided by `by`, the person this
+        issuer authenticated, signed with the issuer's key (a copy). `by` replaces whatever the
+        decision said, so a name sent along with the decision (by a browser, say) is never
+        what gets signed. The workers must list this key in STRATAGEM_ISSUER_KEYS."""
+        if not by or not by.strip():
+            raise ValueError("an issued decision names the person it is issued for (by)")
+        return self.sign(run_id, kind, decision.model_copy(update={"by": by}))
 
 
 # --- verifying (the worker's side) ---------------------------------------------------------------
@@ -126,18 +144,57 @@ class Signer:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the worker found: `signer` when verified; `refused` says why it may not be applied."""
+    """What the worker found: `signer` when verified; `refused` says why it may not be applied.
+
+    `on_behalf_of` is set when the signer is an issuer (STRATAGEM_ISSUER_KEYS): the person, the
+    decision's `by`, the issuer vouched for. `signer` stays the issuer's key, which the ledger
+    keeps as `signed_by`.
+    """
 
     signer: str | None = None
     refused: str | None = None
+    on_behalf_of: str | None = None
+
+    @property
+    def issuer(self) -> bool:
+        """True when an issuer's key signed the decision for the person in its `by`."""
+        return self.on_behalf_of is not None
+
+
+def _read_keys(env: Any, variable: str) -> dict[str, bytes]:
+    """`name:base64` public keys from `variable`: comma-separated, or `@file` with one per line."""
+    text = env.get(variable, "").strip()
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read {variable} file {text[1:]}: {exc.strerror}") from None
+    keys: dict[str, bytes] = {}
+    for entry in re.split(r"[,\n]", text):
+        entry = entry.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        name, sep, public = entry.partition(":")
+        if not sep:
+            raise ConfigError(f"{variable}: an entry must be NAME:PUBLIC_KEY, as `stratagem keygen` prints it")
+        key = _b64(public, f"{variable} (key of {name.strip()[:40]})")
+        if len(key) != 32:
+            raise ConfigError(f"{variable}: the key of {name.strip()[:40]} is {len(key)} bytes, not 32 (Ed25519)")
+        keys[_check_name(name.strip(), variable)] = key
+    return keys
 
 
 @dataclass(frozen=True)
 class DecisionPolicy:
-    """The worker's trusted keys, and whether unsigned decisions are accepted."""
+    """The worker's trusted keys, and whether unsigned decisions are accepted.
+
+    `keys` are approvers', each signing only for its own name; `issuer_keys` are issuers', which
+    sign for the people they authenticated. A name is one or the other.
+    """
 
     keys: dict[str, bytes] = field(default_factory=dict)
     allow_unsigned: bool = True
+    issuer_keys: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def requires_signatures(self) -> bool:
@@ -146,30 +203,16 @@ class DecisionPolicy:
     @classmethod
     def from_env(cls, env: Any = None) -> DecisionPolicy:
         env = env if env is not None else os.environ
-        text = env.get(APPROVER_KEYS_ENV, "").strip()
-        if text.startswith("@"):
-            try:
-                text = Path(text[1:]).expanduser().read_text(encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError(f"cannot read {APPROVER_KEYS_ENV} file {text[1:]}: {exc.strerror}") from None
-        keys: dict[str, bytes] = {}
-        for entry in re.split(r"[,\n]", text):
-            entry = entry.strip()
-            if not entry or entry.startswith("#"):
-                continue
-            name, sep, public = entry.partition(":")
-            if not sep:
-                raise ConfigError(
-                    f"{APPROVER_KEYS_ENV}: an entry must be NAME:PUBLIC_KEY, as `stratagem keygen` prints it"
-                )
-            key = _b64(public, f"{APPROVER_KEYS_ENV} (key of {name.strip()[:40]})")
-            if len(key) != 32:
-                raise ConfigError(
-                    f"{APPROVER_KEYS_ENV}: the key of {name.strip()[:40]} is {len(key)} bytes, not 32 (Ed25519)"
-                )
-            keys[_check_name(name.strip(), APPROVER_KEYS_ENV)] = key
+        keys = _read_keys(env, APPROVER_KEYS_ENV)
+        issuers = _read_keys(env, ISSUER_KEYS_ENV)
+        both = sorted(keys.keys() & issuers.keys())
+        if both:
+            raise ConfigError(
+                f"{', '.join(both)[:200]} listed in both {APPROVER_KEYS_ENV} and {ISSUER_KEYS_ENV}: "
+                "a key signs either for its own name (approver) or for the people it authenticates (issuer)"
+            )
         allow = env.get(ALLOW_UNSIGNED_ENV, "").strip().lower() in ("1", "true", "yes")
-        return cls(keys=keys, allow_unsigned=allow or not keys)
+        return cls(keys=keys, allow_unsigned=allow or not (keys or issuers), issuer_keys=issuers)
 
     def verify(self, run_id: str, kind: str, decision: Any) -> Verdict:
         signer = getattr(decision, "signer", None)
@@ -178,15 +221,19 @@ class DecisionPolicy:
             if self.allow_unsigned:
                 return Verdict()
             return Verdict(refused="this deployment accepts only signed decisions (set STRATAGEM_SIGNING_KEY)")
-        key = self.keys.get(signer or "")
+        issued = bool(signer) and signer in self.issuer_keys
+        key = self.issuer_keys.get(signer or "") if issued else self.keys.get(signer or "")
         if key is None or not signature or not signer:
             return Verdict(refused=f"the decision is signed by '{str(signer)[:64]}', a key this worker does not trust")
-        if getattr(decision, "by", signer) != signer:
-            return Verdict(refused=f"the decision says it is by '{str(decision.by)[:64]}' but is signed by '{signer}'")
+        by = getattr(decision, "by", None)
+        if not issued and (by if by is not None else signer) != signer:
+            return Verdict(refused=f"the decision says it is by '{str(by)[:64]}' but is signed by '{signer}'")
+        if issued and not by:
+            return Verdict(refused=f"the decision is issued by '{signer}' but names nobody it is issued for (by)")
         try:
             Ed25519PublicKey.from_public_bytes(key).verify(
                 base64.b64decode(signature, validate=True), signed_bytes(run_id, kind, decision, signer)
             )
         except (InvalidSignature, binascii.Error, ValueError):
             return Verdict(refused=f"the signature of '{signer}' does not match this decision on this run")
-        return Verdict(signer=signer)
+        return Verdict(signer=signer, on_behalf_of=by if issued else None)

@@ -18,14 +18,22 @@ from stratagem.client import RunHandle
 from stratagem.errors import ConfigError, DecisionRefusedError
 from stratagem.ledger import EventKind
 from stratagem.run_types import ApproveInput
-from stratagem.signing import DecisionPolicy, Signer
+from stratagem.signing import DecisionPolicy, Signer, Verdict
 
 ALICE = Signer.generate("alice")
 MALLORY = Signer.generate("mallory")
+CONSOLE = Signer.generate("console")  # a review console: it authenticates people and signs for them
 
 
-def policy(*signers: Signer, allow_unsigned: bool = False) -> DecisionPolicy:
+@pytest.fixture(autouse=True)
+def _no_issuers_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRATAGEM_ISSUER_KEYS", raising=False)
+
+
+def policy(*signers: Signer, allow_unsigned: bool = False, issuers: tuple[Signer, ...] = ()) -> DecisionPolicy:
     env = {"STRATAGEM_APPROVER_KEYS": ",".join(s.public_line() for s in signers)}
+    if issuers:
+        env["STRATAGEM_ISSUER_KEYS"] = ",".join(s.public_line() for s in issuers)
     if allow_unsigned:
         env["STRATAGEM_ALLOW_UNSIGNED"] = "1"
     return DecisionPolicy.from_env(env)
@@ -59,6 +67,68 @@ def test_a_claim_is_not_a_signature():
     # Alice's valid signature on a decision that says it is by bob.
     as_bob = ALICE.sign("run-1", "approve", ApproveInput(by="bob", revision=1))
     assert "signed by 'alice'" in trusted.verify("run-1", "approve", as_bob).refused
+
+
+def test_an_issuer_signs_for_the_person_it_authenticated_and_only_as_signed():
+    trusted = policy(ALICE, issuers=(CONSOLE,))
+    issued = CONSOLE.issue("run-1", "approve", ApproveInput(by="whoever the browser said", revision=1), by="alice")
+    assert issued.by == "alice" and issued.signer == "console"
+    verdict = trusted.verify("run-1", "approve", issued)
+    assert verdict.refused is None and verdict.signer == "console"
+    assert verdict.issuer and verdict.on_behalf_of == "alice"
+    # `sign` keeps `by` as it is, so a console may also build the decision itself.
+    signed = CONSOLE.sign("run-1", "approve", ApproveInput(by="bob", revision=1))
+    assert signed.by == "bob" and trusted.verify("run-1", "approve", signed).on_behalf_of == "bob"
+    # `by` is signed: given to another person after signing, it no longer verifies.
+    as_mallory = issued.model_copy(update={"by": "mallory"})
+    assert "does not match" in trusted.verify("run-1", "approve", as_mallory).refused
+    # Nor on another run, nor as another kind of decision.
+    assert "does not match" in trusted.verify("run-2", "approve", issued).refused
+    assert "does not match" in trusted.verify("run-1", "reject", issued).refused
+    # An approver's key is no issuer: alice may still sign only for alice.
+    for_bob = ALICE.sign("run-1", "approve", ApproveInput(by="bob", revision=1))
+    assert "signed by 'alice'" in trusted.verify("run-1", "approve", for_bob).refused
+    assert trusted.verify("run-1", "approve", ALICE.sign("run-1", "approve", ApproveInput(by="alice"))).issuer is False
+    # Mallory's key named as the console's: the console's public key does not verify it.
+    forged = MALLORY.sign("run-1", "approve", ApproveInput(by="alice", revision=1)).model_copy(
+        update={"signer": "console"}
+    )
+    assert "does not match" in trusted.verify("run-1", "approve", forged).refused
+    with pytest.raises(ValueError, match="names the person"):
+        CONSOLE.issue("run-1", "approve", ApproveInput(by="x"), by=" ")
+
+
+def test_issuer_keys_are_a_setting_of_their_own():
+    # Listed only as an issuer, the console's key makes the worker refuse unsigned decisions.
+    only_console = DecisionPolicy.from_env({"STRATAGEM_ISSUER_KEYS": CONSOLE.public_line()})
+    assert only_console.requires_signatures and not only_console.keys
+    assert "only signed decisions" in only_console.verify("r", "approve", ApproveInput(by="alice")).refused
+    # Listed as an approver, the console's key signs only for "console".
+    approver = policy(CONSOLE)
+    issued = CONSOLE.issue("r", "approve", ApproveInput(by="x"), by="alice")
+    assert "signed by 'console'" in approver.verify("r", "approve", issued).refused
+    # One name cannot be both.
+    with pytest.raises(ConfigError, match="console listed in both STRATAGEM_APPROVER_KEYS and STRATAGEM_ISSUER_KEYS"):
+        DecisionPolicy.from_env(
+            {"STRATAGEM_APPROVER_KEYS": CONSOLE.public_line(), "STRATAGEM_ISSUER_KEYS": CONSOLE.public_line()}
+        )
+    # The same format and the same one-line errors as the approvers' keys.
+    for value, expected in [
+        ("console", "must be NAME:PUBLIC_KEY"),
+        ("console:AAAA", "not 32"),
+        ("@/nope", "cannot read"),
+    ]:
+        with pytest.raises(ConfigError, match=expected) as caught:
+            DecisionPolicy.from_env({"STRATAGEM_ISSUER_KEYS": value})
+        assert "STRATAGEM_ISSUER_KEYS" in str(caught.value)
+    # Unset (or empty): nothing changes.
+    for env in ({}, {"STRATAGEM_ISSUER_KEYS": ""}):
+        plain = DecisionPolicy.from_env({"STRATAGEM_APPROVER_KEYS": ALICE.public_line(), **env})
+        assert plain.issuer_keys == {} and set(plain.keys) == {"alice"} and plain.requires_signatures
+        verdict = plain.verify("r", "approve", ALICE.sign("r", "approve", ApproveInput(by="alice")))
+        assert verdict == Verdict(signer="alice") and not verdict.issuer
+        assert "does not trust" in plain.verify("r", "approve", issued).refused
+    assert DecisionPolicy.from_env({"STRATAGEM_ISSUER_KEYS": ""}).requires_signatures is False
 
 
 def test_no_keys_means_unsigned_decisions_are_accepted_and_said_to_be():
@@ -138,6 +208,31 @@ async def test_forged_decisions_from_the_temporal_cli_change_nothing(dev_env, tm
         await run.result()
         [approval] = (await run.ledger()).decisions
         assert approval.by == "alice" and approval.signed_by == "alice"
+        assert [c["label"] for c in harness.calls()] == ["paid"]
+
+
+async def test_a_console_approves_for_the_person_it_authenticated_and_nobody_else(dev_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATAGEM_APPROVER_KEYS", ALICE.public_line())
+    monkeypatch.setenv("STRATAGEM_ISSUER_KEYS", CONSOLE.public_line())
+    monkeypatch.delenv("STRATAGEM_SIGNING_KEY", raising=False)
+    async with harness_for(dev_env, tmp_path) as harness:
+        run = await harness.start(PAY)
+        await harness.wait_for(run, lambda s: bool(s.pending))
+        handle = RunHandle(run.handle)  # sends decisions as they are: no key of its own
+
+        with pytest.raises(DecisionRefusedError, match="only signed decisions"):
+            await handle.approve(ApproveInput(by="alice", revision=1))
+        with pytest.raises(DecisionRefusedError, match="signed by 'alice'"):  # an approver is no issuer
+            await handle.approve(ALICE.sign(run.id, "approve", ApproveInput(by="bob", revision=1)))
+        issued = CONSOLE.issue(run.id, "approve", ApproveInput(by="-", revision=1), by="alice")
+        with pytest.raises(DecisionRefusedError, match="does not match"):  # given to someone else after signing
+            await handle.approve(issued.model_copy(update={"by": "mallory"}))
+        assert not (await run.ledger()).decisions and harness.calls() == []
+
+        await handle.approve(issued)
+        await run.result()
+        [approval] = (await run.ledger()).decisions
+        assert approval.by == "alice" and approval.signed_by == "console"
         assert [c["label"] for c in harness.calls()] == ["paid"]
 
 
