@@ -19,7 +19,7 @@ from ..config import Settings
 from ..errors import StratagemError
 from ..telemetry import configure_tracing, flush_telemetry
 from ..worker_options import add_worker_arguments
-from . import decisions, following, forking, inspection, listing, processes, render, start
+from . import console_cmd, decisions, following, forking, inspection, listing, processes, render, start
 from .errors import USAGE
 from .session import connection_lost
 
@@ -190,6 +190,46 @@ def parser() -> argparse.ArgumentParser:
     fork.add_argument("--id", metavar="RUN_ID", help="the new run's id")
     fork.add_argument("--detach", action="store_true", help="print the new run's id and return at once")
     fork.add_argument("--by", metavar="NAME")
+
+    console = command(
+        "console",
+        console_cmd.cmd_console,
+        "serve the review console: the inbox and every decision, in a browser and over HTTP",
+        json=False,
+    )
+    console.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    console.add_argument("--port", type=int, default=8400, help="port (default: 8400)")
+    console.add_argument(
+        "--auth",
+        choices=["local", "users", "header"],
+        default="local",
+        help="who decides: local (your OS user; loopback only), users (passwords in --users), or header (set by "
+        "a reverse proxy at --trusted-proxy)",
+    )
+    console.add_argument("--users", metavar="FILE", help="the users file (default: $STRATAGEM_HOME/console-users.yaml)")
+    console.add_argument("--header", default="X-Forwarded-User", help="--auth header: the header naming the person")
+    console.add_argument(
+        "--trusted-proxy",
+        action="append",
+        dest="trusted_proxies",
+        metavar="ADDRESS",
+        help="--auth header: a proxy address or network; repeatable",
+    )
+
+    console_user = command("console-user", console_cmd.cmd_console_user, "set a console password for NAME", json=False)
+    console_user.add_argument("name")
+    console_user.add_argument("--users", metavar="FILE")
+    console_user.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+
+    console_token = command(
+        "console-token",
+        console_cmd.cmd_console_token,
+        "make an API token acting for a person (printed once)",
+        json=False,
+    )
+    console_token.add_argument("label", help="what the token is for, e.g. slack-bot")
+    console_token.add_argument("--user", required=True, help="the person its decisions are recorded as")
+    console_token.add_argument("--users", metavar="FILE")
 
     cancel = command("cancel", decisions.cmd_cancel, "cancel a run", json=False)
     cancel.add_argument("run_id")

@@ -1,0 +1,6 @@
+"""The review console: approvals, answers and repairs in a browser and over HTTP (`stratagem console`)."""
+
+from .app import create_app
+from .identity import AuthMode, IdentityConfig, Users
+
+__all__ = ["AuthMode", "IdentityConfig", "Users", "create_app"]

@@ -1,0 +1,660 @@
+"""The review console: the decisions a run waits on, in a browser and over HTTP.
+
+Pages (server-rendered; Jinja2 escapes everything, so a step title or an output written by a
+model stays text) and a REST API over the same client calls the command line makes. A decision
+goes through the run's update validators: a stale or refused one is an HTTP 409 with the run's
+message, never a half-applied change. Who decided is the identity the console authenticated
+(stratagem.console.identity), never a name the request carries; with a signing key, the console
+signs what it forwards, so workers that list it in STRATAGEM_ISSUER_KEYS can verify it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib.resources import files
+from typing import Any
+
+import yaml
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel, Field, ValidationError
+from temporalio.client import Client
+
+from ..client import AWAITING_QUERY, RunHandle, get_run, has_status_attribute
+from ..errors import DecisionRefusedError, PlanFileError, StratagemError
+from ..ledger import Ledger
+from ..plan import Plan
+from ..plan_diff import diff_lines, diff_revisions
+from ..plan_files import dump_plan, parse_plan_data
+from ..risk import effective_risk, needs_approval
+from ..run_types import (
+    WORKFLOW_NAME,
+    AnswerInput,
+    ApproveInput,
+    BudgetInput,
+    DecisionKind,
+    PendingDecision,
+    RejectInput,
+    RepairAction,
+    RepairInput,
+    ReviseInput,
+)
+from ..signing import Signer
+from ..store import OutputStore, default_store, load_value
+from ..stored import is_stored
+from .identity import SESSION_COOKIE, AuthMode, IdentityConfig
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "X-Stratagem-CSRF"
+INBOX_SCAN = 500
+
+
+class NotSignedIn(Exception):
+    pass
+
+
+# ------------------------------------------------------------------ REST bodies (no `by`: identity decides)
+
+
+class ApproveBody(BaseModel):
+    revision: int | None = None
+    step_id: str | None = None
+    call_id: str | None = None
+    comment: str = Field(default="", max_length=4000)
+
+
+class RejectBody(BaseModel):
+    reason: str = Field(min_length=1, max_length=4000)
+    revision: int | None = None
+    step_id: str | None = None
+    call_id: str | None = None
+
+
+class AnswerBody(BaseModel):
+    step_id: str
+    answer: Any
+
+
+class ReviseBody(BaseModel):
+    plan: dict[str, Any]
+    reason: str = Field(default="", max_length=4000)
+    revision: int | None = None
+
+
+class RepairBody(BaseModel):
+    action: RepairAction
+    step_id: str | None = None
+    args: dict[str, Any] | None = None
+    output: Any = None
+    reason: str = Field(default="", max_length=4000)
+
+
+class BudgetBody(BaseModel):
+    tokens: int | None = Field(default=None, ge=1)
+    cost_usd: float | None = Field(default=None, gt=0)
+    model_calls: int | None = Field(default=None, ge=1)
+    wall_clock_seconds: float | None = Field(default=None, gt=0)
+    stop: bool = False
+    reason: str = Field(default="", max_length=4000)
+
+
+def create_app(
+    client: Client,
+    identity: IdentityConfig,
+    *,
+    signer: Signer | None = None,
+    store: OutputStore | None = None,
+) -> FastAPI:
+    """The console as an ASGI app over a connected Temporal client."""
+    app = FastAPI(
+        title="Stratagem review console",
+        description="The decisions runs wait on: the inbox, runs, and one endpoint per decision.",
+        docs_url=None,  # the interactive docs load their scripts from a CDN; /openapi.json is served
+        redoc_url=None,
+    )
+    templates = Jinja2Templates(directory=str(files("stratagem.console") / "templates"))
+    app.mount("/static", StaticFiles(directory=str(files("stratagem.console") / "static")), name="static")
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        response = await call_next(request)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    @app.exception_handler(NotSignedIn)
+    async def not_signed_in(request: Request, _exc: NotSignedIn) -> Response:
+        if request.url.path.startswith("/api/") or identity.mode is not AuthMode.users:
+            return JSONResponse({"detail": "not signed in"}, status_code=401)
+        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+    # ------------------------------------------------------------------ identity
+
+    def person(request: Request) -> str:
+        """The authenticated person, or NotSignedIn. A bearer token wins over ambient credentials."""
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            user = identity.users.token_user(auth[7:].strip())
+            if user is None:
+                raise NotSignedIn()
+            return user
+        if identity.mode is AuthMode.local:
+            return identity.local_user
+        if identity.mode is AuthMode.header:
+            peer = request.client.host if request.client else None
+            name = request.headers.get(identity.header, "").strip()
+            if name and identity.from_proxy(peer):
+                return name
+            raise NotSignedIn()
+        user = identity.session_user(request.cookies.get(SESSION_COOKIE))
+        if user is None:
+            raise NotSignedIn()
+        return user
+
+    def ambient(request: Request) -> bool:
+        """Whether the browser sent the credentials by itself (cookie, proxy header, the local user):
+        such a request changes state only with the person's CSRF token."""
+        return not request.headers.get("authorization", "").lower().startswith("bearer ")
+
+    async def checked_form(request: Request) -> tuple[str, dict[str, Any]]:
+        who = person(request)
+        form = dict(await request.form())
+        if not identity.csrf_ok(who, str(form.get(CSRF_FIELD) or "")):
+            raise HTTPException(403, "the form's CSRF token is missing or wrong; reload the page and try again")
+        return who, form
+
+    def checked_api(request: Request) -> str:
+        who = person(request)
+        if ambient(request) and not identity.csrf_ok(who, request.headers.get(CSRF_HEADER)):
+            raise HTTPException(403, f"use a bearer token, or send the {CSRF_HEADER} header a console page gives")
+        return who
+
+    def run_of(run_id: str) -> RunHandle:
+        run = get_run(client, run_id)
+        run.signer = signer
+        run.store = store
+        return run
+
+    async def decide(run: RunHandle, call: Awaitable[Any]) -> dict[str, Any]:
+        try:
+            outcome = await call
+        except DecisionRefusedError as exc:
+            text = str(exc)
+            raise HTTPException(409, text.split(": ", 1)[-1] if "refused the decision" in text else text) from None
+        except StratagemError as exc:
+            raise HTTPException(503, str(exc)) from None
+        return {"run_id": run.id, **outcome.model_dump(mode="json")}
+
+    # ------------------------------------------------------------------ reading runs
+
+    async def inbox() -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        if await has_status_attribute(client):
+            listing = client.list_workflows(AWAITING_QUERY, limit=INBOX_SCAN)
+        else:
+            query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
+            listing = client.list_workflows(query, limit=INBOX_SCAN)
+        async for execution in listing:
+            try:
+                status = await run_of(execution.id).status()
+            except Exception:
+                continue  # a run this console cannot read (another encryption key, no worker) is skipped
+            if not status.pending or status.phase.finished:
+                continue
+            oldest = min(p.since for p in status.pending)
+            rows.append(
+                {
+                    "run_id": status.run_id,
+                    "goal": status.goal,
+                    "phase": status.phase.value,
+                    "since": oldest.isoformat(),
+                    "waiting": [waiting_for(p) for p in status.pending],
+                }
+            )
+        return sorted(rows, key=lambda r: r["since"])
+
+    async def read(run_id: str) -> tuple[RunHandle, Any, Ledger]:
+        run = run_of(run_id)
+        try:
+            status = await run.status()
+            ledger = await run.ledger()
+        except StratagemError as exc:
+            raise HTTPException(503, str(exc)) from None
+        except Exception as exc:
+            if "not found" in str(exc).lower():
+                raise HTTPException(404, f"there is no run {run_id}") from None
+            raise
+        return run, status, ledger
+
+    # ------------------------------------------------------------------ pages
+
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    async def login_page(request: Request, next: str = "/", error: str = "") -> Response:
+        return templates.TemplateResponse(request, "login.html", {"next": safe_next(next), "error": error})
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        user = identity.users.login(str(form.get("name", "")), str(form.get("password", "")))
+        target = safe_next(str(form.get("next", "/")))
+        if user is None or identity.mode is not AuthMode.users:
+            return RedirectResponse(f"/login?error=wrong+name+or+password&next={target}", status_code=303)
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            identity.session_cookie(user),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    @app.post("/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        await checked_form(request)
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE)
+        return response
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def inbox_page(request: Request) -> Response:
+        who = person(request)
+        return templates.TemplateResponse(
+            request, "inbox.html", {"who": who, "csrf": identity.csrf_token(who), "rows": await inbox()}
+        )
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    async def run_page(request: Request, run_id: str, error: str = "", done: str = "") -> Response:
+        who = person(request)
+        run, status, ledger = await read(run_id)
+        catalog = await run.catalog()
+        plan = ledger.revisions[-1] if ledger.revisions else None
+        approved = next((p for p in ledger.revisions if p.revision == status.approved_revision), None)
+        context = {
+            "who": who,
+            "csrf": identity.csrf_token(who),
+            "status": status,
+            "ledger": ledger,
+            "plan": plan,
+            "columns": graph_columns(plan, ledger) if plan else [],
+            "risks": {s.id: risk_text(s, catalog) for s in plan.steps} if plan else {},
+            "diff": diff_text(approved, plan) if plan and approved and approved.revision != plan.revision else [],
+            "pending": [decision_view(p, plan) for p in status.pending],
+            "plan_yaml": dump_plan(plan.draft()) if plan else "",
+            "events": ledger.events[-200:],
+            "error": error,
+            "done": done,
+        }
+        return templates.TemplateResponse(request, "run.html", context)
+
+    @app.get("/runs/{run_id}/audit.jsonl", include_in_schema=False)
+    async def audit(request: Request, run_id: str) -> Response:
+        person(request)
+        _, _, ledger = await read(run_id)
+        lines = "".join(json.dumps(r, default=str, sort_keys=True) + "\n" for r in ledger.audit_records())
+        headers = {"Content-Disposition": f'attachment; filename="{run_id}-audit.jsonl"'}
+        return PlainTextResponse(lines, media_type="application/x-ndjson", headers=headers)
+
+    @app.get("/runs/{run_id}/steps/{step_id}/output", response_class=PlainTextResponse, include_in_schema=False)
+    async def output(request: Request, run_id: str, step_id: str, transcript: bool = False) -> Response:
+        person(request)
+        _, _, ledger = await read(run_id)
+        record = ledger.steps.get(step_id)
+        if record is None:
+            raise HTTPException(404, f"run {run_id} has no step '{step_id}'")
+        value = record.transcript if transcript else record.output
+        if is_stored(value):
+            value = await asyncio.to_thread(load_value, store or default_store(), value)
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
+        return PlainTextResponse(text)  # text/plain: whatever a tool or a model wrote is never markup here
+
+    # ------------------------------------------------------------------ decisions from forms
+
+    def back(run_id: str, *, error: str = "", done: str = "") -> Response:
+        from urllib.parse import urlencode
+
+        query = urlencode({k: v for k, v in {"error": error, "done": done}.items() if v})
+        return RedirectResponse(f"/runs/{run_id}" + (f"?{query}" if query else ""), status_code=303)
+
+    async def form_decision(run_id: str, make: Callable[[], Awaitable[Any]]) -> Response:
+        try:
+            outcome = await make()
+        except HTTPException as exc:
+            return back(run_id, error=str(exc.detail))
+        except (ValidationError, ValueError) as exc:
+            return back(run_id, error=one_line(exc))
+        return back(run_id, done=outcome["message"])
+
+    @app.post("/runs/{run_id}/decide", include_in_schema=False)
+    async def decide_form(request: Request, run_id: str) -> Response:
+        who, form = await checked_form(request)
+        run = run_of(run_id)
+        kind = str(form.get("kind", ""))
+        verdict = str(form.get("verdict", "approve"))
+        step = str(form.get("step_id") or "") or None
+        call = str(form.get("call_id") or "") or None
+        revision = int(form["revision"]) if str(form.get("revision") or "").isdigit() else None
+        comment = str(form.get("comment", ""))
+
+        async def make() -> dict[str, Any]:
+            if kind in ("plan_approval", "step_approval", "tool_call_approval"):
+                if verdict == "reject":
+                    reason = comment or "rejected in the console"
+                    return await decide(
+                        run,
+                        run.reject(RejectInput(by=who, reason=reason, revision=revision, step_id=step, call_id=call)),
+                    )
+                return await decide(
+                    run,
+                    run.approve(ApproveInput(by=who, revision=revision, step_id=step, call_id=call, comment=comment)),
+                )
+            if kind == "human_answer":
+                return await decide(run, run.answer(AnswerInput(step_id=step or "", answer=answer_from(form), by=who)))
+            if kind == "repair":
+                action = RepairAction(str(form.get("action", "retry")))
+                args = parse_json(form.get("args"), "arguments") if form.get("args") else None
+                out = parse_json(form.get("output"), "output") if action is RepairAction.skip else None
+                return await decide(
+                    run,
+                    run.repair(RepairInput(by=who, action=action, step_id=step, args=args, output=out, reason=comment)),
+                )
+            if kind == "budget":
+                if verdict == "stop":
+                    return await decide(run, run.budget(BudgetInput(by=who, stop=True, reason=comment)))
+                limits = {
+                    k: form[k] for k in ("tokens", "cost_usd", "model_calls", "wall_clock_seconds") if form.get(k)
+                }
+                return await decide(
+                    run, run.budget(BudgetInput.model_validate({"by": who, "reason": comment, **limits}))
+                )
+            raise HTTPException(400, f"unknown decision kind '{kind[:40]}'")
+
+        return await form_decision(run_id, make)
+
+    @app.post("/runs/{run_id}/revise", include_in_schema=False)
+    async def revise_form(request: Request, run_id: str) -> Response:
+        who, form = await checked_form(request)
+        run, status, ledger = await read(run_id)
+        text = str(form.get("plan", ""))
+        revision = int(form["revision"]) if str(form.get("revision") or "").isdigit() else None
+        problems: list[str] = []
+        try:
+            draft = parse_plan_data(yaml.safe_load(text), source="the edited plan")
+            outcome = await decide(
+                run, run.revise(ReviseInput(by=who, plan=draft, revision=revision, reason=str(form.get("reason", ""))))
+            )
+        except yaml.YAMLError as exc:
+            problems = [f"the plan is not YAML: {one_line(exc)}"]
+        except PlanFileError as exc:
+            problems = [str(exc)]
+        except HTTPException as exc:
+            problems = [str(exc.detail)]
+        if problems:
+            # Nothing is lost: the edit comes back with the problems beside it.
+            catalog = await run.catalog()
+            plan = ledger.revisions[-1] if ledger.revisions else None
+            context = {
+                "who": who,
+                "csrf": identity.csrf_token(who),
+                "status": status,
+                "ledger": ledger,
+                "plan": plan,
+                "columns": graph_columns(plan, ledger) if plan else [],
+                "risks": {s.id: risk_text(s, catalog) for s in plan.steps} if plan else {},
+                "diff": [],
+                "pending": [decision_view(p, plan) for p in status.pending],
+                "plan_yaml": text,
+                "plan_problems": problems,
+                "events": ledger.events[-200:],
+                "error": "",
+                "done": "",
+            }
+            return templates.TemplateResponse(request, "run.html", context, status_code=422)
+        return back(run_id, done=outcome["message"])
+
+    # ------------------------------------------------------------------ REST
+
+    @app.get("/api/inbox", tags=["runs"])
+    async def api_inbox(request: Request) -> list[dict[str, Any]]:
+        """Every run waiting for a person, the longest waiting first."""
+        person(request)
+        return await inbox()
+
+    @app.get("/api/runs/{run_id}", tags=["runs"])
+    async def api_run(request: Request, run_id: str) -> dict[str, Any]:
+        """A run's status, its current plan and its pending decisions."""
+        person(request)
+        run, status, ledger = await read(run_id)
+        plan = ledger.revisions[-1] if ledger.revisions else None
+        return {"status": status.model_dump(mode="json"), "plan": plan.model_dump(mode="json") if plan else None}
+
+    @app.get("/api/runs/{run_id}/events", tags=["runs"])
+    async def api_events(request: Request, run_id: str, after: int = 0) -> dict[str, Any]:
+        """The run's ledger events after an offset (`seq`), archived ones included."""
+        person(request)
+        page = await run_of(run_id).events(after)
+        return page.model_dump(mode="json")
+
+    @app.get("/api/runs/{run_id}/stream", tags=["runs"])
+    async def api_stream(request: Request, run_id: str, after: int = 0) -> Response:
+        """Server-Sent Events: one `ledger` event per ledger event, `id` its seq. A reconnect sends
+        Last-Event-ID and misses and repeats nothing."""
+        person(request)
+        start = int(request.headers.get("last-event-id") or after or 0)
+        run = run_of(run_id)
+
+        async def events() -> AsyncIterator[bytes]:
+            seen = start
+            while True:
+                page = await run.events(seen)
+                for event in page.events:
+                    seen = event.seq
+                    yield f"id: {event.seq}\nevent: ledger\ndata: {event.model_dump_json()}\n\n".encode()
+                if page.phase.finished and seen >= page.last_seq:
+                    yield f"event: end\ndata: {json.dumps({'phase': page.phase.value})}\n\n".encode()
+                    return
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(0.5)
+
+        from fastapi.responses import StreamingResponse
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+    @app.post("/api/runs/{run_id}/approve", tags=["decisions"])
+    async def api_approve(request: Request, run_id: str, body: ApproveBody) -> dict[str, Any]:
+        """Approve the plan under review, a gated step, or one tool call of a step."""
+        who = checked_api(request)
+        run = run_of(run_id)
+        return await decide(run, run.approve(ApproveInput(by=who, **body.model_dump())))
+
+    @app.post("/api/runs/{run_id}/reject", tags=["decisions"])
+    async def api_reject(request: Request, run_id: str, body: RejectBody) -> dict[str, Any]:
+        """Reject the plan (ending the run), a gated step, or a tool call."""
+        who = checked_api(request)
+        run = run_of(run_id)
+        return await decide(run, run.reject(RejectInput(by=who, **body.model_dump())))
+
+    @app.post("/api/runs/{run_id}/answer", tags=["decisions"])
+    async def api_answer(request: Request, run_id: str, body: AnswerBody) -> dict[str, Any]:
+        """Answer a human step (checked against its answer schema)."""
+        who = checked_api(request)
+        run = run_of(run_id)
+        return await decide(run, run.answer(AnswerInput(by=who, step_id=body.step_id, answer=body.answer)))
+
+    @app.post("/api/runs/{run_id}/revise", tags=["decisions"])
+    async def api_revise(request: Request, run_id: str, body: ReviseBody) -> dict[str, Any]:
+        """Replace the plan with an edited one (under review, while it runs, or as a repair)."""
+        who = checked_api(request)
+        run = run_of(run_id)
+        try:
+            draft = parse_plan_data(body.plan, source="the plan")
+        except PlanFileError as exc:
+            raise HTTPException(422, str(exc)) from None
+        return await decide(
+            run, run.revise(ReviseInput(by=who, plan=draft, reason=body.reason, revision=body.revision))
+        )
+
+    @app.post("/api/runs/{run_id}/repair", tags=["decisions"])
+    async def api_repair(request: Request, run_id: str, body: RepairBody) -> dict[str, Any]:
+        """Retry a failed step (with new arguments), skip it with an output, or stop the run."""
+        who = checked_api(request)
+        run = run_of(run_id)
+        return await decide(run, run.repair(RepairInput(by=who, **body.model_dump())))
+
+    @app.post("/api/runs/{run_id}/budget", tags=["decisions"])
+    async def api_budget(request: Request, run_id: str, body: BudgetBody) -> dict[str, Any]:
+        """Raise a run's budget, or stop a run waiting on it."""
+        who = checked_api(request)
+        run = run_of(run_id)
+        return await decide(run, run.budget(BudgetInput(by=who, **body.model_dump())))
+
+    @app.get("/api/whoami", tags=["runs"])
+    async def whoami(request: Request) -> dict[str, str]:
+        """Who the console takes you for, and the CSRF token your ambient credentials need."""
+        who = person(request)
+        return {"user": who, "csrf": identity.csrf_token(who)}
+
+    return app
+
+
+# ------------------------------------------------------------------ views
+
+
+def safe_next(target: str) -> str:
+    """Only a path on this console: a login must not redirect elsewhere."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+def one_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def parse_json(raw: Any, what: str) -> Any:
+    try:
+        return json.loads(str(raw))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the {what} are not JSON: {exc.msg} at column {exc.colno}") from None
+
+
+def waiting_for(pending: PendingDecision) -> str:
+    kind = pending.kind
+    if kind is DecisionKind.plan_approval:
+        return f"approval of revision {pending.revision}"
+    if kind is DecisionKind.step_approval:
+        return f"approval of step {pending.step_id}"
+    if kind is DecisionKind.tool_call_approval and pending.call is not None:
+        return f"a call of {pending.call.tool} by step {pending.step_id}"
+    if kind is DecisionKind.human_answer:
+        return f"an answer for step {pending.step_id}"
+    if kind is DecisionKind.repair:
+        return f"a repair of step {pending.step_id}" if pending.step_id else "a repair"
+    return "a budget decision"
+
+
+def decision_view(pending: PendingDecision, plan: Plan | None) -> dict[str, Any]:
+    """What a pending decision's form needs: its fields, and for a typed answer one input per field."""
+    schema = None
+    if pending.kind is DecisionKind.human_answer and plan is not None and pending.step_id:
+        try:
+            schema = plan.step(pending.step_id).answer_schema
+        except KeyError:
+            schema = None
+    fields = []
+    if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
+        required = set(schema.get("required") or [])
+        for name, sub in schema["properties"].items():
+            sub = sub if isinstance(sub, dict) else {}
+            fields.append(
+                {
+                    "name": name,
+                    "type": sub.get("type", "string"),
+                    "choices": [c for c in sub.get("enum", []) if isinstance(c, str | int | float | bool)],
+                    "required": name in required,
+                    "description": sub.get("description", ""),
+                }
+            )
+    return {"pending": pending, "what": waiting_for(pending), "fields": fields, "schema": schema}
+
+
+def answer_from(form: dict[str, Any]) -> Any:
+    """The answer a form carries: typed fields (`field.NAME`, with `type.NAME`), or one JSON/text value."""
+    typed = {k[6:]: v for k, v in form.items() if k.startswith("field.")}
+    if not typed:
+        text = str(form.get("answer", ""))
+        if text.strip().startswith(("{", "[")):
+            return parse_json(text, "answer")
+        return text
+    answer: dict[str, Any] = {}
+    for name, raw in typed.items():
+        text = str(raw).strip()
+        if text == "":
+            continue
+        kind = str(form.get(f"type.{name}", "string"))
+        if kind == "integer":
+            try:
+                answer[name] = int(text)
+            except ValueError:
+                raise ValueError(f"{name}: '{text}' is not a whole number") from None
+        elif kind == "number":
+            try:
+                answer[name] = float(text)
+            except ValueError:
+                raise ValueError(f"{name}: '{text}' is not a number") from None
+        elif kind == "boolean":
+            answer[name] = text.lower() in ("true", "yes", "on", "1")
+        elif kind in ("object", "array"):
+            answer[name] = parse_json(text, name)
+        else:
+            answer[name] = text
+    return answer
+
+
+def graph_columns(plan: Plan, ledger: Ledger) -> list[list[dict[str, Any]]]:
+    """The plan as columns by depth (a step sits right of everything it waits for), each step with its status."""
+    depth: dict[str, int] = {}
+    by_id = {s.id: s for s in plan.steps}
+
+    def level(step_id: str, seen: frozenset[str] = frozenset()) -> int:
+        if step_id in depth:
+            return depth[step_id]
+        step = by_id.get(step_id)
+        if step is None or step_id in seen:
+            return 0
+        value = 1 + max((level(d, seen | {step_id}) for d in step.depends_on), default=-1)
+        depth[step_id] = value
+        return value
+
+    columns: dict[int, list[dict[str, Any]]] = {}
+    for step in plan.steps:
+        record = ledger.steps.get(step.id)
+        columns.setdefault(level(step.id), []).append(
+            {"step": step, "status": record.status.value if record else "pending", "record": record}
+        )
+    return [columns[k] for k in sorted(columns)]
+
+
+def risk_text(step: Any, catalog: Any) -> str:
+    if catalog is None:
+        return step.risk.value + (" · approval" if step.needs_step_approval else "")
+    level = effective_risk(step, catalog)
+    text = level.value + (f" (plan: {step.risk.value})" if level is not step.risk else "")
+    return text + (" · approval" if needs_approval(step, catalog) else "")
+
+
+def diff_text(approved: Plan, plan: Plan) -> list[str]:
+    return diff_lines(diff_revisions(approved, plan))
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,21 @@
+// Live progress: the run's ledger events over Server-Sent Events, appended as text (never as
+// markup). A decision landing, or the run ending, reloads the page so its forms are current.
+(function () {
+  var timeline = document.getElementById("timeline");
+  if (!timeline || timeline.dataset.finished === "true" || !window.EventSource) return;
+  var run = encodeURIComponent(timeline.dataset.run);
+  var source = new EventSource("/api/runs/" + run + "/stream?after=" + timeline.dataset.after);
+  var reloadOn = ["plan_proposed", "plan_approved", "step_awaiting_approval", "step_awaiting_answer",
+    "call_awaiting_approval", "repair_requested", "budget_exhausted", "run_succeeded", "run_failed",
+    "run_rejected", "run_cancelled"];
+  source.addEventListener("ledger", function (message) {
+    var event = JSON.parse(message.data);
+    var item = document.createElement("li");
+    var text = event.at.slice(11, 19) + " " + event.kind + (event.step_id ? " " + event.step_id : "") +
+      (event.actor ? " by " + event.actor : "") + (event.message ? " — " + event.message : "");
+    item.textContent = text;
+    timeline.appendChild(item);
+    if (reloadOn.indexOf(event.kind) >= 0) { source.close(); window.location.reload(); }
+  });
+  source.addEventListener("end", function () { source.close(); });
+})();

@@ -1,0 +1,236 @@
+"""The review console (stratagem.console) over HTTP, against real runs on the dev server.
+
+Requests go through httpx's ASGI transport on the test's own event loop (the app calls the same
+Temporal client the harness uses), so each test sees exactly what a browser or a bot would get:
+status codes, redirects, headers and the HTML itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import httpx
+import pytest
+from support.plans import step
+
+from stratagem.console import AuthMode, IdentityConfig, Users, create_app
+from stratagem.console.identity import SESSION_COOKIE, check_password, hash_password
+from stratagem.ledger import DecisionAction
+from stratagem.run_types import Phase
+
+SECRET = b"test-secret"
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def console(
+    harness: Any, mode: AuthMode = AuthMode.local, users: Users | None = None, *, peer: str | None = None, **extra: Any
+) -> httpx.AsyncClient:
+    identity = IdentityConfig(mode=mode, secret=SECRET, users=users or Users(), local_user="ops", **extra)
+    app = create_app(harness.client, identity, store=harness.store)
+    transport = httpx.ASGITransport(app=app, client=(peer or "127.0.0.1", 50000))
+    return httpx.AsyncClient(transport=transport, base_url="http://console.test")
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "the page carries no CSRF token"
+    return found.group(1)
+
+
+async def until(harness: Any, run: Any, check: Any) -> Any:
+    return await harness.wait_for(run, check, timeout=30)
+
+
+def awaiting(status: Any) -> bool:
+    return status.phase is Phase.awaiting_approval
+
+
+async def test_the_inbox_and_run_page_render_untrusted_text_as_text(dev_harness):
+    plan = {"goal": f"pay {XSS}", "steps": [{**step("pay", "record", label=XSS), "title": XSS}]}
+    run = await dev_harness.start(plan)
+    await until(dev_harness, run, awaiting)
+    async with console(dev_harness) as http:
+        inbox = await http.get("/")
+        assert inbox.status_code == 200
+        assert run.id in inbox.text and "approval of revision 1" in inbox.text
+        assert XSS not in inbox.text and "&lt;img src=x onerror=alert(1)&gt;" in inbox.text
+        assert "script-src 'self'" in inbox.headers["content-security-policy"]
+        page = await http.get(f"/runs/{run.id}")
+        assert page.status_code == 200
+        assert XSS not in page.text and page.text.count("&lt;img src=x onerror=alert(1)&gt;") >= 2
+        assert 'data-kind="plan_approval"' in page.text
+        api = await http.get("/api/inbox")
+        assert [r["run_id"] for r in api.json() if r["run_id"] == run.id] == [run.id]
+        assert (await http.get("/openapi.json")).json()["info"]["title"] == "Stratagem review console"
+        assert (await http.get("/docs")).status_code == 404  # its scripts would come from a CDN
+
+
+async def test_a_form_decision_needs_the_persons_csrf_token_and_records_who_they_are(dev_harness):
+    run = await dev_harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
+    await until(dev_harness, run, awaiting)
+    async with console(dev_harness) as http:
+        page = await http.get(f"/runs/{run.id}")
+        form = {"kind": "plan_approval", "revision": "1", "verdict": "approve", "comment": "fine"}
+        forged = await http.post(f"/runs/{run.id}/decide", data=form)  # a cross-site form has no token
+        assert forged.status_code == 403
+        assert (await run.status()).phase is Phase.awaiting_approval
+        # A name in the form changes nothing: the console decides who you are.
+        done = await http.post(f"/runs/{run.id}/decide", data={**form, "by": "mallory", "csrf": csrf_of(page.text)})
+        assert done.status_code == 303 and "done=" in done.headers["location"]
+    assert (await run.result()).status is Phase.succeeded
+    decision = (await run.ledger()).decisions[0]
+    assert (decision.action, decision.by, decision.comment) == (DecisionAction.approve, "ops", "fine")
+
+
+async def test_two_approvers_at_once_one_wins_the_other_is_told(dev_harness):
+    run = await dev_harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
+    await until(dev_harness, run, awaiting)
+    async with console(dev_harness) as http:
+        token = (await http.get("/api/whoami")).json()["csrf"]
+        headers = {"X-Stratagem-CSRF": token}
+        first, second = await asyncio.gather(
+            http.post(f"/api/runs/{run.id}/approve", json={"revision": 1}, headers=headers),
+            http.post(f"/api/runs/{run.id}/approve", json={"revision": 1}, headers=headers),
+        )
+    codes = sorted([first.status_code, second.status_code])
+    assert codes == [200, 409], (first.text, second.text)
+    loser = first if first.status_code == 409 else second
+    assert "no plan is waiting for approval" in loser.json()["detail"]
+    assert len([d for d in (await run.ledger()).decisions if d.action is DecisionAction.approve]) == 1
+
+
+async def test_users_sign_in_tokens_decide_over_rest_and_the_approver_list_applies(dev_harness, tmp_path):
+    users = Users(path=tmp_path / "users.yaml")
+    users.set_password("dana", "correct horse")
+    users.set_password("erin", "battery staple")
+    token = users.new_token("bot", "dana")
+    users.save()
+    assert Users.load(tmp_path / "users.yaml").token_user(token) == "dana"
+    assert token not in (tmp_path / "users.yaml").read_text()  # only its hash is kept
+
+    plan = {"goal": "g", "steps": [{**step("pay", "record", label="paid"), "requires_approval": True}]}
+    run = await dev_harness.start(plan, approvers=["dana"])
+    await until(dev_harness, run, awaiting)
+    async with console(dev_harness, AuthMode.users, users) as http:
+        assert (await http.get("/")).status_code == 303  # to the login form
+        assert (await http.get("/api/inbox")).status_code == 401
+        wrong = await http.post("/login", data={"name": "dana", "password": "nope", "next": "/"})
+        assert "error=" in wrong.headers["location"] and SESSION_COOKIE not in wrong.cookies
+        # erin may sign in, but the run's approver list does not name her.
+        await http.post("/login", data={"name": "erin", "password": "battery staple", "next": "//evil.example"})
+        page = await http.get(f"/runs/{run.id}")
+        assert page.status_code == 200
+        refused = await http.post(
+            f"/runs/{run.id}/decide",
+            data={"kind": "plan_approval", "revision": "1", "verdict": "approve", "csrf": csrf_of(page.text)},
+        )
+        assert "not+on+this+run%27s+approver+list" in refused.headers["location"]
+        # With a cookie, the API wants the page's CSRF token too; a bearer token needs none.
+        assert (await http.post(f"/api/runs/{run.id}/approve", json={"revision": 1})).status_code == 403
+    async with console(dev_harness, AuthMode.users, users) as bot:
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert (
+            await bot.post(f"/api/runs/{run.id}/approve", json={"revision": 1}, headers={"Authorization": "Bearer x"})
+        ).status_code == 401
+        approved = await bot.post(f"/api/runs/{run.id}/approve", json={"revision": 1}, headers=bearer)
+        assert approved.status_code == 200 and approved.json()["phase"] == "running"
+        await until(dev_harness, run, lambda s: any(p.kind.value == "step_approval" for p in s.pending))
+        step_ok = await bot.post(f"/api/runs/{run.id}/approve", json={"step_id": "pay"}, headers=bearer)
+        assert step_ok.status_code == 200, step_ok.text
+    assert (await run.result()).status is Phase.succeeded
+    assert {d.by for d in (await run.ledger()).decisions} == {"dana"}
+
+
+async def test_a_typed_answer_is_refused_then_taken_through_the_form(dev_harness):
+    schema = {
+        "type": "object",
+        "properties": {"days": {"type": "integer", "minimum": 1}, "ok": {"enum": ["yes", "no"]}},
+        "required": ["days", "ok"],
+    }
+    plan = {
+        "goal": "g",
+        "steps": [
+            {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Terms?", "answer_schema": schema}
+        ],
+    }
+    run = await dev_harness.start(plan, auto_approve=True)
+    await until(dev_harness, run, lambda s: bool(s.pending))
+    async with console(dev_harness) as http:
+        page = await http.get(f"/runs/{run.id}")
+        assert 'name="field.days"' in page.text and '<option value="yes">' in page.text
+        form = {
+            "kind": "human_answer",
+            "step_id": "terms",
+            "csrf": csrf_of(page.text),
+            "type.days": "integer",
+            "type.ok": "string",
+        }
+        refused = await http.post(f"/runs/{run.id}/decide", data={**form, "field.days": "0", "field.ok": "yes"})
+        assert "less+than+the+minimum" in refused.headers["location"]
+        assert (await run.status()).pending  # still waiting
+        taken = await http.post(f"/runs/{run.id}/decide", data={**form, "field.days": "30", "field.ok": "yes"})
+        assert "done=" in taken.headers["location"]
+    assert (await run.result()).outputs == {"terms": {"days": 30, "ok": "yes"}}
+
+
+async def test_a_broken_edit_comes_back_with_its_problems_and_nothing_lost(dev_harness):
+    run = await dev_harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
+    await until(dev_harness, run, awaiting)
+    async with console(dev_harness) as http:
+        page = await http.get(f"/runs/{run.id}")
+        edit = "goal: g\nsteps:\n  - id: one\n    title: one\n    tool: nope\n"
+        broken = await http.post(
+            f"/runs/{run.id}/revise", data={"plan": edit, "revision": "1", "csrf": csrf_of(page.text)}
+        )
+        assert broken.status_code == 422
+        assert "unknown tool &#39;nope&#39;" in broken.text or "unknown tool 'nope'" in broken.text
+        assert "tool: nope" in broken.text  # the edit is kept
+        good = edit.replace("tool: nope", "tool: record\n    args: {label: y}")
+        done = await http.post(
+            f"/runs/{run.id}/revise", data={"plan": good, "revision": "1", "csrf": csrf_of(page.text)}
+        )
+        assert done.status_code == 303
+    assert (await run.status()).revision == 2
+
+
+async def test_the_event_stream_resumes_from_the_last_event_id(dev_harness):
+    run = await dev_harness.start({"goal": "g", "steps": [step("one", "record", label="x")]}, auto_approve=True)
+    await run.result()
+    async with console(dev_harness) as http:
+        whole = await http.get(f"/api/runs/{run.id}/stream")
+        ids = [int(i) for i in re.findall(r"^id: (\d+)$", whole.text, re.M)]
+        assert ids == sorted(ids) and len(ids) >= 5 and "event: end" in whole.text
+        later = await http.get(f"/api/runs/{run.id}/stream", headers={"Last-Event-ID": str(ids[2])})
+        assert [int(i) for i in re.findall(r"^id: (\d+)$", later.text, re.M)] == ids[3:]
+        first = json.loads(re.search(r"^data: (.+)$", whole.text, re.M).group(1))
+        assert first["kind"] == "run_started"
+
+
+async def test_a_proxy_header_counts_only_from_the_trusted_proxy(dev_harness):
+    identity = {"header": "X-Forwarded-User", "proxies": ["10.0.0.0/8"]}
+    async with console(dev_harness, AuthMode.header, **identity, peer="10.1.2.3") as proxied:
+        who = await proxied.get("/api/whoami", headers={"X-Forwarded-User": "lee"})
+        assert who.json()["user"] == "lee"
+    async with console(dev_harness, AuthMode.header, **identity, peer="192.168.1.9") as direct:
+        assert (await direct.get("/api/whoami", headers={"X-Forwarded-User": "lee"})).status_code == 401
+
+
+def test_local_mode_refuses_a_non_loopback_address_and_passwords_are_hashed():
+    from stratagem.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="loopback"):
+        IdentityConfig(mode=AuthMode.local, secret=SECRET).check("0.0.0.0")
+    IdentityConfig(mode=AuthMode.local, secret=SECRET).check("127.0.0.1")
+    stored = hash_password("s3cret-pass")
+    assert stored.startswith("scrypt$") and "s3cret" not in stored
+    assert check_password("s3cret-pass", stored) and not check_password("s3cret-pas", stored)
+    identity = IdentityConfig(mode=AuthMode.users, secret=SECRET)
+    cookie = identity.session_cookie("dana")
+    assert identity.session_user(cookie) == "dana"
+    body, signature = cookie.rsplit(".", 1)
+    forged = identity.session_cookie("erin").rsplit(".", 1)[0] + "." + signature  # erin's body, dana's signature
+    assert identity.session_user(forged) is None and identity.session_user(body + ".x") is None
+    assert identity.session_user(identity.session_cookie("dana", now=0)) is None  # expired
