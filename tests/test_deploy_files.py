@@ -285,6 +285,18 @@ def test_worker_command_is_a_real_cli_command(services: dict[str, dict[str, Any]
     assert args.tools == shlex.split(extra)[1::2]
 
 
+def test_the_console_service_signs_people_in_and_is_published_on_loopback(services: dict[str, dict[str, Any]]) -> None:
+    from stratagem.cli import console_cmd
+
+    console = services["console"]
+    args = parser().parse_args(command_argv(console, {})[1:])
+    assert args.handler is console_cmd.cmd_console
+    # Not --auth local: inside a container that would make everyone who reaches the port the same user.
+    assert (args.auth, args.host, args.port) == ("users", "0.0.0.0", 8400)
+    assert args.users.startswith("/data/console/") and "console:/data/console" in console["volumes"]
+    assert console["ports"] == ["127.0.0.1:8400:8400"]
+
+
 def test_example_tool_paths_exist_in_the_image() -> None:
     # The compose file suggests /app/examples/...: the Dockerfile copies examples/ to /app/examples.
     copies = [rest for keyword, rest in dockerfile_instructions() if keyword == "COPY"]

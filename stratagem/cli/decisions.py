@@ -199,5 +199,8 @@ async def cmd_keygen(args: argparse.Namespace) -> int:
         render.console.print(
             f"private key written to {path} (keep it to yourself); sign with:\n  export {SIGNING_KEY_ENV}={path}"
         )
-        render.console.print(f"give the workers the public key, in STRATAGEM_APPROVER_KEYS:\n  {signer.public_line()}")
+        render.console.print(
+            f"give the workers the public key, in STRATAGEM_APPROVER_KEYS (a person's key) or, for a review "
+            f"console that signs for the people it signs in, STRATAGEM_ISSUER_KEYS:\n  {signer.public_line()}"
+        )
     return 0
