@@ -639,8 +639,14 @@ def graph_columns(plan: Plan, ledger: Ledger) -> list[list[dict[str, Any]]]:
     columns: dict[int, list[dict[str, Any]]] = {}
     for step in plan.steps:
         record = ledger.steps.get(step.id)
+        # What a reviewer approves, in full: the tool and its exact arguments, or what a model may call.
+        does = (
+            f"{step.tool}({', '.join(f'{k}={json.dumps(v, ensure_ascii=False)}' for k, v in step.args.items())})"
+            if step.tool
+            else f"{step.kind.value}" + (f" · may call {', '.join(step.tools)}" if step.tools else "")
+        )
         columns.setdefault(level(step.id), []).append(
-            {"step": step, "status": record.status.value if record else "pending", "record": record}
+            {"step": step, "status": record.status.value if record else "pending", "record": record, "does": does}
         )
     return [columns[k] for k in sorted(columns)]
 

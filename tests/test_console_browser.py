@@ -1,0 +1,160 @@
+"""The review console in a real browser: Debian's chromium, driven headless by Playwright.
+
+A person signs in, finds the run in the inbox, approves its plan, approves its gated step, has an
+answer refused by the step's schema and then taken, and sees the run succeed; the audit names
+them. Screenshots of the pages land in the test's folder (and, with CONSOLE_SCREENSHOTS=DIR, in
+DIR: docs/images holds two of them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from support.plans import step
+
+from stratagem.console import AuthMode, IdentityConfig, Users, create_app
+from stratagem.run_types import Phase
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# CI installs chromium and sets STRATAGEM_REQUIRE_BROWSER, so there a missing browser fails the
+# test; on a machine without one (apt-get install chromium) it is skipped, saying why.
+if CHROMIUM is None and os.environ.get("STRATAGEM_REQUIRE_BROWSER"):
+    raise RuntimeError("STRATAGEM_REQUIRE_BROWSER is set but there is no chromium: apt-get install chromium")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine: apt-get install chromium")
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@asynccontextmanager
+async def serving(app: Any, port: int) -> AsyncIterator[str]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def test_a_person_runs_a_process_to_the_end_in_the_browser(dev_harness, tmp_path):
+    from playwright.async_api import async_playwright, expect
+
+    users = Users(path=tmp_path / "users.yaml")
+    users.set_password("dana", "correct horse")
+    identity = IdentityConfig(mode=AuthMode.users, secret=b"browser-test", users=users)
+    app = create_app(dev_harness.client, identity, store=dev_harness.store)
+    schema = {
+        "type": "object",
+        "properties": {"decision": {"enum": ["approve", "reject"]}, "days": {"type": "integer", "minimum": 1}},
+        "required": ["decision", "days"],
+    }
+    plan = {
+        "goal": "Onboard ACME",
+        "steps": [
+            {**step("register", "record", label="registered"), "title": f"Register {XSS}"},
+            {**step("pay", "record", ["register"], label="paid"), "requires_approval": True},
+            {
+                "id": "terms",
+                "title": "Payment terms",
+                "kind": "human",
+                "instructions": "Approve the terms and say how many days",
+                "depends_on": ["pay"],
+                "answer_schema": schema,
+            },
+        ],
+    }
+    run = await dev_harness.start(plan, approvers=["dana"])
+    await dev_harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+    shots = [tmp_path]
+    if os.environ.get("CONSOLE_SCREENSHOTS"):
+        shots.append(Path(os.environ["CONSOLE_SCREENSHOTS"]))
+
+    async def snap(page: Any, name: str) -> None:
+        for folder in shots:
+            folder.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(folder / f"console-{name}.png"), full_page=True)
+
+    async with serving(app, free_port()) as base:
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            dialogs: list[str] = []
+            page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+            try:
+                await page.goto(base + "/")
+                await expect(page).to_have_url(base + "/login?next=/")
+                await page.fill("input[name=name]", "dana")
+                await page.fill("input[name=password]", "wrong")
+                await page.click("button[type=submit]")
+                await expect(page.locator(".error")).to_contain_text("wrong name or password")
+                await page.fill("input[name=name]", "dana")
+                await page.fill("input[name=password]", "correct horse")
+                await page.click("button[type=submit]")
+
+                # The inbox, then the run.
+                await expect(page.locator("table.inbox")).to_contain_text("approval of revision 1")
+                await snap(page, "inbox")
+                await page.click(f"a[href='/runs/{run.id}']")
+                await expect(page.locator("h1")).to_have_text("Onboard ACME")
+                await expect(page.locator("#step-register .title")).to_have_text(f"Register {XSS}")  # as text
+                await snap(page, "run")
+                plan_form = page.locator(".decision[data-kind=plan_approval]")
+                await plan_form.locator("input[name=comment]").fill("checked the vendor")
+                await plan_form.locator("button[value=approve]").click()
+                await expect(page.locator(".done")).to_contain_text("approved")
+
+                # The gated step asks for its own approval.
+                await wait_for_decision(page, run, "step_approval")
+                await page.locator(".decision[data-kind=step_approval] button[value=approve]").click()
+                await expect(page.locator(".done")).to_contain_text("approved")
+
+                # The answer: refused by its schema, then taken.
+                answer = await wait_for_decision(page, run, "human_answer")
+                await answer.locator("select[name='field.decision']").select_option("approve")
+                await answer.locator("input[name='field.days']").fill("0")
+                await answer.locator("button[type=submit]").click()
+                await expect(page.locator(".error")).to_contain_text("less than the minimum of 1")
+                answer = page.locator(".decision[data-kind=human_answer]")
+                await answer.locator("select[name='field.decision']").select_option("approve")
+                await answer.locator("input[name='field.days']").fill("30")
+                await answer.locator("button[type=submit]").click()
+                await expect(page.locator("#phase")).to_have_text("succeeded", timeout=20_000)
+                await snap(page, "succeeded")
+            finally:
+                await browser.close()
+    assert dialogs == []  # the title's markup never ran
+    result = await run.result()
+    assert result.status is Phase.succeeded and result.outputs == {"terms": {"decision": "approve", "days": 30}}
+    ledger = await run.ledger()
+    assert {d.by for d in ledger.decisions} == {"dana"}
+    assert ledger.decisions[0].comment == "checked the vendor"
+    assert next(e for e in ledger.events if e.kind.value == "answer_received").actor == "dana"
+
+
+async def wait_for_decision(page: Any, run: Any, kind: str) -> Any:
+    """Reload until the run page offers a decision of this kind (the page also reloads itself)."""
+    form = page.locator(f".decision[data-kind={kind}]")
+    for _ in range(100):
+        if await form.count():
+            return form
+        await asyncio.sleep(0.2)
+        await page.reload()
+    raise AssertionError(
+        f"run {run.id} never asked for a {kind}; status: {(await run.status()).model_dump(mode='json')}"
+    )
