@@ -12,6 +12,7 @@ from stratagem.tools import ToolRegistry
 
 from .archive import ArchiveActivities
 from .execution import ExecutionActivities
+from .notify import NotifyActivities
 from .planning import PlanningActivities, describe_tools_here
 
 
@@ -25,6 +26,7 @@ def activities_by_role(
     planning = PlanningActivities(registry, store)
     execution = ExecutionActivities(registry, workspace, store)
     archive = ArchiveActivities(store)
+    notify = NotifyActivities(store)
     return {
         # The workflow role keeps the run's own bookkeeping (archiving its events).
         Role.workflow: [
@@ -34,6 +36,7 @@ def activities_by_role(
             execution.run_tool,
             execution.run_llm,
             archive.archive_events,
+            notify.notify,
             describe_tools_here(registry if Role.tools in roles else None),
         ],
         Role.planner: [planning.plan, planning.synthesize],
@@ -45,6 +48,7 @@ def activities_by_role(
 __all__ = [
     "ArchiveActivities",
     "ExecutionActivities",
+    "NotifyActivities",
     "PlanningActivities",
     "activities_by_role",
     "describe_tools_here",

@@ -11,6 +11,7 @@ from temporalio import activity
 from stratagem import activity_io
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
+from stratagem.notify import NotifyConfig
 from stratagem.planner import Progress, plan_with_repairs
 from stratagem.store import OutputStore, default_store, hydrate
 from stratagem.telemetry import attempt_span
@@ -28,7 +29,7 @@ class PlanningActivities:
 
     @activity.defn(name=activity_io.DESCRIBE_TOOLS)
     async def describe_tools(self) -> ToolCatalog:
-        return self._registry.catalog()
+        return _with_notify(self._registry.catalog())
 
     @activity.defn(name=activity_io.PLAN)
     async def plan(self, request: activity_io.PlanningInput) -> activity_io.PlanningOutput:
@@ -133,6 +134,12 @@ def _spent_before(checkpoint: Checkpoint) -> list[CallUsage]:
         return []
 
 
+def _with_notify(catalog: ToolCatalog) -> ToolCatalog:
+    """The catalogue, saying whether this worker has channels to notify people on."""
+    notify = NotifyConfig.from_env().configured
+    return catalog if catalog.notify == notify else catalog.model_copy(update={"notify": notify})
+
+
 def describe_tools_here(registry: ToolRegistry | None) -> Callable[[], Awaitable[ToolCatalog | None]]:
     """The catalogue as a local activity of the workflow role: `registry` when this process
     serves the tools role too (its tools are the ones the run's steps reach), None otherwise,
@@ -141,6 +148,6 @@ def describe_tools_here(registry: ToolRegistry | None) -> Callable[[], Awaitable
 
     @activity.defn(name=activity_io.DESCRIBE_TOOLS_HERE)
     async def describe_here() -> ToolCatalog | None:
-        return registry.catalog() if registry is not None else None
+        return _with_notify(registry.catalog()) if registry is not None else None
 
     return describe_here

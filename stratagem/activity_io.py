@@ -24,6 +24,7 @@ RUN_TOOL = "stratagem.run_tool"
 RUN_LLM = "stratagem.run_llm"
 SYNTHESIZE = "stratagem.synthesize"
 ARCHIVE_EVENTS = "stratagem.archive_events"
+NOTIFY = "stratagem.notify"
 
 # Errors another attempt cannot fix. They fail the step (or the planning) at once.
 NON_RETRYABLE_ERRORS = [
@@ -155,6 +156,19 @@ class SynthesisOutput(CompactModel):
     usage: Usage
     model: str
     calls: list[CallUsage] = Field(default_factory=list)
+
+
+class NotifyInput(BaseModel):
+    """One pending decision to tell people about; `key` is unique to it (its idempotency key)."""
+
+    run_id: str
+    goal: str
+    key: str
+    waiting: str = Field(description="What the run waits for, in words (e.g. 'approval of step pay').")
+    kind: str
+    step_id: str | None = None
+    revision: int
+    prompt: str
 
 
 class ArchiveEventsInput(BaseModel):

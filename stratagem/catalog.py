@@ -47,6 +47,11 @@ class ToolCatalog(BaseModel):
     """The tools a worker offers, as the workflow sees them (no code, only schemas)."""
 
     tools: list[ToolSpec] = Field(default_factory=list)
+    notify: bool = Field(
+        default=False,
+        description="The worker has channels to tell people a run waits for them (stratagem.notify); runs at "
+        "level 5 then send a notification per pending decision.",
+    )
 
     def get(self, name: str) -> ToolSpec | None:
         for spec in self.tools:

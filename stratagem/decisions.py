@@ -623,6 +623,28 @@ def request_answer(state: RunState, step_id: str, question: str, now: datetime) 
     return pending
 
 
+def pending_key(pending: PendingDecision) -> str:
+    """What tells one pending decision from another, for a notification sent once per decision."""
+    call = pending.call.call_id if pending.call is not None else "-"
+    return f"{pending.kind.value}/{pending.step_id or '-'}/{call}/r{pending.revision}/{pending.since.isoformat()}"
+
+
+def waiting_for(pending: PendingDecision) -> str:
+    """What a pending decision waits for, in words."""
+    kind = pending.kind
+    if kind is DecisionKind.plan_approval:
+        return f"approval of revision {pending.revision}"
+    if kind is DecisionKind.step_approval:
+        return f"approval of step {pending.step_id}"
+    if kind is DecisionKind.tool_call_approval and pending.call is not None:
+        return f"a call of {pending.call.tool} by step {pending.step_id}"
+    if kind is DecisionKind.human_answer:
+        return f"an answer for step {pending.step_id}"
+    if kind is DecisionKind.repair:
+        return f"a repair of step {pending.step_id}" if pending.step_id else "a repair"
+    return "a budget decision"
+
+
 def remove_pending(state: RunState, step_id: str) -> None:
     state.pending = [p for p in state.pending if p.step_id != step_id]
 

@@ -151,7 +151,8 @@ class RunOptions(CompactModel):
 # Level 2: the approving workflow task leaves the memo's phase to the next task.
 # Level 3: the tool catalogue comes from a local activity when the worker serves the tools role.
 # Level 4: repair instead of failure, partial re-approval, tool-call approvals, changes while running.
-RUN_LEVEL = 4
+# Level 5: a notification per pending decision, when the worker has channels (stratagem.notify).
+RUN_LEVEL = 5
 
 
 class Fork(BaseModel):
@@ -271,6 +272,9 @@ class RunState(BaseModel):
         default_factory=dict, description="llm steps paused on a tool call that waits for a person, by step id."
     )
     forked_from: Fork | None = Field(default=None, description="The run and revision this run was forked from.")
+    notified: list[str] = Field(
+        default_factory=list, description="Pending decisions people were notified of (their keys), while pending."
+    )
 
     @property
     def plan(self) -> Plan | None:

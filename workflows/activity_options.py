@@ -37,6 +37,9 @@ LOCAL_CATALOG_RETRY = RetryPolicy(maximum_attempts=3)
 # A step's activity reports at least this often (or its own timeout, if shorter).
 HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 # Moving routine events to the output store at a continue-as-new.
+# A notification: a few quick HTTP posts, retried for a while (a chat service may be down).
+NOTIFY_TIMEOUT = timedelta(seconds=30)
+NOTIFY_RETRY = RetryPolicy(maximum_attempts=8, maximum_interval=timedelta(minutes=1))
 ARCHIVE_TIMEOUT = timedelta(minutes=1)
 ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
 

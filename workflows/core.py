@@ -29,7 +29,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from opentelemetry import trace
 
-    from stratagem import transitions
+    from stratagem import activity_io, decisions, transitions
     from stratagem.ledger import EventKind, StepRecord, StepStatus
     from stratagem.plan import Step
     from stratagem.roles import Role, role_queue
@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.scheduling import Frontier
     from stratagem.usage import Allowance
 
+from .activity_options import NOTIFY_RETRY, NOTIFY_TIMEOUT
 from .observe import Observer
 
 # How stale the step table in the Temporal UI may be while steps finish.
@@ -171,6 +172,8 @@ class RunCore:
             workflow.set_current_details(progress_markdown(state))
         if not self._memo_held():
             self._observe.publish(state)  # the status search attribute and the waits, likewise held
+        if state.level >= 5 and state.catalog.notify:
+            self._notify_people()
         if self.state.phase.value == self._memo_phase:
             return
         if self.state.level < 1:
@@ -182,6 +185,34 @@ class RunCore:
             # task (planned, approved by policy, running) cost one memo write, not one each.
             self._memo_due = True
             asyncio.get_running_loop().call_soon(self._write_memo)
+
+    def _notify_people(self) -> None:
+        """One notification per pending decision, sent once (state.notified carries the keys across
+        continue-as-new); an activity on the workflow's own queue, not awaited: the run never waits
+        on a chat service. Level 5 only, so no earlier history replays differently."""
+        state = self.state
+        keys = {decisions.pending_key(p): p for p in state.pending}
+        for key, pending in keys.items():
+            if key in state.notified:
+                continue
+            state.notified.append(key)
+            workflow.start_activity(
+                activity_io.NOTIFY,
+                activity_io.NotifyInput(
+                    run_id=state.run_id,
+                    goal=state.goal,
+                    key=f"{state.run_id}/{state.execution_id}/{key}",
+                    waiting=decisions.waiting_for(pending),
+                    kind=pending.kind.value,
+                    step_id=pending.step_id,
+                    revision=pending.revision,
+                    prompt=pending.prompt,
+                ),
+                start_to_close_timeout=NOTIFY_TIMEOUT,
+                retry_policy=NOTIFY_RETRY,
+                summary=f"notify: {decisions.waiting_for(pending)}"[:200],
+            )
+        state.notified = [k for k in state.notified if k in keys]
 
     def _write_memo(self, final: bool = False) -> None:
         """The phase into the memo, if it changed (level 1 runs; `final` right before the run

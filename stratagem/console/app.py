@@ -11,10 +11,13 @@ signs what it forwards, so workers that list it in STRATAGEM_ISSUER_KEYS can ver
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib.resources import files
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 from fastapi import FastAPI, HTTPException, Request
@@ -25,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
 
 from ..client import AWAITING_QUERY, RunHandle, get_run, has_status_attribute
+from ..decisions import waiting_for
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
 from ..ledger import Ledger
 from ..plan import Plan
@@ -274,8 +278,15 @@ def create_app(
         )
 
     @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
-    async def run_page(request: Request, run_id: str, error: str = "", done: str = "") -> Response:
+    async def run_page(
+        request: Request, run_id: str, error: str = "", done: str = "", exp: str = "", sig: str = ""
+    ) -> Response:
         who = person(request)
+        if exp or sig:  # a link from a notification: say so if it was altered or is out of date
+            path = f"/runs/{quote(run_id, safe='')}"
+            fresh = exp.isdigit() and int(exp) >= time.time()
+            if not (fresh and hmac.compare_digest(sig, identity.link_token(path, int(exp)))):
+                error = error or "this link has expired or was altered; the page below shows the run as it is now"
         run, status, ledger = await read(run_id)
         catalog = await run.catalog()
         plan = ledger.revisions[-1] if ledger.revisions else None
@@ -546,21 +557,6 @@ def parse_json(raw: Any, what: str) -> Any:
         return json.loads(str(raw))
     except json.JSONDecodeError as exc:
         raise ValueError(f"the {what} are not JSON: {exc.msg} at column {exc.colno}") from None
-
-
-def waiting_for(pending: PendingDecision) -> str:
-    kind = pending.kind
-    if kind is DecisionKind.plan_approval:
-        return f"approval of revision {pending.revision}"
-    if kind is DecisionKind.step_approval:
-        return f"approval of step {pending.step_id}"
-    if kind is DecisionKind.tool_call_approval and pending.call is not None:
-        return f"a call of {pending.call.tool} by step {pending.step_id}"
-    if kind is DecisionKind.human_answer:
-        return f"an answer for step {pending.step_id}"
-    if kind is DecisionKind.repair:
-        return f"a repair of step {pending.step_id}" if pending.step_id else "a repair"
-    return "a budget decision"
 
 
 def decision_view(pending: PendingDecision, plan: Plan | None) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""Notifications: a run waiting for a person tells the worker's channels once per decision, with a
+signed, expiring link the console checks. Real workflows on the time-skipping server; the
+webhooks are a local HTTP server that records what it receives."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+from support.plans import awaiting, step
+
+from stratagem import activity_io
+from stratagem.console import AuthMode, IdentityConfig, create_app
+from stratagem.notify import NotifyConfig
+from stratagem.run_types import ApproveInput, Phase
+from stratagem.store import FileStore
+
+SECRET = "notify-secret"
+
+
+class Receiver:
+    """A webhook endpoint: every POST's path, headers and JSON body, in order."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                outer.received.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+@pytest.fixture
+def receiver(monkeypatch):
+    hook = Receiver()
+    monkeypatch.setenv("STRATAGEM_NOTIFY_SLACK_URL", hook.url + "/slack")
+    monkeypatch.setenv("STRATAGEM_NOTIFY_WEBHOOK_URL", hook.url + "/hook")
+    monkeypatch.setenv("STRATAGEM_CONSOLE_URL", "https://review.example.com/")
+    monkeypatch.setenv("STRATAGEM_CONSOLE_SECRET", SECRET)
+    yield hook
+    hook.close()
+
+
+async def test_each_decision_a_run_waits_on_is_notified_once_with_a_link_the_console_trusts(harness, receiver):
+    plan = {"goal": "pay acme", "steps": [{**step("pay", "record", label="paid"), "requires_approval": True}]}
+    run = await harness.start(plan)
+    await harness.wait_for(run, awaiting)
+    await until_received(harness, receiver, 2)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    await harness.wait_for(run, lambda s: any(p.kind.value == "step_approval" for p in s.pending))
+    await until_received(harness, receiver, 4)
+    await run.approve(ApproveInput(by="dana", step_id="pay"))
+    assert (await run.result()).status is Phase.succeeded
+
+    hooks = [r for r in receiver.received if r["path"] == "/hook"]
+    slack = [r for r in receiver.received if r["path"] == "/slack"]
+    assert [h["body"]["kind"] for h in hooks] == ["plan_approval", "step_approval"]
+    assert [h["body"]["waiting"] for h in hooks] == ["approval of revision 1", "approval of step pay"]
+    assert len({h["headers"]["Idempotency-Key"] for h in hooks}) == 2
+    assert "waits for approval of step pay" in slack[1]["body"]["text"]
+    link = hooks[1]["body"]["link"]
+    assert link.startswith(f"https://review.example.com/runs/{run.id}?exp=")
+
+    # The console opens that link as the run's page; an altered one is flagged, not trusted.
+    identity = IdentityConfig(mode=AuthMode.local, secret=SECRET.encode(), local_user="ops")
+    app = create_app(harness.client, identity, store=harness.store)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console.test") as http:
+        target = urlparse(link)
+        good = await http.get(f"{target.path}?{target.query}")
+        assert good.status_code == 200 and "expired or was altered" not in good.text and run.id in good.text
+        bad = await http.get(f"{target.path}?{target.query.replace('exp=', 'exp=1')}")
+        assert "expired or was altered" in bad.text
+
+
+async def until_received(harness: Any, receiver: Receiver, count: int) -> None:
+    for _ in range(200):
+        if len(receiver.received) >= count:
+            return
+        await harness.time_skip(0.1)
+    raise AssertionError(f"only {len(receiver.received)} notifications arrived: {receiver.received}")
+
+
+async def test_a_retried_notification_is_not_sent_twice(receiver, tmp_path):
+    from temporalio.testing import ActivityEnvironment
+
+    from stratagem.activities.notify import NotifyActivities
+
+    notify = NotifyActivities(FileStore(tmp_path))
+    request = activity_io.NotifyInput(
+        run_id="r",
+        goal="g",
+        key="r/e/plan_approval/-/-/r1/t",
+        waiting="approval",
+        kind="plan_approval",
+        revision=1,
+        prompt="p",
+    )
+    env = ActivityEnvironment()
+    assert await env.run(notify.notify, request) == ["slack", "webhook"]
+    assert await env.run(notify.notify, request) == []  # a retry after a crash: already delivered
+    assert len(receiver.received) == 2
+
+
+def test_without_channels_a_worker_offers_no_notifications(monkeypatch):
+    for name in ("STRATAGEM_NOTIFY_SLACK_URL", "STRATAGEM_NOTIFY_WEBHOOK_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert not NotifyConfig.from_env().configured
+    assert (
+        NotifyConfig(console_url="https://c.example", secret=b"s")
+        .link("run/1", now=0)
+        .startswith("https://c.example/runs/run%2F1?exp=604800&sig=")
+    )
