@@ -234,3 +234,27 @@ def test_local_mode_refuses_a_non_loopback_address_and_passwords_are_hashed():
     forged = identity.session_cookie("erin").rsplit(".", 1)[0] + "." + signature  # erin's body, dana's signature
     assert identity.session_user(forged) is None and identity.session_user(body + ".x") is None
     assert identity.session_user(identity.session_cookie("dana", now=0)) is None  # expired
+
+
+async def test_where_decisions_are_signed_the_console_signs_for_the_person_it_signed_in(dev_env, tmp_path, monkeypatch):
+    from conftest import harness_for
+
+    from stratagem.signing import Signer
+
+    console_key = Signer.generate("console")
+    monkeypatch.setenv("STRATAGEM_ISSUER_KEYS", console_key.public_line())
+    monkeypatch.delenv("STRATAGEM_SIGNING_KEY", raising=False)
+    async with harness_for(dev_env, tmp_path) as harness:
+        run = await harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
+        await until(harness, run, awaiting)
+        identity = IdentityConfig(mode=AuthMode.local, secret=SECRET, local_user="ops")
+        unsigned = create_app(harness.client, identity, store=harness.store)
+        signed = create_app(harness.client, identity, signer=console_key, store=harness.store)
+        headers = {"X-Stratagem-CSRF": identity.csrf_token("ops")}
+        for app, expected in ((unsigned, 409), (signed, 200)):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c.test") as http:
+                answer = await http.post(f"/api/runs/{run.id}/approve", json={"revision": 1}, headers=headers)
+                assert answer.status_code == expected, answer.text
+        assert (await run.result()).status is Phase.succeeded
+        [approval] = (await run.ledger()).decisions
+        assert (approval.by, approval.signed_by) == ("ops", "console")

@@ -158,3 +158,55 @@ async def wait_for_decision(page: Any, run: Any, kind: str) -> Any:
     raise AssertionError(
         f"run {run.id} never asked for a {kind}; status: {(await run.status()).model_dump(mode='json')}"
     )
+
+
+async def test_the_vendor_onboarding_example_end_to_end_in_the_browser(dev_env, tmp_path):
+    """The issue's "done when": the example, approved, revised (the review shows the diff against
+    the approved revision), its payment approved and finished, all in the browser."""
+    from conftest import harness_for
+    from playwright.async_api import async_playwright, expect
+
+    from stratagem.plan_files import load_plan_file
+    from stratagem.tools import ToolRegistry
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "vendor_onboarding"
+    registry = ToolRegistry.from_modules([str(example / "tools.py")])
+    async with harness_for(dev_env, tmp_path, registry) as harness:
+        run = await harness.start(load_plan_file(example / "plan.yaml"), executor=f"scripted:{example / 'models.yaml'}")
+        await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+        identity = IdentityConfig(mode=AuthMode.local, secret=b"browser-test", local_user="ops")
+        app = create_app(harness.client, identity, store=harness.store)
+        async with serving(app, free_port()) as base, async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            logs: list[str] = []  # what the browser said, for the message of a failure
+            page.on("console", lambda m: logs.append(m.text))
+            page.on("requestfailed", lambda r: logs.append(f"failed {r.url} {r.failure}"))
+            try:
+                await page.goto(f"{base}/runs/{run.id}")
+                await page.locator(".decision[data-kind=plan_approval] button[value=approve]").click()
+                await wait_for_decision(page, run, "step_approval")
+                # Change the payment while it waits for its approval: revision 2, reviewed as a diff.
+                editor = page.locator("textarea[name=plan]")
+                text = await editor.input_value()
+                assert "amount_eur: 1200\n" in text
+                await editor.fill(text.replace("amount_eur: 1200\n", "amount_eur: 1150\n"))
+                await page.locator("input[name=reason]").fill("discount agreed")
+                await page.locator("text=Propose this revision").click()
+                await expect(page.locator("pre.diff")).to_contain_text("args.amount_eur: 1200 → 1150")
+                await page.locator(".decision[data-kind=plan_approval] button[value=approve]").click()
+                pay = await wait_for_decision(page, run, "step_approval")
+                await expect(pay).to_contain_text("first_payment")
+                await pay.locator("button[value=approve]").click()
+                try:
+                    await expect(page.locator("#phase")).to_have_text("succeeded", timeout=20_000)
+                except AssertionError:
+                    events = [(e.kind.value, e.step_id, e.message[:80]) for e in (await run.ledger()).events[-8:]]
+                    raise AssertionError(f"the page never showed the end; browser: {logs}; ledger: {events}") from None
+            finally:
+                await browser.close()
+        result = await run.result()
+        ledger = await run.ledger()
+    assert result.status is Phase.succeeded and result.revision == 2
+    assert {d.by for d in ledger.decisions} == {"ops"}
+    assert "1150" in (harness.workspace / "payments" / "ledger.csv").read_text()

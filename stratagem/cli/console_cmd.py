@@ -69,7 +69,12 @@ async def cmd_console(args: argparse.Namespace) -> int:
         + "); Ctrl-C stops it",
         json_mode=False,
     )
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+    # proxy_headers off: the peer address is the connection's, never an X-Forwarded-For a client
+    # sent; --auth header believes its header only from the --trusted-proxy addresses themselves.
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", proxy_headers=False, server_header=False
+    )
+    server = uvicorn.Server(config)
     await server.serve()
     return 0
 

@@ -15,6 +15,7 @@ import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from importlib.resources import files
 from typing import Any
 from urllib.parse import quote
@@ -59,6 +60,9 @@ CSP = (
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "X-Stratagem-CSRF"
 INBOX_SCAN = 500
+INBOX_SCAN_UNFILTERED = 100  # without the attribute every running run is a candidate: the newest only
+INBOX_QUERIES = 16
+INBOX_QUERY_TIMEOUT = timedelta(seconds=1)  # a hosted run answers in milliseconds
 
 
 class NotSignedIn(Exception):
@@ -202,29 +206,34 @@ def create_app(
     # ------------------------------------------------------------------ reading runs
 
     async def inbox() -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
+        """Runs waiting for a person: those the StratagemStatus attribute says wait, or, on a
+        namespace without it, the newest running runs. Each is asked for its pending decisions,
+        several at once and briefly: a run nobody hosts (its worker gone) is left out, not waited for."""
         if await has_status_attribute(client):
             listing = client.list_workflows(AWAITING_QUERY, limit=INBOX_SCAN)
         else:
             query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
-            listing = client.list_workflows(query, limit=INBOX_SCAN)
-        async for execution in listing:
-            try:
-                status = await run_of(execution.id).status()
-            except Exception:
-                continue  # a run this console cannot read (another encryption key, no worker) is skipped
+            listing = client.list_workflows(query, limit=INBOX_SCAN_UNFILTERED)
+        ids = [execution.id async for execution in listing]
+        gate = asyncio.Semaphore(INBOX_QUERIES)
+
+        async def row(run_id: str) -> dict[str, Any] | None:
+            async with gate:
+                try:
+                    status = await get_run(client, run_id, rpc_timeout=INBOX_QUERY_TIMEOUT).status()
+                except Exception:
+                    return None  # a run this console cannot read (no worker, another encryption key)
             if not status.pending or status.phase.finished:
-                continue
-            oldest = min(p.since for p in status.pending)
-            rows.append(
-                {
-                    "run_id": status.run_id,
-                    "goal": status.goal,
-                    "phase": status.phase.value,
-                    "since": oldest.isoformat(),
-                    "waiting": [waiting_for(p) for p in status.pending],
-                }
-            )
+                return None
+            return {
+                "run_id": status.run_id,
+                "goal": status.goal,
+                "phase": status.phase.value,
+                "since": min(p.since for p in status.pending).isoformat(),
+                "waiting": [waiting_for(p) for p in status.pending],
+            }
+
+        rows = [r for r in await asyncio.gather(*(row(i) for i in ids)) if r is not None]
         return sorted(rows, key=lambda r: r["since"])
 
     async def read(run_id: str) -> tuple[RunHandle, Any, Ledger]:

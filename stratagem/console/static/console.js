@@ -17,5 +17,6 @@
     timeline.appendChild(item);
     if (reloadOn.indexOf(event.kind) >= 0) { source.close(); window.location.reload(); }
   });
-  source.addEventListener("end", function () { source.close(); });
+  // The run ended: the page shows its outcome (a reconnect that starts past the last decision lands here).
+  source.addEventListener("end", function () { source.close(); window.location.reload(); });
 })();
