@@ -258,3 +258,59 @@ async def test_where_decisions_are_signed_the_console_signs_for_the_person_it_si
         assert (await run.result()).status is Phase.succeeded
         [approval] = (await run.ledger()).decisions
         assert (approval.by, approval.signed_by) == ("ops", "console")
+
+
+async def test_the_console_command_as_a_new_user_runs_it(cli_env, tmp_path):
+    """`stratagem console-user`, `console-token` and `console` as processes: a person added, a
+    token made and shown once, the console serving a sign-in, and its refusals one line each."""
+    import subprocess
+    import sys
+
+    from support.cli import acli, one_line_error
+    from support.ports import free_port_pair, wait_listening
+
+    env, _ = cli_env
+    users = str(tmp_path / "users.yaml")
+    one_line_error(await acli("console", "--auth", "users", "--users", users, env=env), "names nobody yet")
+    one_line_error(await acli("console", "--host", "0.0.0.0", env=env), "listens only on a loopback address")
+    one_line_error(await acli("console", "--auth", "header", env=env), "--auth header needs --trusted-proxy")
+    added = subprocess.run(
+        [sys.executable, "-m", "stratagem.cli", "console-user", "dana", "--users", users, "--password-stdin"],
+        input="short\n",
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert added.returncode == 2 and "at least 8 characters" in added.stderr
+    added = subprocess.run(
+        [sys.executable, "-m", "stratagem.cli", "console-user", "dana", "--users", users, "--password-stdin"],
+        input="correct horse\n",
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert added.returncode == 0, added.stderr
+    token = await acli("console-token", "bot", "--user", "dana", "--users", users, env=env)
+    assert token.returncode == 0 and token.stdout.startswith("stg_")
+    assert token.stdout.strip() not in (tmp_path / "users.yaml").read_text()
+
+    port = free_port_pair()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratagem.cli", "console", "--auth", "users", "--users", users, "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        await asyncio.to_thread(wait_listening, port, 30)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            assert (await http.get("/login")).status_code == 200
+            assert (await http.get("/api/inbox")).status_code == 401
+            me = await http.get("/api/whoami", headers={"Authorization": f"Bearer {token.stdout.strip()}"})
+            assert me.json()["user"] == "dana" and "server" not in me.headers
+            signed_in = await http.post("/login", data={"name": "dana", "password": "correct horse", "next": "/"})
+            assert signed_in.status_code == 303 and SESSION_COOKIE in signed_in.cookies
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import uvicorn
 from support.plans import step
+from support.webhooks import Receiver
 
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
 from stratagem.run_types import Phase
@@ -210,3 +211,80 @@ async def test_the_vendor_onboarding_example_end_to_end_in_the_browser(dev_env, 
     assert result.status is Phase.succeeded and result.revision == 2
     assert {d.by for d in ledger.decisions} == {"ops"}
     assert "1150" in (harness.workspace / "payments" / "ledger.csv").read_text()
+
+
+async def test_what_the_console_refuses_in_the_browser(dev_env, tmp_path, monkeypatch):
+    """Two approvers at once (one wins, the other is told), a person off the approver list, a
+    form posted from another site, and a notification's link opening the right decision."""
+    from conftest import harness_for
+    from playwright.async_api import async_playwright, expect
+
+    hook = Receiver()
+    monkeypatch.setenv("STRATAGEM_NOTIFY_WEBHOOK_URL", hook.url + "/hook")
+    monkeypatch.setenv("STRATAGEM_CONSOLE_URL", "https://review.example.com")
+    monkeypatch.setenv("STRATAGEM_CONSOLE_SECRET", "browser-test")
+    users = Users(path=tmp_path / "users.yaml")
+    for name in ("dana", "lee", "erin"):
+        users.set_password(name, f"{name}-password")
+    identity = IdentityConfig(mode=AuthMode.users, secret=b"browser-test", users=users)
+    try:
+        async with harness_for(dev_env, tmp_path) as harness:
+            run = await harness.start(
+                {"goal": "g", "steps": [step("one", "record", label="x")]}, approvers=["dana", "lee"]
+            )
+            await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+            for _ in range(100):
+                if hook.received:
+                    break
+                await asyncio.sleep(0.1)
+            link = hook.received[0]["body"]["link"]
+            app = create_app(harness.client, identity, store=harness.store)
+            async with serving(app, free_port()) as base, async_playwright() as playwright:
+                browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                try:
+                    pages = {}
+                    for name in ("dana", "lee", "erin"):
+                        context = await browser.new_context()
+                        page = await context.new_page()
+                        # The notification's link, signed in on the way: it lands on the run's decision.
+                        await page.goto(link.replace("https://review.example.com", base))
+                        await page.fill("input[name=name]", name)
+                        await page.fill("input[name=password]", f"{name}-password")
+                        await page.click("button[type=submit]")
+                        await expect(page.locator(".decision[data-kind=plan_approval]")).to_be_visible()
+                        pages[name] = page
+
+                    # erin is not on the run's approver list.
+                    await pages["erin"].locator(".decision[data-kind=plan_approval] button[value=approve]").click()
+                    await expect(pages["erin"].locator(".error")).to_contain_text("not on this run's approver list")
+
+                    # A page on another site posts the form with the person's cookies: refused.
+                    attacker = await pages["dana"].context.new_page()
+                    await attacker.set_content(
+                        f'<form method="post" action="{base}/runs/{run.id}/decide">'
+                        '<input name="kind" value="plan_approval"><input name="verdict" value="approve">'
+                        '<button id="go">go</button></form>'
+                    )
+                    await attacker.click("#go")
+                    # Its cookie is SameSite=Strict: the console sees nobody and asks to sign in.
+                    await expect(attacker.locator("h1")).to_have_text("Sign in")
+                    assert (await run.status()).phase is Phase.awaiting_approval
+
+                    # dana and lee approve at once: one wins, the other is told.
+                    await asyncio.gather(
+                        *(
+                            pages[n].locator(".decision[data-kind=plan_approval] button[value=approve]").click()
+                            for n in ("dana", "lee")
+                        )
+                    )
+                    told = [await pages[n].locator(".error, .done").first.inner_text() for n in ("dana", "lee")]
+                    # The other is told: the plan no longer waits (or, the one step done, the run has ended).
+                    refused = [t for t in told if "no plan is waiting for approval" in t or "has ended" in t]
+                    assert len(refused) == 1 and any(t == "approved" for t in told), told
+                finally:
+                    await browser.close()
+            assert (await run.result()).status is Phase.succeeded
+            approvals = [d.by for d in (await run.ledger()).decisions]
+    finally:
+        hook.close()
+    assert len(approvals) == 1 and approvals[0] in ("dana", "lee")

@@ -4,15 +4,13 @@ webhooks are a local HTTP server that records what it receives."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
 
 import httpx
 import pytest
 from support.plans import awaiting, step
+from support.webhooks import Receiver
 
 from stratagem import activity_io
 from stratagem.console import AuthMode, IdentityConfig, create_app
@@ -21,31 +19,6 @@ from stratagem.run_types import ApproveInput, Phase
 from stratagem.store import FileStore
 
 SECRET = "notify-secret"
-
-
-class Receiver:
-    """A webhook endpoint: every POST's path, headers and JSON body, in order."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                outer.received.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(body)})
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
 
 
 @pytest.fixture

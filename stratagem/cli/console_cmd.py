@@ -116,6 +116,9 @@ def cmd_console_token(args: argparse.Namespace) -> int:
     users = Users.load(path)
     token = users.new_token(args.label, args.user)
     users.save()
-    print(token)
-    render.note(f"an API token for {args.user} ('{args.label}'), shown once; send it as 'Authorization: Bearer TOKEN'")
+    print(token)  # alone on standard output, so TOKEN=$(stratagem console-token ...) works
+    print(
+        f"an API token for {args.user} ('{args.label}'), shown once; send it as 'Authorization: Bearer TOKEN'",
+        file=sys.stderr,
+    )
     return 0

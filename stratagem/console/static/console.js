@@ -4,6 +4,10 @@
   var timeline = document.getElementById("timeline");
   if (!timeline || timeline.dataset.finished === "true" || !window.EventSource) return;
   var run = encodeURIComponent(timeline.dataset.run);
+  // A form on its way must land (its answer says whether the decision was taken): no reload then.
+  var submitting = false;
+  document.addEventListener("submit", function () { submitting = true; });
+  function reload() { source.close(); if (!submitting) window.location.reload(); }
   var source = new EventSource("/api/runs/" + run + "/stream?after=" + timeline.dataset.after);
   var reloadOn = ["plan_proposed", "plan_approved", "step_awaiting_approval", "step_awaiting_answer",
     "call_awaiting_approval", "repair_requested", "budget_exhausted", "run_succeeded", "run_failed",
@@ -15,8 +19,8 @@
       (event.actor ? " by " + event.actor : "") + (event.message ? " — " + event.message : "");
     item.textContent = text;
     timeline.appendChild(item);
-    if (reloadOn.indexOf(event.kind) >= 0) { source.close(); window.location.reload(); }
+    if (reloadOn.indexOf(event.kind) >= 0) reload();
   });
   // The run ended: the page shows its outcome (a reconnect that starts past the last decision lands here).
-  source.addEventListener("end", function () { source.close(); window.location.reload(); });
+  source.addEventListener("end", reload);
 })();
