@@ -45,6 +45,23 @@ def gated_calls(step: Step, catalog: ToolCatalog) -> list[str]:
     return [name for name in step.tools if (spec := catalog.get(name)) is not None and spec.needs_approval]
 
 
+def risk_label(step: Step, catalog: ToolCatalog | None) -> str:
+    """A step's risk as a reviewer reads it: the effective level (and the plan's, if the tool raised
+    it), whether it waits for approval and by whom, and the tools an llm step asks before calling.
+    Without the run's catalogue, what the plan says."""
+    if catalog is None:
+        return step.risk.value + (" · approval" if step.needs_step_approval else "")
+    level = effective_risk(step, catalog)
+    text = level.value + (f" (plan: {step.risk.value})" if level is not step.risk else "")
+    if needs_approval(step, catalog):
+        text += " · approval"
+    if step.approvers:
+        text += f" by {', '.join(step.approvers)}"
+    if calls := gated_calls(step, catalog):
+        text += f" · asks before {', '.join(calls)}"
+    return text
+
+
 def raised(step: Step, catalog: ToolCatalog) -> str | None:
     """What the tool changes about the step, in words, if anything (for validation and review)."""
     spec = _tool_of(step, catalog)

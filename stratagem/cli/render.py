@@ -16,8 +16,8 @@ from rich.text import Text
 from ..catalog import ToolCatalog
 from ..graph import topological_order
 from ..ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
-from ..plan import PlanDraft, Step, StepKind
-from ..risk import effective_risk, gated_calls, needs_approval
+from ..plan import PlanDraft, StepKind
+from ..risk import risk_label
 from ..run_types import PendingDecision, RunResult, RunStatus
 from ..stored import describe, is_stored
 from ..usage import Budget, UsageTotals
@@ -112,7 +112,7 @@ def plan_table(
             does += f" · tools: {', '.join(step.tools) if step.tools else 'none'}"
             if step.tier:
                 does += f" · tier {step.tier}"
-        risk = _risk(step, catalog)
+        risk = risk_label(step, catalog)
         row: list[str | Text] = [step.id, step.kind.value, does, ", ".join(step.depends_on) or "-", risk]
         if ledger is not None:
             record = ledger.steps.get(step.id)
@@ -121,20 +121,6 @@ def plan_table(
             row.append(step_usage(record.usage, record.tool_calls) if record else "")
         table.add_row(*row)
     return table
-
-
-def _risk(step: Step, catalog: ToolCatalog | None) -> str:
-    if catalog is None:
-        return step.risk.value + (" · approval" if step.needs_step_approval else "")
-    level = effective_risk(step, catalog)
-    text = level.value + (f" (plan: {step.risk.value})" if level is not step.risk else "")
-    if needs_approval(step, catalog):
-        text += " · approval"
-    if step.approvers:
-        text += f" by {', '.join(step.approvers)}"
-    if calls := gated_calls(step, catalog):
-        text += f" · asks before {', '.join(calls)}"
-    return text
 
 
 def step_usage(usage: UsageTotals | None, tool_calls: list[ToolCallRecord]) -> str:

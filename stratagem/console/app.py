@@ -35,7 +35,7 @@ from ..ledger import Ledger
 from ..plan import Plan
 from ..plan_diff import diff_lines, diff_revisions
 from ..plan_files import dump_plan, parse_plan_data
-from ..risk import effective_risk, needs_approval
+from ..risk import risk_label
 from ..run_types import (
     WORKFLOW_NAME,
     AnswerInput,
@@ -307,7 +307,7 @@ def create_app(
             "ledger": ledger,
             "plan": plan,
             "columns": graph_columns(plan, ledger) if plan else [],
-            "risks": {s.id: risk_text(s, catalog) for s in plan.steps} if plan else {},
+            "risks": {s.id: risk_label(s, catalog) for s in plan.steps} if plan else {},
             "diff": diff_text(approved, plan) if plan and approved and approved.revision != plan.revision else [],
             "pending": [decision_view(p, plan) for p in status.pending],
             "plan_yaml": dump_plan(plan.draft()) if plan else "",
@@ -430,7 +430,7 @@ def create_app(
                 "ledger": ledger,
                 "plan": plan,
                 "columns": graph_columns(plan, ledger) if plan else [],
-                "risks": {s.id: risk_text(s, catalog) for s in plan.steps} if plan else {},
+                "risks": {s.id: risk_label(s, catalog) for s in plan.steps} if plan else {},
                 "diff": [],
                 "pending": [decision_view(p, plan) for p in status.pending],
                 "plan_yaml": text,
@@ -654,14 +654,6 @@ def graph_columns(plan: Plan, ledger: Ledger) -> list[list[dict[str, Any]]]:
             {"step": step, "status": record.status.value if record else "pending", "record": record, "does": does}
         )
     return [columns[k] for k in sorted(columns)]
-
-
-def risk_text(step: Any, catalog: Any) -> str:
-    if catalog is None:
-        return step.risk.value + (" · approval" if step.needs_step_approval else "")
-    level = effective_risk(step, catalog)
-    text = level.value + (f" (plan: {step.risk.value})" if level is not step.risk else "")
-    return text + (" · approval" if needs_approval(step, catalog) else "")
 
 
 def diff_text(approved: Plan, plan: Plan) -> list[str]:
