@@ -34,6 +34,13 @@ def link_signature(secret: bytes, path: str, expires: int) -> str:
     return urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+def link_valid(secret: bytes, path: str, expires: str, signature: str, now: float | None = None) -> bool:
+    """Whether a link's `exp` and `sig` are the ones `NotifyConfig.link` signed, and still current."""
+    if not expires.isdigit() or int(expires) < (time.time() if now is None else now):
+        return False
+    return hmac.compare_digest(signature, link_signature(secret, path, int(expires)))
+
+
 @dataclass(frozen=True)
 class NotifyConfig:
     slack_url: str | None = None

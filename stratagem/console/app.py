@@ -11,9 +11,7 @@ signs what it forwards, so workers that list it in STRATAGEM_ISSUER_KEYS can ver
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from importlib.resources import files
@@ -32,6 +30,7 @@ from ..client import AWAITING_QUERY, RunHandle, get_run, has_status_attribute
 from ..decisions import waiting_for
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
 from ..ledger import Ledger
+from ..notify import link_valid
 from ..plan import Plan
 from ..plan_diff import diff_lines, diff_revisions
 from ..plan_files import dump_plan, parse_plan_data
@@ -292,9 +291,7 @@ def create_app(
     ) -> Response:
         who = person(request)
         if exp or sig:  # a link from a notification: say so if it was altered or is out of date
-            path = f"/runs/{quote(run_id, safe='')}"
-            fresh = exp.isdigit() and int(exp) >= time.time()
-            if not (fresh and hmac.compare_digest(sig, identity.link_token(path, int(exp)))):
+            if not link_valid(identity.secret, f"/runs/{quote(run_id, safe='')}", exp, sig):
                 error = error or "this link has expired or was altered; the page below shows the run as it is now"
         run, status, ledger = await read(run_id)
         catalog = await run.catalog()

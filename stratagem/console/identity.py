@@ -192,10 +192,6 @@ class IdentityConfig:
     def csrf_ok(self, user: str, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(str(token), self.csrf_token(user))
 
-    def link_token(self, path: str, expires: int) -> str:
-        """A signed, expiring link to a page (for notifications)."""
-        return self._sign(f"link:{path}:{expires}")
-
     def _sign(self, text: str) -> str:
         return _b64(hmac.new(self.secret, text.encode(), hashlib.sha256).digest())
 
