@@ -579,22 +579,10 @@ def request_call_approval(state: RunState, step_id: str, call: Any, now: datetim
 
 def decide_call(state: RunState, decision: ApproveInput | RejectInput, *, via: str, now: datetime) -> None:
     """Approve or reject one paused tool call; the step goes on either way (a rejection is the call's result)."""
-    assert state.plan is not None and decision.step_id is not None and decision.call_id is not None
-    approved = isinstance(decision, ApproveInput)
-    comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
-    action = DecisionAction.approve if approved else DecisionAction.reject
-    _decided(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision)
+    assert decision.step_id is not None and decision.call_id is not None
+    kinds = (EventKind.call_approved, EventKind.call_rejected)
+    approved, comment = _decide_on_step(state, decision, kinds, via=via, now=now, call=decision.call_id)
     state.ledger.decisions[-1].call_id = decision.call_id
-    state.ledger.record(
-        EventKind.call_approved if approved else EventKind.call_rejected,
-        now,
-        revision=state.plan.revision,
-        step_id=decision.step_id,
-        actor=decision.by,
-        message=comment,
-        via=via,
-        call=decision.call_id,
-    )
     paused = state.paused_calls[decision.step_id]
     paused.decisions[decision.call_id] = CallDecision(approved=approved, by=decision.by, reason=comment)
     paused.decided = True
@@ -699,22 +687,41 @@ def approve_plan(state: RunState, decision: ApproveInput, *, via: str, now: date
     state.phase = Phase.running
 
 
-def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: str, now: datetime) -> str | None:
-    """Approve or reject one gated step. A rejection returns why the run must stop."""
-    assert state.plan is not None and decision.step_id is not None
+def _decide_on_step(
+    state: RunState,
+    decision: ApproveInput | RejectInput,
+    kinds: tuple[EventKind, EventKind],
+    *,
+    via: str,
+    now: datetime,
+    **data: Any,
+) -> tuple[bool, str]:
+    """Record a person's approval or rejection of something a step waits on (the step itself, or
+    one of its tool calls): the decision and its event (`kinds`: approved, rejected). Returns
+    whether it was an approval, and its comment or reason."""
+    assert state.plan is not None
     approved = isinstance(decision, ApproveInput)
     comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
     action = DecisionAction.approve if approved else DecisionAction.reject
     _decided(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision)
     state.ledger.record(
-        EventKind.step_approved if approved else EventKind.step_rejected,
+        kinds[0] if approved else kinds[1],
         now,
         revision=state.plan.revision,
         step_id=decision.step_id,
         actor=decision.by,
         message=comment,
         via=via,
+        **data,
     )
+    return approved, comment
+
+
+def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: str, now: datetime) -> str | None:
+    """Approve or reject one gated step. A rejection returns why the run must stop."""
+    assert decision.step_id is not None
+    kinds = (EventKind.step_approved, EventKind.step_rejected)
+    approved, comment = _decide_on_step(state, decision, kinds, via=via, now=now)
     state.step_approvals[decision.step_id] = approved
     return None if approved else f"step '{decision.step_id}' rejected by {decision.by}: {comment}"
 
