@@ -14,6 +14,7 @@ backtracking, and `$ref` could name documents elsewhere.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -115,3 +116,64 @@ def path_problem(schema: dict[str, Any], path: Sequence[str], what: str = "the a
             return f"{what} is a {kind} at '{'.'.join(path[:depth]) or 'its top'}', which has no field '{part}'"
         return None
     return None
+
+
+# ------------------------------------------------------------------ typing an answer field by field
+# (the terminal asks one field at a time; the console has one input per field)
+
+
+def json_problem(exc: json.JSONDecodeError) -> str:
+    """The parser's whole message: `exc.msg` alone ends mid-sentence ("Unterminated string starting at")."""
+    return f"{exc.msg}: line {exc.lineno}, column {exc.colno}"
+
+
+def answer_fields(schema: dict[str, Any] | None) -> list[tuple[str, dict[str, Any], bool]]:
+    """The fields a typed answer asks one by one: (name, schema, required), for an object schema
+    that names its fields; otherwise none, and the answer is typed whole."""
+    if not schema or not isinstance(schema.get("properties"), dict) or not schema["properties"]:
+        return []
+    required = set(schema.get("required") or [])
+    return [
+        (name, sub if isinstance(sub, dict) else {}, name in required) for name, sub in schema["properties"].items()
+    ]
+
+
+def describe_field(schema: dict[str, Any]) -> str:
+    """What a field takes, briefly: `ok / change`, `integer`, `yes / no`."""
+    if "enum" in schema:
+        return " / ".join(json.dumps(v) if not isinstance(v, str) else v for v in schema["enum"])
+    kind = schema.get("type")
+    if kind == "boolean":
+        return "yes / no"
+    return kind if isinstance(kind, str) else "any JSON value"
+
+
+def coerce(text: str, schema: dict[str, Any]) -> Any:
+    """A typed line as the value `schema` wants: numbers and yes/no converted, JSON parsed for
+    lists, objects and enums of other than strings. ValueError says what was expected."""
+    kind = schema.get("type")
+    if kind == "integer":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"'{text}' is not a whole number") from None
+    if kind == "number":
+        try:
+            return float(text) if any(c in text for c in ".eE") else int(text)
+        except ValueError:
+            raise ValueError(f"'{text}' is not a number") from None
+    if kind == "boolean":
+        if text.lower() in ("y", "yes", "true", "1"):
+            return True
+        if text.lower() in ("n", "no", "false", "0"):
+            return False
+        raise ValueError(f"'{text}' is not yes or no")
+    choices = schema.get("enum")
+    if kind in ("object", "array") or (choices and not all(isinstance(v, str) for v in choices)):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"that is not valid JSON: {json_problem(exc)}") from None
+    if choices and text not in choices:
+        raise ValueError(f"'{text}' is not one of {describe_field(schema)}")
+    return text

@@ -11,9 +11,16 @@ from support.states import NOW, make_state
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
 from stratagem import decisions
-from stratagem.answers import KEYWORDS, answer_problem, path_problem, schema_problems
+from stratagem.answers import (
+    KEYWORDS,
+    answer_fields,
+    answer_problem,
+    coerce,
+    describe_field,
+    path_problem,
+    schema_problems,
+)
 from stratagem.catalog import ToolCatalog, ToolSpec
-from stratagem.cli.prompting import answer_fields, coerce, describe_field
 from stratagem.errors import DecisionRefusedError
 from stratagem.plan import PlanDraft
 from stratagem.planner import render_tools

@@ -165,8 +165,6 @@ async def test_a_typed_answer_is_refused_then_taken_through_the_form(dev_harness
             "kind": "human_answer",
             "step_id": "terms",
             "csrf": csrf_of(page.text),
-            "type.days": "integer",
-            "type.ok": "string",
         }
         refused = await http.post(f"/runs/{run.id}/decide", data={**form, "field.days": "0", "field.ok": "yes"})
         assert "less+than+the+minimum" in refused.headers["location"]

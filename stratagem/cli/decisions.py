@@ -13,6 +13,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowExecutionStatus
 
+from ..answers import json_problem
 from ..config import stratagem_home
 from ..plan_files import load_plan_file
 from ..run_types import (
@@ -120,11 +121,6 @@ async def cmd_answer(args: argparse.Namespace) -> int:
         except json.JSONDecodeError as exc:
             raise CliError(f"--json-value: the answer is not JSON: {json_problem(exc)}") from None
     return await _decide(args, "answer", AnswerInput(step_id=args.step_id, answer=answer, by=reviewer(args)))
-
-
-def json_problem(exc: json.JSONDecodeError) -> str:
-    """The parser's whole message: `exc.msg` alone ends mid-sentence ("Unterminated string starting at")."""
-    return f"{exc.msg}: line {exc.lineno}, column {exc.colno}"
 
 
 _LIMIT_NAMES = {"tokens": "tokens", "cost": "cost_usd", "calls": "model_calls", "seconds": "wall_clock_seconds"}

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..answers import answer_fields, coerce, describe_field, json_problem
 from ..client import RunHandle
 from ..errors import DecisionRefusedError, PlanFileError
 from ..plan_files import dump_plan, load_plan_file
@@ -28,7 +29,7 @@ from ..run_types import (
     ReviseInput,
 )
 from . import render
-from .decisions import json_problem, parse_limits
+from .decisions import parse_limits
 from .errors import CliError
 
 
@@ -67,58 +68,6 @@ class Prompter:
             self.closed = True
             return None
         return text.strip()
-
-
-def answer_fields(schema: dict[str, Any] | None) -> list[tuple[str, dict[str, Any], bool]]:
-    """The fields a typed answer asks one by one: (name, schema, required), for an object schema
-    that names its fields; otherwise none, and the answer is typed whole."""
-    if not schema or not isinstance(schema.get("properties"), dict) or not schema["properties"]:
-        return []
-    required = set(schema.get("required") or [])
-    return [
-        (name, sub if isinstance(sub, dict) else {}, name in required) for name, sub in schema["properties"].items()
-    ]
-
-
-def describe_field(schema: dict[str, Any]) -> str:
-    """What a field takes, briefly: `ok / change`, `integer`, `yes / no`."""
-    if "enum" in schema:
-        return " / ".join(json.dumps(v) if not isinstance(v, str) else v for v in schema["enum"])
-    kind = schema.get("type")
-    if kind == "boolean":
-        return "yes / no"
-    return kind if isinstance(kind, str) else "any JSON value"
-
-
-def coerce(text: str, schema: dict[str, Any]) -> Any:
-    """A typed line as the value `schema` wants: numbers and yes/no converted, JSON parsed for
-    lists, objects and enums of other than strings. ValueError says what was expected."""
-    kind = schema.get("type")
-    if kind == "integer":
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"'{text}' is not a whole number") from None
-    if kind == "number":
-        try:
-            return float(text) if any(c in text for c in ".eE") else int(text)
-        except ValueError:
-            raise ValueError(f"'{text}' is not a number") from None
-    if kind == "boolean":
-        if text.lower() in ("y", "yes", "true", "1"):
-            return True
-        if text.lower() in ("n", "no", "false", "0"):
-            return False
-        raise ValueError(f"'{text}' is not yes or no")
-    choices = schema.get("enum")
-    if kind in ("object", "array") or (choices and not all(isinstance(v, str) for v in choices)):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"that is not valid JSON: {json_problem(exc)}") from None
-    if choices and text not in choices:
-        raise ValueError(f"'{text}' is not one of {describe_field(schema)}")
-    return text
 
 
 def question(pending: PendingDecision, schema: dict[str, Any] | None = None) -> str:

@@ -16,16 +16,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from importlib.resources import files
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import yaml
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
 
+from ..answers import answer_fields, coerce
 from ..client import AWAITING_QUERY, RunHandle, get_run, has_status_attribute
 from ..decisions import waiting_for
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
@@ -285,14 +293,18 @@ def create_app(
             request, "inbox.html", {"who": who, "csrf": identity.csrf_token(who), "rows": await inbox()}
         )
 
-    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
-    async def run_page(
-        request: Request, run_id: str, error: str = "", done: str = "", exp: str = "", sig: str = ""
+    async def render_run(
+        request: Request,
+        who: str,
+        run_id: str,
+        *,
+        error: str = "",
+        done: str = "",
+        edit: str | None = None,
+        problems: list[str] | None = None,
+        status_code: int = 200,
     ) -> Response:
-        who = person(request)
-        if exp or sig:  # a link from a notification: say so if it was altered or is out of date
-            if not link_valid(identity.secret, f"/runs/{quote(run_id, safe='')}", exp, sig):
-                error = error or "this link has expired or was altered; the page below shows the run as it is now"
+        """The run page: `edit` and `problems` bring back a refused plan edit beside its problems."""
         run, status, ledger = await read(run_id)
         catalog = await run.catalog()
         plan = ledger.revisions[-1] if ledger.revisions else None
@@ -307,12 +319,23 @@ def create_app(
             "risks": {s.id: risk_label(s, catalog) for s in plan.steps} if plan else {},
             "diff": diff_text(approved, plan) if plan and approved and approved.revision != plan.revision else [],
             "pending": [decision_view(p, plan) for p in status.pending],
-            "plan_yaml": dump_plan(plan.draft()) if plan else "",
+            "plan_yaml": edit if edit is not None else (dump_plan(plan.draft()) if plan else ""),
+            "plan_problems": problems or [],
             "events": ledger.events[-200:],
             "error": error,
             "done": done,
         }
-        return templates.TemplateResponse(request, "run.html", context)
+        return templates.TemplateResponse(request, "run.html", context, status_code=status_code)
+
+    @app.get("/runs/{run_id}", response_class=HTMLResponse, include_in_schema=False)
+    async def run_page(
+        request: Request, run_id: str, error: str = "", done: str = "", exp: str = "", sig: str = ""
+    ) -> Response:
+        who = person(request)
+        if exp or sig:  # a link from a notification: say so if it was altered or is out of date
+            if not link_valid(identity.secret, f"/runs/{quote(run_id, safe='')}", exp, sig):
+                error = error or "this link has expired or was altered; the page below shows the run as it is now"
+        return await render_run(request, who, run_id, error=error, done=done)
 
     @app.get("/runs/{run_id}/audit.jsonl", include_in_schema=False)
     async def audit(request: Request, run_id: str) -> Response:
@@ -338,8 +361,6 @@ def create_app(
     # ------------------------------------------------------------------ decisions from forms
 
     def back(run_id: str, *, error: str = "", done: str = "") -> Response:
-        from urllib.parse import urlencode
-
         query = urlencode({k: v for k, v in {"error": error, "done": done}.items() if v})
         return RedirectResponse(f"/runs/{run_id}" + (f"?{query}" if query else ""), status_code=303)
 
@@ -376,7 +397,9 @@ def create_app(
                     run.approve(ApproveInput(by=who, revision=revision, step_id=step, call_id=call, comment=comment)),
                 )
             if kind == "human_answer":
-                return await decide(run, run.answer(AnswerInput(step_id=step or "", answer=answer_from(form), by=who)))
+                schema = answer_schema(await run.plan(), step)
+                answer = answer_from(form, schema)
+                return await decide(run, run.answer(AnswerInput(step_id=step or "", answer=answer, by=who)))
             if kind == "repair":
                 action = RepairAction(str(form.get("action", "retry")))
                 args = parse_json(form.get("args"), "arguments") if form.get("args") else None
@@ -401,42 +424,20 @@ def create_app(
     @app.post("/runs/{run_id}/revise", include_in_schema=False)
     async def revise_form(request: Request, run_id: str) -> Response:
         who, form = await checked_form(request)
-        run, status, ledger = await read(run_id)
+        run = run_of(run_id)
         text = str(form.get("plan", ""))
         revision = int(form["revision"]) if str(form.get("revision") or "").isdigit() else None
-        problems: list[str] = []
         try:
             draft = parse_plan_data(yaml.safe_load(text), source="the edited plan")
-            outcome = await decide(
-                run, run.revise(ReviseInput(by=who, plan=draft, revision=revision, reason=str(form.get("reason", ""))))
-            )
-        except yaml.YAMLError as exc:
-            problems = [f"the plan is not YAML: {one_line(exc)}"]
-        except PlanFileError as exc:
-            problems = [str(exc)]
-        except HTTPException as exc:
-            problems = [str(exc.detail)]
-        if problems:
-            # Nothing is lost: the edit comes back with the problems beside it.
-            catalog = await run.catalog()
-            plan = ledger.revisions[-1] if ledger.revisions else None
-            context = {
-                "who": who,
-                "csrf": identity.csrf_token(who),
-                "status": status,
-                "ledger": ledger,
-                "plan": plan,
-                "columns": graph_columns(plan, ledger) if plan else [],
-                "risks": {s.id: risk_label(s, catalog) for s in plan.steps} if plan else {},
-                "diff": [],
-                "pending": [decision_view(p, plan) for p in status.pending],
-                "plan_yaml": text,
-                "plan_problems": problems,
-                "events": ledger.events[-200:],
-                "error": "",
-                "done": "",
-            }
-            return templates.TemplateResponse(request, "run.html", context, status_code=422)
+            reason = str(form.get("reason", ""))
+            outcome = await decide(run, run.revise(ReviseInput(by=who, plan=draft, revision=revision, reason=reason)))
+        except (yaml.YAMLError, PlanFileError, HTTPException) as exc:
+            if isinstance(exc, yaml.YAMLError):
+                problem = f"the plan is not YAML: {one_line(exc)}"
+            else:
+                problem = str(exc.detail) if isinstance(exc, HTTPException) else str(exc)
+            # Nothing is lost: the edit comes back with the problem beside it.
+            return await render_run(request, who, run_id, edit=text, problems=[problem], status_code=422)
         return back(run_id, done=outcome["message"])
 
     # ------------------------------------------------------------------ REST
@@ -483,8 +484,6 @@ def create_app(
                 if await request.is_disconnected():
                     return
                 await asyncio.sleep(0.5)
-
-        from fastapi.responses import StreamingResponse
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
@@ -565,61 +564,44 @@ def parse_json(raw: Any, what: str) -> Any:
         raise ValueError(f"the {what} are not JSON: {exc.msg} at column {exc.colno}") from None
 
 
+def answer_schema(plan: Plan | None, step_id: str | None) -> dict[str, Any] | None:
+    try:
+        return plan.step(step_id).answer_schema if plan is not None and step_id else None
+    except KeyError:
+        return None
+
+
 def decision_view(pending: PendingDecision, plan: Plan | None) -> dict[str, Any]:
-    """What a pending decision's form needs: its fields, and for a typed answer one input per field."""
-    schema = None
-    if pending.kind is DecisionKind.human_answer and plan is not None and pending.step_id:
-        try:
-            schema = plan.step(pending.step_id).answer_schema
-        except KeyError:
-            schema = None
-    fields = []
-    if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
-        required = set(schema.get("required") or [])
-        for name, sub in schema["properties"].items():
-            sub = sub if isinstance(sub, dict) else {}
-            fields.append(
-                {
-                    "name": name,
-                    "type": sub.get("type", "string"),
-                    "choices": [c for c in sub.get("enum", []) if isinstance(c, str | int | float | bool)],
-                    "required": name in required,
-                    "description": sub.get("description", ""),
-                }
-            )
-    return {"pending": pending, "what": waiting_for(pending), "fields": fields, "schema": schema}
+    """What a pending decision's form needs: for a typed answer, one input per field of its schema."""
+    schema = answer_schema(plan, pending.step_id) if pending.kind is DecisionKind.human_answer else None
+    fields = [
+        {
+            "name": name,
+            "type": sub.get("type", "string"),
+            "choices": [c for c in sub.get("enum", []) if isinstance(c, str | int | float | bool)],
+            "required": required,
+            "description": sub.get("description", ""),
+        }
+        for name, sub, required in answer_fields(schema)
+    ]
+    return {"pending": pending, "what": waiting_for(pending), "fields": fields}
 
 
-def answer_from(form: dict[str, Any]) -> Any:
-    """The answer a form carries: typed fields (`field.NAME`, with `type.NAME`), or one JSON/text value."""
-    typed = {k[6:]: v for k, v in form.items() if k.startswith("field.")}
-    if not typed:
+def answer_from(form: dict[str, Any], schema: dict[str, Any] | None) -> Any:
+    """The answer a form carries: one input per field of the step's schema (`field.NAME`, each
+    converted as its schema says, as the terminal does), or one value, JSON or text."""
+    fields = answer_fields(schema)
+    if not fields:
         text = str(form.get("answer", ""))
-        if text.strip().startswith(("{", "[")):
-            return parse_json(text, "answer")
-        return text
+        return parse_json(text, "answer") if text.strip().startswith(("{", "[")) else text
     answer: dict[str, Any] = {}
-    for name, raw in typed.items():
-        text = str(raw).strip()
-        if text == "":
-            continue
-        kind = str(form.get(f"type.{name}", "string"))
-        if kind == "integer":
+    for name, sub, _ in fields:
+        text = str(form.get(f"field.{name}", "")).strip()
+        if text:
             try:
-                answer[name] = int(text)
-            except ValueError:
-                raise ValueError(f"{name}: '{text}' is not a whole number") from None
-        elif kind == "number":
-            try:
-                answer[name] = float(text)
-            except ValueError:
-                raise ValueError(f"{name}: '{text}' is not a number") from None
-        elif kind == "boolean":
-            answer[name] = text.lower() in ("true", "yes", "on", "1")
-        elif kind in ("object", "array"):
-            answer[name] = parse_json(text, name)
-        else:
-            answer[name] = text
+                answer[name] = coerce(text, sub)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
     return answer
 
 
