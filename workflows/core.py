@@ -196,13 +196,14 @@ class RunCore:
             if key in state.notified:
                 continue
             state.notified.append(key)
+            waiting = decisions.waiting_for(pending)
             workflow.start_activity(
                 activity_io.NOTIFY,
                 activity_io.NotifyInput(
                     run_id=state.run_id,
                     goal=state.goal,
                     key=f"{state.run_id}/{state.execution_id}/{key}",
-                    waiting=decisions.waiting_for(pending),
+                    waiting=waiting,
                     kind=pending.kind.value,
                     step_id=pending.step_id,
                     revision=pending.revision,
@@ -210,7 +211,7 @@ class RunCore:
                 ),
                 start_to_close_timeout=NOTIFY_TIMEOUT,
                 retry_policy=NOTIFY_RETRY,
-                summary=f"notify: {decisions.waiting_for(pending)}"[:200],
+                summary=f"notify: {waiting}"[:200],
             )
         state.notified = [k for k in state.notified if k in keys]
 
