@@ -98,11 +98,21 @@ class Step(CompactModel):
         description="Who may approve this step, answer it or approve its tool calls: people's names or groups from "
         "the configuration (e.g. finance), on top of the run's approvers. Naming any makes the step wait for approval.",
     )
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="For llm steps: the JSON Schema the executor's answer must follow (the answer is then JSON). "
+        "Checked before the step counts as done; a wrong answer is sent back to the executor to correct.",
+    )
     answer_schema: dict[str, Any] | None = Field(
         default=None,
         description="For human steps: what the answer must look like, as a JSON Schema (types, properties, "
         "required, enum, bounds). A wrong answer is refused and the step keeps waiting.",
     )
+
+    @property
+    def wants_json(self) -> bool:
+        """Whether the executor's answer is a JSON value (output_format json, or an output schema)."""
+        return self.output_format is OutputFormat.json or self.output_schema is not None
 
     @property
     def needs_step_approval(self) -> bool:

@@ -19,53 +19,198 @@ from .catalog import ToolCatalog
 from .errors import ModelOutputError
 from .ledger import StepRecord
 from .models.base import Message, Model, ModelRequest, Purpose, Usage
-from .plan import PlanDraft, plan_draft_json_schema
+from .plan import OutputFormat, PlanDraft, Risk
 from .plan_files import describe_draft_errors
 from .scheduling import reconcile
 from .usage import CallUsage
 from .validation import plan_problems
 
-SYSTEM_PROMPT = """You are the planner of a durable business-process engine.
-You turn a goal into an explicit task graph that a person reviews before anything runs.
-Executors (tools, cheaper models, or people) carry out the steps; you do not.
+SYSTEM_PROMPT = """You plan for a durable business-process engine: turn the goal into a task graph that a
+person reviews before anything runs. Executors (tools, cheaper models, people) carry it out.
 
-Rules:
-- Answer with one JSON object that follows the plan schema below, and nothing else.
-- Every step has a unique id (letters, digits, '_' or '-'); ids stay stable across revisions.
-- kind "tool" steps name one of the available tools and give arguments that match its schema.
-- kind "llm" steps give instructions for an executor model; kind "human" steps ask a person.
-- An llm step lists in "tools" the only tools its executor may call while it works (none if
-  it only writes or reasons). Prefer a tool step when the call and its arguments are known.
-- An llm step may set "tier" to pick its model: {tiers}
-- depends_on lists the steps that must succeed first. Independent steps run in parallel,
-  so only add a dependency when a step really needs the other one's result. No cycles.
-- A step may use an ancestor's output by writing ${{step_id}} or ${{step_id.field}} inside a
-  string argument or its instructions. Only steps it depends on (directly or transitively).
-- Mark steps that move money, contact outsiders or change records with risk "high".
+Answer with one JSON object: {{"goal": "...", "steps": [...], "reason": "..."}}. Every step has a
+unique "id" (letters, digits, '_' or '-'; kept across revisions), a short "title", a "kind", and
+"depends_on": the ids of steps that must succeed first. Steps without a dependency between them
+run in parallel, so add one only where a step needs the other's result. No cycles.
+- kind "tool": "tool" names one of the tools below; "args" are its arguments.
+- kind "llm": "instructions" for an executor model, and "tools": the only tools it may call
+  (none if it only writes or reasons). Prefer a tool step when the call is known.
+  "success_criteria" says how to tell the step did its job; they are checked after it runs.
+- kind "human": "instructions" ask a person, whose answer is the step's output.
+A string argument or instructions may use an ancestor's output: ${{step_id}} or ${{step_id.field}}.
+Set "risk": "high" on steps that move money, contact outsiders or change records.
+Optional: "output_format": "json" and "output_schema" (llm), "tier" ({tiers}), "requires_approval",
+"timeout_seconds", "max_attempts", "approvers", "answer_schema" (human).
 
-Plan schema:
-{plan_schema}
-
-Available tools:
+Tools, as name(argument: type, optional?: type):
 {tools}"""
 
 
 def render_tools(catalog: ToolCatalog) -> str:
+    """The tools in a line or two each: a signature, what it does, and what no plan can change."""
     if not catalog.tools:
         return "(none: use llm and human steps only)"
     lines = []
     for spec in catalog.tools:
-        params = json.dumps(spec.parameters, separators=(",", ":"), sort_keys=True)
-        lines.append(f"- {spec.name}: {spec.description.strip() or '(no description)'}\n  parameters: {params}")
-        if spec.needs_approval or spec.floor is not None:  # what the plan cannot change about it
-            declared = [
-                f"risk {spec.floor.value}" if spec.floor else "",
-                "every use waits for approval" if spec.needs_approval else "",
-            ]
-            lines.append(f"  declared by the tool: {', '.join(d for d in declared if d)}")
+        description = _first_sentences(spec.description, 300) or "(no description)"
+        line = f"- {spec.name}({_signature(spec.parameters)}): {description}"
+        declared = [
+            f"risk {spec.floor.value}" if spec.floor else "",
+            "every use waits for approval" if spec.needs_approval else "",
+        ]
+        if any(declared):  # what the plan cannot change about it
+            line += f" [declared by the tool: {', '.join(d for d in declared if d)}]"
         if spec.returns is not None:  # what references into its output (${step.field}) may name
-            lines.append(f"  returns: {json.dumps(spec.returns, separators=(',', ':'), sort_keys=True)}")
+            line += f"\n  returns: {json.dumps(spec.returns, separators=(',', ':'), sort_keys=True)}"
+        lines.append(line)
     return "\n".join(lines)
+
+
+def _first_sentences(text: str, limit: int) -> str:
+    """`text` on one line, cut after the last whole sentence that fits in `limit` characters."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(". ", 0, limit)
+    return text[: cut + 1] if cut > 0 else text[: limit - 1] + "…"
+
+
+def _signature(parameters: dict[str, Any]) -> str:
+    properties = parameters.get("properties") or {}
+    required = set(parameters.get("required") or [])
+    return ", ".join(
+        f"{name}{'' if name in required else '?'}: {_type_name(schema)}" for name, schema in properties.items()
+    )
+
+
+def _type_name(schema: Any, depth: int = 0) -> str:
+    """A JSON schema as a short type: string, integer, list[string], "a"|"b", object{x: number}."""
+    if not isinstance(schema, dict) or depth > 3:
+        return "any"
+    if "enum" in schema:
+        return "|".join(json.dumps(v) for v in schema["enum"][:12])
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    for union in ("anyOf", "oneOf"):
+        if union in schema:
+            members = [m for m in schema[union] if not (isinstance(m, dict) and m.get("type") == "null")]
+            shown = " | ".join(_type_name(m, depth + 1) for m in members) or "null"
+            return shown + (" | null" if len(members) < len(schema[union]) else "")
+    kind = schema.get("type")
+    if kind == "array":
+        return f"list[{_type_name(schema.get('items'), depth + 1)}]"
+    if kind == "object" and schema.get("properties"):
+        return "object{" + _signature(schema) + "}"
+    if isinstance(kind, list):
+        return " | ".join(str(k) for k in kind)
+    return str(kind or "any")
+
+
+# Leave these out of the schema a planner is held to: they make constrained decoding slow or
+# impossible (a grammar for `maxItems: 10000` crashed llama.cpp's server) and say nothing a
+# model needs; the validation of the answer still applies them.
+_UNCONSTRAINED = ("title", "maxItems", "minLength", "maxLength", "pattern", "format", "default", "examples")
+
+
+def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = ()) -> dict[str, Any]:
+    """The plan schema a planner model is held to, built from the worker's tools: a tool step's
+    `tool` is one of their names and its `args` that tool's schema (one member of `anyOf` per
+    tool), and an llm step's `tools` are tool names. A server that enforces the schema (strict
+    JSON schema, a grammar) then cannot produce an unknown tool or ill-typed arguments."""
+    strings = {"type": "array", "items": {"type": "string"}}
+    common: dict[str, Any] = {
+        # Without the id pattern's {0,63}: a counted repetition becomes a grammar rule per count.
+        "id": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_-]*$"},
+        "title": {"type": "string", "minLength": 1},
+        "depends_on": strings,
+        "success_criteria": strings,
+        "risk": {"type": "string", "enum": [r.value for r in Risk]},
+        "requires_approval": {"type": "boolean"},
+        "timeout_seconds": {"type": "number"},
+        "max_attempts": {"type": "integer"},
+        "approvers": strings,
+    }
+    names = catalog.names
+    steps: list[dict[str, Any]] = [
+        _step_schema(
+            "tool",
+            {"tool": {"type": "string", "enum": [spec.name]}, "args": _plain(spec.parameters)},
+            common,
+            ["tool", "args"],
+        )
+        for spec in catalog.tools
+    ]
+    llm: dict[str, Any] = {
+        "instructions": {"type": "string"},
+        "tools": {"type": "array", "items": {"type": "string", "enum": names}} if names else {"type": "array"},
+        "output_format": {"type": "string", "enum": [f.value for f in OutputFormat]},
+        "output_schema": {"type": "object"},
+    }
+    if tiers:
+        llm["tier"] = {"type": "string", "enum": sorted(tiers)}
+    if not names:
+        llm["tools"] = {"type": "array", "maxItems": 0}
+    steps.append(_step_schema("llm", llm, common, ["instructions"]))
+    human = {"instructions": {"type": "string"}, "answer_schema": {"type": "object"}}
+    steps.append(_step_schema("human", human, common, ["instructions"]))
+    return {
+        "type": "object",
+        "properties": {
+            "goal": {"type": "string"},
+            "steps": {"type": "array", "minItems": 1, "items": {"anyOf": steps}},
+            "reason": {"type": "string"},
+        },
+        "required": ["goal", "steps"],
+        "additionalProperties": False,
+    }
+
+
+def _step_schema(kind: str, own: dict[str, Any], common: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """One kind of step. `kind` (and a tool step's `tool`) come first: a decoder held to the schema
+    by a grammar then knows at once which member of `anyOf` it is in, where putting `id` first
+    kept every member open and made llama.cpp's server a hundred times slower per token."""
+    first = {"kind": {"type": "string", "enum": [kind]}}
+    if "tool" in own:
+        first["tool"] = own["tool"]
+    properties = {**first, "id": common["id"], "title": common["title"], "depends_on": common["depends_on"]}
+    properties.update({k: v for k, v in own.items() if k not in properties})
+    properties.update({k: v for k, v in common.items() if k not in properties})
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [*first, "id", "title", "depends_on", *(r for r in required if r not in first)],
+        "additionalProperties": False,
+    }
+
+
+def _plain(schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's schema with its `$ref`s inlined and what constrained decoding cannot use left out."""
+    definitions = schema.get("$defs") or schema.get("definitions") or {}
+
+    def walk(node: Any, depth: int = 0) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                target = definitions.get(ref.rpartition("/")[2])
+                return walk(target, depth + 1) if target is not None and depth < 8 else {}
+            plain: dict[str, Any] = {}
+            for key, value in node.items():
+                if key in _UNCONSTRAINED or key in ("$defs", "definitions"):
+                    continue
+                if key == "properties" and isinstance(value, dict):  # names, not keywords: keep them all
+                    plain[key] = {name: walk(sub, depth) for name, sub in value.items()}
+                elif key in ("required", "enum", "const"):
+                    plain[key] = value
+                else:
+                    plain[key] = walk(value, depth)
+            return plain
+        if isinstance(node, list):
+            return [walk(v, depth) for v in node]
+        return node
+
+    plain: dict[str, Any] = walk(schema)
+    plain.setdefault("type", "object")
+    return plain
 
 
 @dataclass
@@ -82,11 +227,8 @@ def planning_messages(
     goal: str, catalog: ToolCatalog, progress: Progress | None = None, *, tiers: Collection[str] = ()
 ) -> list[Message]:
     system = SYSTEM_PROMPT.format(
-        plan_schema=json.dumps(plan_draft_json_schema(), separators=(",", ":")),
         tools=render_tools(catalog),
-        tiers=", ".join(sorted(tiers)) + " (leave it out for the default executor)"
-        if tiers
-        else "none are configured; leave it out",
+        tiers="one of " + ", ".join(sorted(tiers)) if tiers else "none are configured",
     )
     if progress is None:
         user = f"Goal: {goal}\n\nWrite the plan."
@@ -186,6 +328,7 @@ async def plan_with_repairs(
     Raises ModelOutputError, listing the last problems, when no attempt produced a valid plan.
     """
     messages = planning_messages(goal, catalog, progress, tiers=tiers)
+    schema = planner_schema(catalog, tiers=tiers)
     rules: dict[str, Any] = {"has_executor": has_executor, "tiers": tiers, "approvers": approvers, "groups": groups}
     usage = Usage()
     rejected: list[list[str]] = []
@@ -194,7 +337,7 @@ async def plan_with_repairs(
             ModelRequest(
                 purpose=Purpose.plan,
                 messages=messages,
-                response_schema=plan_draft_json_schema(),
+                response_schema=schema,
                 schema_name="plan",
                 call_index=first_call_index + attempt,
                 timeout_seconds=request_timeout(),

@@ -7,11 +7,13 @@ plan file and a planner model repairing its output get the same exact feedback.
 from __future__ import annotations
 
 import difflib
+import json
 from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from .answers import path_problem, schema_problems
 from .catalog import ToolCatalog
@@ -50,6 +52,8 @@ def plan_problems(
                 problems.append(f"step '{step.id}' has an answer_schema, but only human steps are answered")
             else:
                 problems.extend(f"step '{step.id}': {p}" for p in schema_problems(step.answer_schema))
+        if step.output_schema is not None:
+            problems.extend(_output_schema_problems(step))
         if credentials:
             problems.extend(_credential_problems(step))
         if step.approvers:
@@ -268,3 +272,20 @@ def _render_cycle(cycle: list[str], keep: int = 5) -> str:
 def _did_you_mean(name: str, candidates: Any) -> str:
     close = difflib.get_close_matches(name, list(candidates), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _output_schema_problems(step: Step) -> list[str]:
+    """An llm step's output schema must be a valid JSON Schema that refers to nothing outside itself."""
+    if step.kind is not StepKind.llm:
+        return [f"step '{step.id}' has an output_schema, but only llm steps have their answer checked against one"]
+    schema = step.output_schema
+    if "$ref" in json.dumps(schema) or "$dynamicRef" in json.dumps(schema):
+        return [f"step '{step.id}': output_schema may not use $ref; write the schema out in full"]
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        location = ".".join(str(p) for p in exc.absolute_path)
+        return [
+            f"step '{step.id}': output_schema{'.' + location if location else ''} is not a valid schema: {exc.message}"
+        ]
+    return []

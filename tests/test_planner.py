@@ -12,11 +12,12 @@ import yaml
 from stratagem.errors import ModelOutputError
 from stratagem.ledger import StepRecord, StepStatus
 from stratagem.models import ModelRequest, ModelResponse, Purpose, ScriptedModel, Usage, load_model
-from stratagem.plan import PlanDraft, plan_draft_json_schema
+from stratagem.plan import PlanDraft
 from stratagem.planner import (
     Progress,
     parse_plan_output,
     plan_with_repairs,
+    planner_schema,
     planning_messages,
     render_tools,
 )
@@ -142,9 +143,11 @@ def test_planning_messages_hold_rules_schema_and_tools(catalog: ToolCatalog) -> 
     assert (system.role, user.role) == ("system", "user")
     # The reference syntax is shown literally (the prompt template must not eat the braces).
     assert "${step_id} or ${step_id.field}" in system.content
-    assert json.dumps(plan_draft_json_schema(), separators=(",", ":")) in system.content
-    assert "- greet: Make a greeting." in system.content
-    assert '"required":["name"]' in system.content
+    # The tools as signatures: required arguments plain, optional ones marked.
+    assert "- greet(name: string, greeting?: string): Make a greeting." in system.content
+    assert "- add(a: integer, b: integer): Add two integers." in system.content
+    # The plan schema travels as the request's response schema, not in the prompt.
+    assert '"$defs"' not in system.content
     assert user.content == "Goal: say hello\n\nWrite the plan."
 
 
@@ -186,7 +189,7 @@ async def test_invalid_answer_is_repaired(catalog: ToolCatalog) -> None:
 
     first, second = model.requests
     assert first.purpose is Purpose.plan and second.purpose is Purpose.plan
-    assert first.response_schema == plan_draft_json_schema()
+    assert first.response_schema == planner_schema(catalog)
     assert len(first.messages) == 2
     assert second.messages[:2] == first.messages
     assert (second.messages[2].role, second.messages[2].content) == ("assistant", plan_json(UNKNOWN_TOOL))
@@ -360,3 +363,68 @@ async def test_scripted_planning_starts_at_first_call_index(tmp_path: Path, cata
         ModelOutputError, match=r"has 2 planner response\(s\), but the run asked for planner response #3"
     ):
         await plan_with_repairs(ScriptedModel(str(script)), "g", catalog, first_call_index=2)
+
+
+# --- the schema a planner is held to ------------------------------------------------------------
+
+
+def _valid(schema: dict[str, Any], value: Any) -> bool:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(schema).is_valid(value)
+
+
+def test_planner_schema_allows_only_registered_tools_with_their_arguments(catalog: ToolCatalog) -> None:
+    schema = planner_schema(catalog, tiers=["fast"])
+    step = {"kind": "tool", "tool": "greet", "id": "hello", "title": "Greet", "depends_on": [], "args": {"name": "Ada"}}
+    assert _valid(schema, {"goal": "g", "steps": [step]})
+    # An unknown tool, a missing argument, an argument of the wrong type, an extra argument: none fit.
+    assert not _valid(schema, {"goal": "g", "steps": [{**step, "tool": "gret"}]})
+    assert not _valid(schema, {"goal": "g", "steps": [{**step, "args": {}}]})
+    assert not _valid(schema, {"goal": "g", "steps": [{**step, "tool": "add", "args": {"a": "one", "b": 2}}]})
+    assert not _valid(schema, {"goal": "g", "steps": [{**step, "args": {"name": "Ada", "colour": "red"}}]})
+    # Another tool's arguments under this tool's name do not fit either: each tool is its own member.
+    assert not _valid(schema, {"goal": "g", "steps": [{**step, "args": {"a": 1, "b": 2}}]})
+    llm = {"kind": "llm", "id": "w", "title": "Write", "depends_on": ["hello"], "instructions": "Write."}
+    assert _valid(schema, {"goal": "g", "steps": [step, {**llm, "tools": ["add"], "tier": "fast"}]})
+    assert not _valid(schema, {"goal": "g", "steps": [{**llm, "tools": ["delete_everything"]}]})
+    assert not _valid(schema, {"goal": "g", "steps": [{**llm, "tier": "huge"}]})
+    assert not _valid(schema, {"goal": "g", "steps": [{**step, "id": "has space"}]})
+
+
+def test_every_plan_the_schema_allows_is_a_plan_the_model_accepts(catalog: ToolCatalog) -> None:
+    """The schema is never looser than PlanDraft on what it states: what fits it parses."""
+    step = {
+        "kind": "llm",
+        "id": "w",
+        "title": "Write",
+        "depends_on": [],
+        "instructions": "Write.",
+        "tools": ["greet"],
+        "success_criteria": ["it greets"],
+        "risk": "high",
+        "output_format": "json",
+        "output_schema": {"type": "object"},
+        "requires_approval": True,
+        "timeout_seconds": 30,
+        "max_attempts": 2,
+        "approvers": ["dana"],
+    }
+    assert _valid(planner_schema(catalog), {"goal": "g", "steps": [step]})
+    draft, problems = parse_plan_output(json.dumps({"goal": "g", "steps": [step]}))
+    assert problems == [] and draft is not None
+
+
+def test_planner_schema_is_small_enough_for_a_grammar(catalog: ToolCatalog) -> None:
+    """No counted repetitions (maxItems 10000 made llama.cpp's server build a rule per count and
+    crash) and `kind` first in every member, so a grammar decides the member at once."""
+    text = json.dumps(planner_schema(catalog))
+    assert "maxItems" not in text and "{0,63}" not in text and "$ref" not in text
+    for member in planner_schema(catalog)["properties"]["steps"]["items"]["anyOf"]:
+        assert next(iter(member["properties"])) == "kind"
+
+
+async def test_the_planner_asks_for_the_schema_built_from_the_catalogue(catalog: ToolCatalog) -> None:
+    model = FakeModel([plan_json(GOOD)])
+    await plan_with_repairs(model, "say hello", catalog)
+    assert model.requests[0].response_schema == planner_schema(catalog)

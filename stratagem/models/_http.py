@@ -299,9 +299,12 @@ def _status_error(endpoint: Endpoint, exc: Any) -> Exception:
         verb = "rate-limited" if status == 429 else "failed to answer"
         suffix = f"; retry after {wait:g} s" if wait is not None else ""
         text = f"{provider} {verb} model {model} (HTTP {status}): {message}{suffix}"
-        return _error(ModelCallError, endpoint, text, retry_after=wait)
+        return _error(ModelCallError, endpoint, text, retry_after=wait, status=status)
     return _error(
-        ModelRequestError, endpoint, f"{provider} refused the request for model {model} (HTTP {status}): {message}"
+        ModelRequestError,
+        endpoint,
+        f"{provider} refused the request for model {model} (HTTP {status}): {message}",
+        status=status,
     )
 
 

@@ -16,6 +16,10 @@ from typing import Any
 
 from ._http import ANTHROPIC, Endpoint, client_for, http_client, reading, resolve_endpoint, send
 from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from .negotiation import Capabilities, StructuredOutput, negotiate
+
+# The Messages API has no response format: a forced tool call holds the answer to the schema.
+SUPPORTED = [StructuredOutput.tool, StructuredOutput.prompt]
 
 DEFAULT_MAX_TOKENS = 4096
 SCHEMA_TOOL_DESCRIPTION = "Give your answer by calling this tool; its input is the answer, in the required structure."
@@ -25,9 +29,23 @@ class AnthropicModel:
     def __init__(self, spec: str):
         self.endpoint = resolve_endpoint(ANTHROPIC, spec)
         self.name = self.endpoint.label
+        self.capabilities: Capabilities | None = None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        endpoint = self.endpoint
+        return await negotiate(
+            key=(endpoint.provider.name, endpoint.base_url, endpoint.model),
+            label=f"{self.name} at {endpoint.base_url}",
+            request=request,
+            configured=self.capabilities,
+            supported=SUPPORTED,
+            send=self._send,
+        )
+
+    async def _send(self, request: ModelRequest, structured: StructuredOutput | None) -> ModelResponse:
         client = client_for(self.endpoint, _make_client)
+        if structured is not StructuredOutput.tool:
+            request = request.model_copy(update={"response_schema": None})  # in the prompt already
         message = await send(self.endpoint, request, client.messages.create, _arguments(self.endpoint.model, request))
         schema_tool = request.schema_name if request.response_schema else None
         with reading(self.endpoint):

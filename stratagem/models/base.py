@@ -88,14 +88,18 @@ class ModelResponse(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     tool_calls: list[ToolCall] = Field(default_factory=list)
     stop_reason: str | None = None
+    negotiated: list[str] = Field(
+        default_factory=list, description="How the endpoint's capabilities were learned (models.negotiation)."
+    )
 
 
 class ModelCallError(Exception):
     """A call failed in a way another attempt may fix (rate limits, timeouts, server errors)."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None):
+    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
 
 class ModelAuthError(StratagemError):
@@ -104,6 +108,10 @@ class ModelAuthError(StratagemError):
 
 class ModelRequestError(StratagemError):
     """The provider refused the request itself (400, 404 unknown model, 422). Another attempt cannot help."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class Model(Protocol):
@@ -130,14 +138,18 @@ def split_model_string(model: str) -> tuple[str, str]:
     return provider, name
 
 
-def load_model(model: str, *, price: Any = None) -> Model:
+def load_model(model: str, *, price: Any = None, capabilities: Any = None) -> Model:
     """The model a `provider:name` string names. Every call it makes is a `chat <model>` span,
-    costed with `price` (a `stratagem.usage.Price`) when one is given."""
+    costed with `price` (a `stratagem.usage.Price`) when one is given. `capabilities`
+    (`negotiation.Capabilities`) fixes how a provider that negotiates calls its endpoint."""
     provider, name = split_model_string(model)
     if provider not in _providers:
         known = ", ".join(sorted(_providers)) or "none"
         raise ModelConfigError(f"unknown model provider '{provider}' in '{model}' (known: {known})")
-    return TracedModel(_providers[provider](name), provider, name.partition("@")[0], price)
+    instance = _providers[provider](name)
+    if capabilities is not None and hasattr(instance, "capabilities"):
+        instance.capabilities = capabilities
+    return TracedModel(instance, provider, name.partition("@")[0], price)
 
 
 class TracedModel:

@@ -13,19 +13,35 @@ from typing import Any
 
 from ._http import OPENAI, Endpoint, client_for, http_client, reading, resolve_endpoint, send
 from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from .negotiation import STRUCTURED_ORDER, Capabilities, StructuredOutput, negotiate
 
 
 class OpenAIModel:
     def __init__(self, spec: str):
         self.endpoint = resolve_endpoint(OPENAI, spec)
         self.name = self.endpoint.label
+        self.capabilities: Capabilities | None = None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        endpoint = self.endpoint
+        return await negotiate(
+            key=(endpoint.provider.name, endpoint.base_url, endpoint.model),
+            label=f"{self.name} at {endpoint.base_url}",
+            request=request,
+            configured=self.capabilities,
+            supported=STRUCTURED_ORDER,
+            send=self._send,
+        )
+
+    async def _send(self, request: ModelRequest, structured: StructuredOutput | None) -> ModelResponse:
         client = client_for(self.endpoint, _make_client)
-        arguments = _arguments(self.endpoint.model, request)
+        strict = bool(self.capabilities and self.capabilities.strict)
+        arguments = _arguments(self.endpoint.model, request, structured, strict=strict)
         completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
         with reading(self.endpoint):
-            return _response(completion, self.name)
+            return _response(
+                completion, self.name, request.schema_name if structured is StructuredOutput.tool else None
+            )
 
 
 def _make_client(endpoint: Endpoint) -> Any:
@@ -37,20 +53,37 @@ def _make_client(endpoint: Endpoint) -> Any:
     )
 
 
-def _arguments(model: str, request: ModelRequest) -> dict[str, Any]:
+SCHEMA_TOOL_DESCRIPTION = (
+    "Give your answer by calling this tool; its arguments are the answer, in the required structure."
+)
+
+
+def _arguments(
+    model: str, request: ModelRequest, structured: StructuredOutput | None, *, strict: bool = False
+) -> dict[str, Any]:
+    """The chat-completions body; the schema (if any) asked for by `structured`."""
     arguments: dict[str, Any] = {"model": model, "messages": [_message(m) for m in request.messages]}
-    if request.tools:
-        arguments["tools"] = [
-            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
-            for t in request.tools
-        ]
-    if request.response_schema:
+    tools = [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in request.tools
+    ]
+    schema = request.response_schema
+    if schema and structured is StructuredOutput.json_schema:
         arguments["response_format"] = {
             "type": "json_schema",
-            "json_schema": {"name": request.schema_name, "schema": request.response_schema, "strict": False},
+            "json_schema": {"name": request.schema_name, "schema": schema, "strict": strict},
         }
-    elif request.response_schema == {}:
+    elif schema and structured is StructuredOutput.json_object_schema:
+        arguments["response_format"] = {"type": "json_object", "schema": schema}
+    elif schema and structured is StructuredOutput.tool:
+        function = {"name": request.schema_name, "description": SCHEMA_TOOL_DESCRIPTION, "parameters": schema}
+        tools.append({"type": "function", "function": function})
+        if not request.tools:  # only the answer is wanted: make the model call the schema tool
+            arguments["tool_choice"] = {"type": "function", "function": {"name": request.schema_name}}
+    elif schema is not None and structured is not StructuredOutput.prompt:
         arguments["response_format"] = {"type": "json_object"}
+    if tools:
+        arguments["tools"] = tools
     if request.max_output_tokens is not None:
         arguments["max_completion_tokens"] = request.max_output_tokens
     return arguments
@@ -76,14 +109,17 @@ def _arguments_text(call: ToolCall) -> str:
     return json.dumps(call.arguments) if call.arguments is not None else call.raw_arguments
 
 
-def _response(completion: Any, name: str) -> ModelResponse:
+def _response(completion: Any, name: str, schema_tool: str | None) -> ModelResponse:
     choice = completion.choices[0]
+    text = choice.message.content or ""
+    calls = []
+    for call in choice.message.tool_calls or []:
+        if schema_tool is not None and call.function.name == schema_tool:
+            text = call.function.arguments or ""  # the answer, as the schema tool's arguments
+        else:
+            calls.append(_tool_call(call))
     return ModelResponse(
-        text=choice.message.content or "",
-        model=name,
-        usage=_usage(completion.usage),
-        tool_calls=[_tool_call(c) for c in choice.message.tool_calls or []],
-        stop_reason=choice.finish_reason,
+        text=text, model=name, usage=_usage(completion.usage), tool_calls=calls, stop_reason=choice.finish_reason
     )
 
 

@@ -221,7 +221,14 @@ class FakeOpenAI(_FakeServer):
     def answer(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content or None, "refusal": None}
         finish = "stop"
-        if reply.kind == "json":
+        forced = (body.get("tool_choice") or {}) if isinstance(body.get("tool_choice"), dict) else {}
+        if reply.kind == "json" and forced.get("type") == "function":
+            # The request forced a call of its schema tool: the answer is that call's arguments.
+            name = forced["function"]["name"]
+            function = {"name": name, "arguments": json.dumps(reply.value)}
+            message["tool_calls"] = [{"id": self._id("call_"), "type": "function", "function": function}]
+            finish = "tool_calls"
+        elif reply.kind == "json":
             message["content"] = json.dumps(reply.value)
         elif reply.kind in ("tool_calls", "bad_arguments"):
             raw = reply.kind == "bad_arguments"
