@@ -26,6 +26,7 @@ from stratagem.references import resolve_step
 from stratagem.store import OutputStore, StoreError, default_store, externalize, hydrate, store_value
 from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolContext, ToolRegistry
+from stratagem.verifier import Verifier
 
 from .checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, request_timeout
 from .errors import as_application_error
@@ -106,15 +107,31 @@ class ExecutionActivities:
         try:
             progress = self._progress(checkpoint.previous(), request)
             request = _materialized(request, self._store)
+            timeout = lambda: request_timeout(request_timeout_default())  # noqa: E731
+            verifier = None
+            if request.step.success_criteria:
+                judge = request.verifier or request.model
+                verifier = Verifier(
+                    load_model(
+                        judge,
+                        price=request.verifier_price if request.verifier else request.price,
+                        capabilities=request.capabilities.get(judge),
+                    ),
+                    judge,
+                    attempt=info.attempt,
+                    request_timeout=timeout,
+                    before_call=lambda: executor.check_allowance(),
+                )
             executor = Executor(
-                load_model(request.model, price=request.price),
+                load_model(request.model, price=request.price, capabilities=request.capabilities.get(request.model)),
                 request,
                 self._registry,
                 workspace=self._workspace_of(request.workspace),
                 attempt=info.attempt,
                 progress=progress,
                 save=lambda p: checkpoint.save(_checkpoint_of(p)),
-                request_timeout=lambda: request_timeout(request_timeout_default()),
+                request_timeout=timeout,
+                verifier=verifier,
             )
             try:
                 output = await checkpoint.run(executor.run())
@@ -129,6 +146,7 @@ class ExecutionActivities:
                     tool_calls=progress.new_tool_calls,
                     awaiting=paused.awaited,
                     resume=resume,
+                    negotiated=progress.negotiated,
                 )
             output = externalize(self._store, key, output)
             transcript = _transcript(self._store, key, progress)
@@ -150,6 +168,7 @@ class ExecutionActivities:
             calls=progress.new_calls,
             tool_calls=progress.new_tool_calls,
             transcript=transcript,
+            negotiated=progress.negotiated,
         )
 
     def _progress(self, previous: Any, request: activity_io.LlmStepInput) -> ExecutorProgress:

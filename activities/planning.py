@@ -46,7 +46,7 @@ class PlanningActivities:
             checkpoint.save({"calls": [c.model_dump(mode="json") for c in spent]})
 
         try:
-            model = load_model(request.model, price=request.price)
+            model = load_model(request.model, price=request.price, capabilities=request.capabilities)
             progress = None
             if request.current is not None:
                 progress = Progress(
@@ -82,6 +82,7 @@ class PlanningActivities:
             usage=outcome.usage,
             rejected_attempts=outcome.rejected_attempts,
             call_usage=spent,
+            negotiated=outcome.negotiated,
         )
 
     @activity.defn(name=activity_io.SYNTHESIZE)
@@ -91,7 +92,7 @@ class PlanningActivities:
 
     async def _synthesize(self, request: activity_io.SynthesisInput) -> activity_io.SynthesisOutput:
         try:
-            model = load_model(request.model, price=request.price)
+            model = load_model(request.model, price=request.price, capabilities=request.capabilities)
             outputs = json.dumps(hydrate(self._store, request.outputs), indent=1, default=str)
             attempt = activity.info().attempt
             response = await model.complete(

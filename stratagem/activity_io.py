@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from .catalog import ToolCatalog
 from .compact import CompactModel
 from .ledger import LedgerEvent, StepRecord, ToolCallRecord
+from .model_settings import Capabilities
 from .plan import PlanDraft, Step
 from .usage import Allowance, CallUsage, Price, Usage
 
@@ -37,6 +38,7 @@ NON_RETRYABLE_ERRORS = [
     "NonRetryableToolError",
     "ModelAuthError",
     "ModelRequestError",
+    "CriteriaUnmetError",
 ]
 
 
@@ -57,6 +59,7 @@ class PlanningInput(BaseModel):
     approvers: list[str] | None = Field(default=None, description="The run's approvers (None: anyone).")
     groups: dict[str, list[str]] = Field(default_factory=dict, description="Approver groups steps may name.")
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
+    capabilities: Capabilities | None = Field(default=None, description="How to call the model, if configured.")
 
 
 class PlanningOutput(CompactModel):
@@ -68,6 +71,7 @@ class PlanningOutput(CompactModel):
     call_usage: list[CallUsage] = Field(
         default_factory=list, description="Every model call, failed attempts' included."
     )
+    negotiated: list[str] = Field(default_factory=list, description="How the model's endpoint was found to work.")
 
 
 class ToolStepInput(CompactModel):
@@ -127,6 +131,16 @@ class LlmStepInput(CompactModel):
     call_decisions: dict[str, CallDecision] = Field(
         default_factory=dict, description="Decisions on paused tool calls, by call id."
     )
+    verifier: str | None = Field(
+        default=None, description="The model that checks the answer against the step's success criteria."
+    )
+    verifier_price: Price | None = None
+    max_verifications: int = Field(
+        default=2, ge=0, description="Times the executor is sent back for unmet criteria before the step fails."
+    )
+    capabilities: dict[str, Capabilities] = Field(
+        default_factory=dict, description="How to call the step's models, where the run's configuration fixes it."
+    )
 
 
 class StepOutput(CompactModel):
@@ -142,6 +156,7 @@ class StepOutput(CompactModel):
         "and `output` is empty. Dispatch it again with `resume` and the decision.",
     )
     resume: dict[str, Any] | None = Field(default=None, description="The paused executor's progress, in the store.")
+    negotiated: list[str] = Field(default_factory=list, description="How the models' endpoints were found to work.")
 
 
 class SynthesisInput(BaseModel):
@@ -149,6 +164,7 @@ class SynthesisInput(BaseModel):
     model: str
     outputs: dict[str, Any]
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
+    capabilities: Capabilities | None = Field(default=None, description="How to call the model, if configured.")
 
 
 class SynthesisOutput(CompactModel):

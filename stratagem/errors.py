@@ -76,3 +76,8 @@ class ConfigError(StratagemError):
 class BudgetReachedError(StratagemError):
     """An llm step stopped before a model call: the run's budget left for it is used. The run
     pauses for a person to raise the budget, then the step runs again."""
+
+
+class CriteriaUnmetError(StratagemError):
+    """An llm step's answer did not meet its success criteria, also after the executor was sent back
+    to work on it: the run replans (the `criteria_unmet` trigger) rather than retrying it as it was."""

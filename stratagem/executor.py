@@ -32,12 +32,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from . import activity_io
-from .errors import BudgetReachedError, ModelOutputError, StratagemError, ToolError
+from .answers import answer_problem
+from .errors import BudgetReachedError, CriteriaUnmetError, ModelOutputError, StratagemError, ToolError
 from .ledger import ToolCallRecord, ToolCallStatus
 from .models.base import Message, Model, ModelRequest, Purpose, ToolCall, redact
 from .plan import OutputFormat
 from .tools.registry import ToolContext, ToolRegistry
 from .usage import CallUsage
+from .verifier import Verifier
 
 EXECUTOR_PROMPT = """You are an executor in a business-process engine. Carry out exactly one step of an
 approved plan. Do only what the step asks.
@@ -56,6 +58,8 @@ class ExecutorProgress(BaseModel):
     calls: list[CallUsage] = Field(default_factory=list, description="Model calls, every attempt's.")
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     json_repairs: int = 0
+    verifications: int = Field(default=0, description="Times the executor was sent back for unmet criteria.")
+    negotiated: list[str] = Field(default_factory=list, description="How the endpoints were found to work.")
     reported_calls: int = Field(
         default=0, description="How many of `calls` an earlier dispatch (one that paused) reported already."
     )
@@ -104,7 +108,10 @@ def executor_messages(request: activity_io.LlmStepInput, tool_names: list[str]) 
             "You may call these tools: " + ", ".join(tool_names) + ". Call none other. "
             "When the step is done, answer without calling a tool."
         )
-    if step.output_format is OutputFormat.json:
+    if step.output_schema is not None:
+        schema = json.dumps(step.output_schema, separators=(",", ":"))
+        parts.append(f"Your final answer is one JSON value, and nothing else, that follows this JSON schema:\n{schema}")
+    elif step.output_format is OutputFormat.json:
         parts.append("Your final answer is one JSON value and nothing else.")
     return [Message(role="system", content=EXECUTOR_PROMPT), Message(role="user", content="\n\n".join(parts))]
 
@@ -123,6 +130,7 @@ class Executor:
         progress: ExecutorProgress,
         save: Callable[[ExecutorProgress], None] = lambda _: None,
         request_timeout: Callable[[], float | None] = lambda: None,
+        verifier: Verifier | None = None,
     ):
         self.model = model
         self.request = request
@@ -132,6 +140,7 @@ class Executor:
         self.progress = progress
         self.save = save
         self.request_timeout = request_timeout
+        self.verifier = verifier if request.step.success_criteria else None
         self.allowed = list(request.step.tools)
         # The allowlist is fixed here, from the approved step; tool results cannot extend it.
         self.specs = [registry.get(name).spec() for name in self.allowed if name in registry]
@@ -147,7 +156,7 @@ class Executor:
         await self._finish_round()
         last = self.progress.messages[-1]
         if last.role == "assistant" and not last.tool_calls:
-            output = self._final(last.content)
+            output = await self._checked(last.content)
             if output is not _REPAIR:
                 return output
         while True:
@@ -156,13 +165,13 @@ class Executor:
                     f"the executor of step '{step.id}' made {self.progress.rounds} model calls without finishing "
                     f"(the limit is {self.request.max_rounds}); simplify the step or raise max_tool_rounds"
                 )
-            self._check_allowance()
+            self.check_allowance()
             response = await self.model.complete(
                 ModelRequest(
                     purpose=Purpose.execute,
                     messages=self.progress.messages,
                     tools=self.specs,
-                    response_schema={} if step.output_format is OutputFormat.json and not self.specs else None,
+                    response_schema=(step.output_schema or {}) if step.wants_json and not self.specs else None,
                     step_id=step.id,
                     attempt=self.attempt,
                     timeout_seconds=self.request_timeout(),
@@ -179,11 +188,12 @@ class Executor:
             self.progress.messages.append(
                 Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
             )
+            self.progress.negotiated += [n for n in response.negotiated if n not in self.progress.negotiated]
             self.save(self.progress)  # the call is paid for: a later attempt must count it
             if response.tool_calls:
                 await self._finish_round()
                 continue
-            output = self._final(response.text)
+            output = await self._checked(response.text)
             if output is not _REPAIR:
                 return output
             self.save(self.progress)
@@ -204,24 +214,60 @@ class Executor:
                 self.save(self.progress)
 
     def _final(self, text: str) -> Any:
+        """The step's output from the executor's answer, or _REPAIR when the answer was sent back
+        to be corrected (it is not JSON, or does not fit the step's output schema)."""
         step = self.request.step
-        if step.output_format is not OutputFormat.json:
+        if not step.wants_json:
             return text
         try:
-            return parse_json_answer(text)
+            value = parse_json_answer(text)
         except ValueError as exc:
-            if self.progress.json_repairs >= MAX_JSON_REPAIRS:
-                raise ModelOutputError(
-                    f"step '{step.id}' asks for JSON, but the executor's answer is still not JSON after "
-                    f"{MAX_JSON_REPAIRS} corrections ({exc})"
-                ) from None
-            self.progress.json_repairs += 1
-            self.progress.messages.append(
-                Message(role="user", content=f"That answer is not valid JSON ({exc}). Reply with one JSON value only.")
-            )
-            return _REPAIR
+            return self._repair(f"That answer is not valid JSON ({exc}). Reply with one JSON value only.", str(exc))
+        if step.output_schema is not None:
+            problem = answer_problem(value, step.output_schema, "the answer")
+            if problem is not None:
+                return self._repair(
+                    f"That answer does not fit the step's output schema: {problem}. Reply with the corrected JSON value.",
+                    problem,
+                )
+        return value
 
-    def _check_allowance(self) -> None:
+    async def _checked(self, text: str) -> Any:
+        """The output, once it is well-formed and meets the step's success criteria; _REPAIR when
+        the executor was sent back to work on it."""
+        output = self._final(text)
+        if output is _REPAIR or self.verifier is None:
+            return output
+        unmet = await self.verifier.unmet(self.request, output, self.progress)
+        self.save(self.progress)  # the verifier's call is paid for
+        if unmet is None:
+            return output
+        step = self.request.step
+        if self.progress.verifications >= self.request.max_verifications:
+            raise CriteriaUnmetError(f"step '{step.id}' did not meet its success criteria: {unmet}")
+        self.progress.verifications += 1
+        self.progress.messages.append(
+            Message(
+                role="user",
+                content=f"The step is not done. A check of its success criteria found: {unmet}\n"
+                "Carry on until every criterion is met, calling the tools the step needs; then answer again.",
+            )
+        )
+        return _REPAIR
+
+    def _repair(self, message: str, problem: str) -> Any:
+        step = self.request.step
+        if self.progress.json_repairs >= MAX_JSON_REPAIRS:
+            wanted = "JSON that fits its output schema" if step.output_schema is not None else "JSON"
+            raise ModelOutputError(
+                f"step '{step.id}' asks for {wanted}, but the executor's answer is still wrong after "
+                f"{MAX_JSON_REPAIRS} corrections ({problem})"
+            )
+        self.progress.json_repairs += 1
+        self.progress.messages.append(Message(role="user", content=message))
+        return _REPAIR
+
+    def check_allowance(self) -> None:
         """Before a model call: stop if this step has used what the run's budget had left for it.
         The allowance was worked out when this dispatch began, so it counts only the calls made
         since: the workflow had already charged the run for the calls before a pause."""

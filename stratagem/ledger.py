@@ -134,6 +134,8 @@ class EventKind(str, Enum):
     call_approved = "call_approved"
     call_rejected = "call_rejected"
     step_carried = "step_carried"
+    model_negotiated = "model_negotiated"
+    """How a model's endpoint is called, learned from a refusal (stratagem.models.negotiation)."""
 
 
 class LedgerEvent(CompactModel):

@@ -4,6 +4,7 @@
     planner: anthropic:claude-sonnet-4-5
     executor: openai:gpt-4.1-mini          # default: the planner plays both roles
     synthesizer: openai:gpt-4.1-mini       # optional final summary
+    verifier: strong                       # checks success criteria: a tier or a model (default: the step's)
     tiers:                                 # llm steps may name one: tier: strong
       fast: openai:gpt-4.1-nano
       strong: anthropic:claude-sonnet-4-5
@@ -12,6 +13,8 @@
     max_tool_rounds: 12
     prices:                                # USD per million tokens; extends the built-in table
       openai:llama3.1:8b: {input_per_mtok: 0, output_per_mtok: 0}
+    models:                                # how to call a model, where negotiating is not wanted
+      openai:llama3.1:8b: {structured_output: json_object+schema, tool_calling: prompted}
 
 Command-line options override the file. API keys never go here: the worker reads them from
 its environment (OPENAI_API_KEY, ANTHROPIC_API_KEY).
@@ -27,6 +30,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError, ModelConfigError
+from .model_settings import Capabilities
 from .models import split_model_string
 from .run_types import FailureAction
 from .usage import DEFAULT_PRICES, Budget, Price, price_for
@@ -40,7 +44,13 @@ class ModelConfig(BaseModel):
     planner: str | None = None
     executor: str | None = None
     synthesizer: str | None = None
+    verifier: str | None = Field(
+        default=None, description="A tier or a model that checks success criteria; default: the step's own model."
+    )
     tiers: dict[str, str] = Field(default_factory=dict)
+    models: dict[str, Capabilities] = Field(
+        default_factory=dict, description="How to call a model (structured_output, tool_calling), by model string."
+    )
     budget: Budget = Field(default_factory=Budget)
     max_tool_rounds: int | None = Field(default=None, ge=1, le=200)
     prices: dict[str, Price] = Field(default_factory=dict)
@@ -97,8 +107,12 @@ def _mistakes(raw: dict[Any, Any]) -> list[str]:
     that does not exist (Budget ignores unknown keys, so `tokenz: 500` would set no limit)."""
     mistakes = []
     models = [(key, raw.get(key)) for key in ("planner", "executor", "synthesizer")]
-    if isinstance(raw.get("tiers"), dict):
-        models += [(f"tiers.{name}", model) for name, model in raw["tiers"].items()]
+    tiers: dict[Any, Any] = raw["tiers"] if isinstance(raw.get("tiers"), dict) else {}
+    models += [(f"tiers.{name}", model) for name, model in tiers.items()]
+    if isinstance(raw.get("verifier"), str) and raw["verifier"] not in tiers:
+        models.append(("verifier", raw["verifier"]))
+    if isinstance(raw.get("models"), dict):
+        models += [(f"models.{name}", name) for name in raw["models"]]
     for place, model in models:
         if isinstance(model, str) and model:
             try:

@@ -303,6 +303,7 @@ class PlanningOutcome:
     usage: Usage
     model: str
     rejected_attempts: list[list[str]] = field(default_factory=list)
+    negotiated: list[str] = field(default_factory=list)
 
 
 async def plan_with_repairs(
@@ -332,6 +333,7 @@ async def plan_with_repairs(
     rules: dict[str, Any] = {"has_executor": has_executor, "tiers": tiers, "approvers": approvers, "groups": groups}
     usage = Usage()
     rejected: list[list[str]] = []
+    negotiated: list[str] = []
     for attempt in range(max_repairs + 1):
         response = await model.complete(
             ModelRequest(
@@ -345,6 +347,7 @@ async def plan_with_repairs(
             )
         )
         usage = usage + response.usage
+        negotiated += [n for n in response.negotiated if n not in negotiated]
         on_call(
             CallUsage(
                 model=model_name or model.name,
@@ -364,7 +367,12 @@ async def plan_with_repairs(
                 problems = merged.problems or plan_problems(merged.draft, catalog, **rules)
         if draft is not None and not problems:
             return PlanningOutcome(
-                draft=draft, calls=attempt + 1, usage=usage, model=response.model, rejected_attempts=rejected
+                draft=draft,
+                calls=attempt + 1,
+                usage=usage,
+                model=response.model,
+                rejected_attempts=rejected,
+                negotiated=negotiated,
             )
         rejected.append(problems)
         messages = [

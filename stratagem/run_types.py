@@ -16,6 +16,7 @@ from .activity_io import AwaitedCall, CallDecision
 from .catalog import ToolCatalog
 from .compact import CompactModel
 from .ledger import EventArchive, Ledger, LedgerEvent
+from .model_settings import Capabilities, capabilities_for
 from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
 from .signing import Verdict
 from .usage import Budget, Price, UsageTotals
@@ -68,12 +69,27 @@ class RunOptions(CompactModel):
     prices: dict[str, Price] = Field(
         default_factory=dict, description="Prices of the run's models (USD per million tokens), for cost estimates."
     )
+    verifier: str | None = Field(
+        default=None,
+        description="Model string that checks llm steps' answers against their success criteria. "
+        "None: each step's own model.",
+    )
+    capabilities: dict[str, Capabilities] = Field(
+        default_factory=dict,
+        description="How to call a model (structured output, tool calling), by model string, where the "
+        "configuration fixes it; other models are negotiated with their endpoints.",
+    )
 
     @property
     def models(self) -> list[str]:
         """Every model string the run may call."""
-        found = [self.planner, self.executor, self.synthesizer, *self.tiers.values()]
+        found = [self.planner, self.executor, self.synthesizer, self.verifier, *self.tiers.values()]
         return sorted({m for m in found if m})
+
+    def capabilities_of(self, *models: str | None) -> dict[str, Capabilities]:
+        """The configured settings of `models` (those that have any), by model string."""
+        found = {m: capabilities_for(m, self.capabilities) for m in models if m}
+        return {m: c for m, c in found.items() if c is not None}
 
     def model_for(self, step: Step) -> str | None:
         """The model that runs an llm step: its tier's, else the executor."""

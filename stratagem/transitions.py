@@ -38,17 +38,27 @@ def close_step(state: RunState, record: StepRecord, status: StepStatus, error: s
         state.ledger.record(kind, now, step_id=record.step_id, message=error or "")
 
 
-def fail_step(state: RunState, record: StepRecord, error: str, *, attempts: int, now: datetime) -> bool:
+def fail_step(
+    state: RunState, record: StepRecord, error: str, *, attempts: int, now: datetime, trigger: str = "step_failed"
+) -> bool:
     """Record the step's failure. True when it is the run's first since its last revision: the
-    failure the next replan answers."""
+    failure the next replan answers. `trigger` says what kind of failure the replan answers:
+    step_failed, or criteria_unmet (the step ran, and its answer did not meet its criteria)."""
     record.attempts += attempts
     close_step(state, record, StepStatus.failed, error, now)
+    extra = {"trigger": trigger} if trigger != "step_failed" else {}
     state.ledger.record(
-        EventKind.step_failed, now, revision=_revision(state), step_id=record.step_id, message=error, attempts=attempts
+        EventKind.step_failed,
+        now,
+        revision=_revision(state),
+        step_id=record.step_id,
+        message=error,
+        attempts=attempts,
+        **extra,
     )
     if state.failure is not None:
         return False
-    state.failure = f"step '{record.step_id}' failed: {error}"
+    state.failure = error if trigger == "criteria_unmet" else f"step '{record.step_id}' failed: {error}"
     return True
 
 
@@ -81,3 +91,14 @@ def record_tool_calls(state: RunState, step_id: str, tool_calls: list[ToolCallRe
             call=call.call,
             status=call.status.value,
         )
+
+
+def record_negotiated(state: RunState, notes: list[str], now: datetime) -> None:
+    """What the run's models' endpoints were found to support, once per run."""
+    if not notes:
+        return
+    known = {e.message for e in state.ledger.events if e.kind is EventKind.model_negotiated}
+    for note in notes:
+        if note not in known:
+            known.add(note)
+            state.ledger.record(EventKind.model_negotiated, now, message=note)

@@ -266,3 +266,66 @@ async def test_json_steps_use_the_json_response_format(harness, openai_fake):
     assert openai_fake.requests[0].body["response_format"] == {"type": "json_object"}
     ledger = await run.ledger()
     assert ledger.steps["s"].status is StepStatus.succeeded and ledger.usage.tokens == 15
+
+
+# --- negotiation: an endpoint that takes less, on a real run --------------------------------------
+
+LLAMA_CPP_REFUSAL = (
+    "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
+)
+
+
+async def test_a_run_learns_what_its_endpoint_takes_and_says_so_in_the_ledger(harness, openai_fake) -> None:
+    """A llama.cpp-like server: json_schema refused with a 500, native tools ignored. The planner's
+    call moves to JSON mode with the schema; the executor's tools go through the prompted protocol
+    (configured for the model), and the step's allowlist still holds."""
+    from stratagem.model_settings import Capabilities, ToolCalling
+
+    plan = {
+        "goal": "greet ada",
+        "steps": [
+            {
+                "kind": "llm",
+                "id": "greet",
+                "title": "Greet",
+                "depends_on": [],
+                "instructions": "Record that Ada was greeted.",
+                "tools": ["record"],
+            }
+        ],
+    }
+    turns = iter(
+        [
+            {"tool_calls": [{"name": "delete_records", "arguments": {"table": "customers"}}]},
+            {"tool_calls": [{"name": "record", "arguments": {"label": "greeted ada"}}]},
+            {"answer": "Ada was greeted."},
+        ]
+    )
+
+    def respond(body):
+        if (body.get("response_format") or {}).get("type") == "json_schema":
+            return Reply.error(500, LLAMA_CPP_REFUSAL)
+        if "Goal: greet ada" in json.dumps(body["messages"]) and "Record that Ada" not in json.dumps(body["messages"]):
+            return Reply.json(plan)
+        return Reply.json(next(turns))
+
+    openai_fake.responder = respond
+    model = openai_model(openai_fake, "smollm2")
+    prompted = Capabilities(tool_calling=ToolCalling.prompted)
+    run = await harness.start(
+        goal="greet ada", planner=model, executor=model, auto_approve=True, capabilities={"openai:smollm2": prompted}
+    )
+    result = await run.result()
+    assert result.outputs == {"greet": "Ada was greeted."}
+    # The refused tool never ran; the allowed one did.
+    assert [c["tool"] for c in harness.calls()] == ["record"]
+    ledger = await run.ledger()
+    assert [(c.tool, c.status) for c in ledger.steps["greet"].tool_calls] == [
+        ("delete_records", ToolCallStatus.refused),
+        ("record", ToolCallStatus.ok),
+    ]
+    notes = [e.message for e in ledger.events if e.kind is EventKind.model_negotiated]
+    assert len(notes) == 1 and "structured output by json_object+schema" in notes[0]
+    bodies = [r.body for r in openai_fake.requests]
+    assert "tools" not in bodies[-1] and bodies[-1]["response_format"]["type"] == "json_object"

@@ -124,8 +124,11 @@ class RunCore:
     def _step_started(self, record: StepRecord, revision: int) -> None:
         transitions.start_step(self.state, record, revision, self._now())
 
-    def _step_failed(self, record: StepRecord, error: str, *, attempts: int) -> None:
-        if transitions.fail_step(self.state, record, error, attempts=attempts, now=self._now()):
+    def _record_negotiated(self, notes: list[str]) -> None:
+        transitions.record_negotiated(self.state, notes, self._now())
+
+    def _step_failed(self, record: StepRecord, error: str, *, attempts: int, trigger: str = "step_failed") -> None:
+        if transitions.fail_step(self.state, record, error, attempts=attempts, now=self._now(), trigger=trigger):
             self._failure_span = trace.get_current_span()  # the step's span: the replan links to it
         self._step_closed(record)
         self._stopping = True

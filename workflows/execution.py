@@ -208,11 +208,16 @@ class Execution(Planning, Continuation):
                         message=cause_message(exc),
                     )
                     return True
+                trigger = "criteria_unmet" if cause_type(exc) == "CriteriaUnmetError" else "step_failed"
                 self._step_failed(
-                    record, cause_message(exc), attempts=cause_attempts(exc, max_attempts(step, state.options))
+                    record,
+                    cause_message(exc),
+                    attempts=cause_attempts(exc, max_attempts(step, state.options)),
+                    trigger=trigger,
                 )
                 return False
             self._record_step_work(step, result.calls, result.tool_calls)
+            self._record_negotiated(result.negotiated)
             record.attempts += result.attempt
             if result.awaiting is not None:
                 # The executor paused on a tool call that needs a person; nothing ran. The step
@@ -376,6 +381,9 @@ class Execution(Planning, Continuation):
             workspace=options.workspace,
             resume=paused.resume if paused is not None else None,
             call_decisions=paused.decisions if paused is not None else {},
+            verifier=options.verifier if step.success_criteria else None,
+            verifier_price=price_for(options.verifier, options.prices) if options.verifier else None,
+            capabilities=options.capabilities_of(model, options.verifier) if options.capabilities else {},
         )
         return await workflow.execute_activity(
             activity_io.RUN_LLM, request, task_queue=self._queue(Role.executor), **step_activity_options(step, options)

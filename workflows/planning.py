@@ -101,6 +101,7 @@ class Planning(Budgets):
             approvers=options.approvers,
             groups=options.approver_groups,
             price=price_for(options.planner, options.prices),
+            capabilities=options.capabilities_of(options.planner).get(options.planner),
         )
         try:
             out = await workflow.execute_activity(
@@ -119,6 +120,7 @@ class Planning(Budgets):
             self._planning_failed(current, f"planning failed: {cause_message(exc)}")
             return None
         self._record_calls(out.call_usage, "plan")
+        self._record_negotiated(out.negotiated)
         self.state.planner_calls += out.calls
         for number, problems in enumerate(out.rejected_attempts, start=1):
             self.state.ledger.record(

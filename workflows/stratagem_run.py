@@ -298,6 +298,7 @@ class StratagemRun(Messages):
             revision=state.plan.revision,
             message=failure,
             replan=state.ledger.replans,
+            trigger=self._trigger(),
         )
         self._observe.replanned()
         failed = self._failure_span
@@ -307,6 +308,13 @@ class StratagemRun(Messages):
         with self._observe.span(f"replan {state.ledger.replans}", attributes, links=links):
             if await self._call_planner(current=state.plan) is not None:
                 state.phase = Phase.awaiting_approval
+
+    def _trigger(self) -> str:
+        """What the replan answers: the last failure's kind (step_failed or criteria_unmet)."""
+        for event in reversed(self.state.ledger.events):
+            if event.kind is EventKind.step_failed:
+                return str(event.data.get("trigger", "step_failed"))
+        return "step_failed"
 
     async def _await_repair(self) -> None:
         """Wait until a person retries or skips every failed step (the run goes on), revises the
@@ -336,6 +344,7 @@ class StratagemRun(Messages):
                                 model=model,
                                 outputs=outputs,
                                 price=price_for(model, state.options.prices),
+                                capabilities=state.options.capabilities_of(model).get(model),
                             ),
                             task_queue=self._queue(Role.planner),
                             result_type=activity_io.SynthesisOutput,

@@ -61,6 +61,9 @@ def parser() -> argparse.ArgumentParser:
         "--mode", choices=["plan", "joint"], default="plan", help="joint: one model thinks and acts in one loop"
     )
     run.add_argument(
+        "--verifier", metavar="TIER|MODEL", help="checks llm steps' success criteria (default: the step's own model)"
+    )
+    run.add_argument(
         "--allow-tool",
         action="append",
         dest="allow_tools",

@@ -12,6 +12,7 @@ from typing import overload
 from pydantic import ValidationError
 
 from ..client import RunHandle, start_run
+from ..errors import ModelConfigError
 from ..model_config import load_config, run_prices
 from ..models import load_model, split_model_string
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
@@ -100,8 +101,21 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
         budget=budget,
         max_tool_rounds=args.max_tool_rounds or file.max_tool_rounds or RunOptions().max_tool_rounds,
     )
+    verifier: str | None = args.verifier or file.verifier
+    if verifier:
+        # A tier's name, else a model string.
+        options.verifier = _absolute(options.tiers.get(verifier) or _model_string(verifier, "--verifier"))
+    options.capabilities = dict(file.models)
     options.prices = run_prices(options.models, file.prices, need_all=budget.cost_usd is not None)
     return options
+
+
+def _model_string(model: str, where: str) -> str:
+    try:
+        split_model_string(model)
+    except ModelConfigError as exc:
+        raise CliError(f"{where}: '{model}' is neither a tier nor a model: {exc}") from None
+    return model
 
 
 def _tiers(specs: list[str]) -> dict[str, str]:

@@ -35,6 +35,7 @@ class Purpose(str, Enum):
     plan = "plan"
     execute = "execute"
     synthesize = "synthesize"
+    verify = "verify"
 
 
 class ToolCall(BaseModel):

@@ -12,6 +12,13 @@
         - call: {tool: read_file, args: {path: vendors.csv}}   # a tool call (also calls: [...])
         - text: "Vendor found."             # the answer once the tool's result is back
     synthesis: "All done."   # the final synthesis, if the run asks for one
+    verifier:                # verdicts on steps with success_criteria, by step id, one per check
+      look_up:
+        - {met: false, reason: "no vendor id in the answer"}
+        - {met: true, reason: "the vendor id is there"}
+
+A step with success criteria and no `verifier` entry is judged met (the verdict says so): an
+example's script need not spell out the checks it does not exercise.
 
 An executor's calls are counted across attempts: the entry used is the number of model turns
 the step's conversation already has plus the number of failed attempts before this one.
@@ -59,6 +66,17 @@ class ScriptedModel:
                     f"but the run asked for planner response #{request.call_index + 1}"
                 )
             return responses[request.call_index]
+        if request.purpose is Purpose.verify:
+            verdicts = (self._script.get("verifier") or {}).get(request.step_id)
+            if verdicts is None:
+                return {"json": {"met": True, "reason": f"{self.path.name} has no verifier response for this step"}}
+            entries = verdicts if isinstance(verdicts, list) else [verdicts]
+            if not entries:
+                raise ModelOutputError(
+                    f"scripted model {self.path}: verifier response for '{request.step_id}' is empty"
+                )
+            entry = entries[min(request.call_index, len(entries) - 1)]
+            return {"json": entry} if isinstance(entry, dict) and "met" in entry else entry
         if request.purpose is Purpose.synthesize:
             if "synthesis" not in self._script:
                 raise ModelOutputError(f"scripted model {self.path} has no 'synthesis' response")
@@ -116,14 +134,15 @@ def _load(path: Path) -> dict[str, Any]:
         raise ModelConfigError(f"scripted model file '{path}' is not valid YAML/JSON{where}") from None
     if not isinstance(data, dict):
         raise ModelConfigError(f"scripted model file '{path}' must hold a mapping with planner/executor/synthesis keys")
-    unknown = set(data) - {"planner", "executor", "synthesis"}
+    unknown = set(data) - {"planner", "executor", "synthesis", "verifier"}
     if unknown:
         names = ", ".join(str(key)[:40] for key in sorted(unknown, key=str)[:5])  # names, never values
         raise ModelConfigError(f"scripted model file '{path}' has unknown keys: {names}")
     if not isinstance(data.get("planner", []), list):
         raise ModelConfigError(f"scripted model file '{path}': 'planner' must be a list of responses")
-    if not isinstance(data.get("executor", {}), dict):
-        raise ModelConfigError(f"scripted model file '{path}': 'executor' must map step ids to responses")
+    for key in ("executor", "verifier"):
+        if not isinstance(data.get(key, {}), dict):
+            raise ModelConfigError(f"scripted model file '{path}': '{key}' must map step ids to responses")
     return data
 
 
