@@ -296,6 +296,11 @@ def parse_plan_output(text: str) -> tuple[PlanDraft | None, list[str]]:
         return None, describe_draft_errors(exc)
 
 
+# A plan a person can review fits well within this; a model that runs on past it (small local
+# models do, repeating themselves) is stopped instead of filling its whole context window.
+PLANNER_MAX_OUTPUT_TOKENS = 4096
+
+
 @dataclass
 class PlanningOutcome:
     draft: PlanDraft
@@ -304,6 +309,7 @@ class PlanningOutcome:
     model: str
     rejected_attempts: list[list[str]] = field(default_factory=list)
     negotiated: list[str] = field(default_factory=list)
+    failovers: list[str] = field(default_factory=list)
 
 
 async def plan_with_repairs(
@@ -322,6 +328,7 @@ async def plan_with_repairs(
     model_name: str | None = None,
     activity_attempt: int = 1,
     request_timeout: Callable[[], float | None] = lambda: None,
+    max_output_tokens: int = PLANNER_MAX_OUTPUT_TOKENS,
 ) -> PlanningOutcome:
     """Ask the model for a plan; feed the problems back up to `max_repairs` times.
 
@@ -334,6 +341,7 @@ async def plan_with_repairs(
     usage = Usage()
     rejected: list[list[str]] = []
     negotiated: list[str] = []
+    failovers: list[str] = []
     for attempt in range(max_repairs + 1):
         response = await model.complete(
             ModelRequest(
@@ -344,19 +352,23 @@ async def plan_with_repairs(
                 call_index=first_call_index + attempt,
                 timeout_seconds=request_timeout(),
                 attempt=activity_attempt,
+                max_output_tokens=max_output_tokens,
             )
         )
         usage = usage + response.usage
         negotiated += [n for n in response.negotiated if n not in negotiated]
+        failovers += response.failovers
         on_call(
             CallUsage(
-                model=model_name or model.name,
+                model=response.served_by or model_name or model.name,
                 input_tokens=response.usage.input_tokens,
                 output_tokens=response.usage.output_tokens,
                 attempt=activity_attempt,
             )
         )
         draft, problems = parse_plan_output(response.text)
+        if draft is None and response.stop_reason in ("length", "max_tokens"):
+            problems = [f"the answer was cut off at {max_output_tokens:,} tokens; write a shorter plan", *problems]
         if draft is not None:
             if progress is None:
                 problems = plan_problems(draft, catalog, **rules)
@@ -373,6 +385,7 @@ async def plan_with_repairs(
                 model=response.model,
                 rejected_attempts=rejected,
                 negotiated=negotiated,
+                failovers=failovers,
             )
         rejected.append(problems)
         messages = [

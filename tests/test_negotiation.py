@@ -214,3 +214,37 @@ def test_capabilities_are_found_by_model_string_with_or_without_the_url() -> Non
     assert capabilities_for("openai:smollm2@http://127.0.0.1:8765/v1", table) is llama
     assert capabilities_for("openai:smollm2", table) is llama
     assert capabilities_for("openai:other", table) is None
+
+
+async def test_the_output_limit_moves_to_the_name_the_server_asks_for(openai_fake: FakeOpenAI) -> None:
+    """OpenAI's reasoning models refuse max_tokens and name the field they want instead."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if "max_tokens" in body:
+            return Reply.error(
+                400,
+                "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+            )
+        return Reply.text("ok")
+
+    openai_fake.responder = respond
+    model = load_model(f"openai:o-test@{openai_fake.base_url}")
+    response = await model.complete(ask(max_output_tokens=64))
+    assert response.text == "ok"
+    assert [r.body.get("max_completion_tokens") for r in openai_fake.requests] == [None, 64]
+    assert "output limit sent as max_completion_tokens" in response.negotiated[0]
+    await model.complete(ask(max_output_tokens=64))
+    assert openai_fake.requests[-1].body.get("max_completion_tokens") == 64 and len(openai_fake.requests) == 3
+
+
+def test_openai_itself_gets_max_completion_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stratagem.models.openai_provider import OpenAIModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    official = OpenAIModel("gpt-4.1")
+    key = (official.endpoint.provider.name, official.endpoint.base_url, official.endpoint.model)
+    assert official._token_field(key) == "max_completion_tokens"
+    local = OpenAIModel("smollm2@http://127.0.0.1:8765/v1")
+    key = (local.endpoint.provider.name, local.endpoint.base_url, local.endpoint.model)
+    assert local._token_field(key) == "max_tokens"

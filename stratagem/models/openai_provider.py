@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from ._http import OPENAI, Endpoint, client_for, http_client, reading, resolve_endpoint, send
-from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
-from .negotiation import STRUCTURED_ORDER, Capabilities, StructuredOutput, negotiate
+from .base import Message, ModelRequest, ModelRequestError, ModelResponse, ToolCall, Usage
+from .negotiation import STRUCTURED_ORDER, Capabilities, StructuredOutput, learned, negotiate
 
 
 class OpenAIModel:
@@ -37,11 +37,44 @@ class OpenAIModel:
         client = client_for(self.endpoint, _make_client)
         strict = bool(self.capabilities and self.capabilities.strict)
         arguments = _arguments(self.endpoint.model, request, structured, strict=strict)
-        completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
+        key = (self.endpoint.provider.name, self.endpoint.base_url, self.endpoint.model)
+        if request.max_output_tokens is not None:
+            field = self._token_field(key)
+            arguments[field] = arguments.pop("max_completion_tokens")
+        try:
+            completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
+        except ModelRequestError as exc:
+            other = "max_tokens" if "max_completion_tokens" in arguments else "max_completion_tokens"
+            if request.max_output_tokens is None or other not in str(exc):
+                raise
+            # "Unsupported parameter: 'max_tokens' ... Use 'max_completion_tokens' instead."
+            state = learned(key)
+            state.token_field = other
+            state.notes.append(
+                f"{self.name} at {self.endpoint.base_url}: output limit sent as {other} (HTTP {exc.status})"
+            )
+            arguments[other] = arguments.pop(
+                "max_tokens" if other == "max_completion_tokens" else "max_completion_tokens"
+            )
+            completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
         with reading(self.endpoint):
             return _response(
                 completion, self.name, request.schema_name if structured is StructuredOutput.tool else None
             )
+
+    def _token_field(self, key: tuple[str, str, str]) -> str:
+        """How the output limit is named: OpenAI's own API wants max_completion_tokens (its
+        reasoning models refuse max_tokens); servers that copy the format mostly read only
+        max_tokens, and llama.cpp's Python server ignores the other name without a word."""
+        known = learned(key).token_field
+        if known:
+            return known
+        official = trusted_default(self.endpoint)
+        return "max_completion_tokens" if official else "max_tokens"
+
+
+def trusted_default(endpoint: Endpoint) -> bool:
+    return endpoint.base_url.rstrip("/") == OPENAI.default_url.rstrip("/")
 
 
 def _make_client(endpoint: Endpoint) -> Any:
