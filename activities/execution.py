@@ -116,6 +116,8 @@ class ExecutionActivities:
                         judge,
                         price=request.verifier_price if request.verifier else request.price,
                         capabilities=request.capabilities.get(judge),
+                        fallbacks=request.fallbacks.get(judge, ()),
+                        fallback_capabilities=request.capabilities,
                     ),
                     judge,
                     attempt=info.attempt,
@@ -123,7 +125,13 @@ class ExecutionActivities:
                     before_call=lambda: executor.check_allowance(),
                 )
             executor = Executor(
-                load_model(request.model, price=request.price, capabilities=request.capabilities.get(request.model)),
+                load_model(
+                    request.model,
+                    price=request.price,
+                    capabilities=request.capabilities.get(request.model),
+                    fallbacks=request.fallbacks.get(request.model, ()),
+                    fallback_capabilities=request.capabilities,
+                ),
                 request,
                 self._registry,
                 workspace=self._workspace_of(request.workspace),
@@ -147,6 +155,7 @@ class ExecutionActivities:
                     awaiting=paused.awaited,
                     resume=resume,
                     negotiated=progress.negotiated,
+                    failovers=progress.failovers,
                 )
             output = externalize(self._store, key, output)
             transcript = _transcript(self._store, key, progress)
@@ -169,6 +178,7 @@ class ExecutionActivities:
             tool_calls=progress.new_tool_calls,
             transcript=transcript,
             negotiated=progress.negotiated,
+            failovers=progress.failovers,
         )
 
     def _progress(self, previous: Any, request: activity_io.LlmStepInput) -> ExecutorProgress:

@@ -46,7 +46,9 @@ class PlanningActivities:
             checkpoint.save({"calls": [c.model_dump(mode="json") for c in spent]})
 
         try:
-            model = load_model(request.model, price=request.price, capabilities=request.capabilities)
+            model = load_model(
+                request.model, price=request.price, capabilities=request.capabilities, fallbacks=request.fallbacks
+            )
             progress = None
             if request.current is not None:
                 progress = Progress(
@@ -83,6 +85,7 @@ class PlanningActivities:
             rejected_attempts=outcome.rejected_attempts,
             call_usage=spent,
             negotiated=outcome.negotiated,
+            failovers=outcome.failovers,
         )
 
     @activity.defn(name=activity_io.SYNTHESIZE)
@@ -92,7 +95,9 @@ class PlanningActivities:
 
     async def _synthesize(self, request: activity_io.SynthesisInput) -> activity_io.SynthesisOutput:
         try:
-            model = load_model(request.model, price=request.price, capabilities=request.capabilities)
+            model = load_model(
+                request.model, price=request.price, capabilities=request.capabilities, fallbacks=request.fallbacks
+            )
             outputs = json.dumps(hydrate(self._store, request.outputs), indent=1, default=str)
             attempt = activity.info().attempt
             response = await model.complete(
@@ -112,12 +117,14 @@ class PlanningActivities:
         except Exception as exc:
             raise as_application_error(exc)  # its cause is a redacted copy (activities/errors.py)
         call = CallUsage(
-            model=request.model,
+            model=response.served_by or request.model,
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
             attempt=attempt,
         )
-        return activity_io.SynthesisOutput(text=response.text, usage=response.usage, model=response.model, calls=[call])
+        return activity_io.SynthesisOutput(
+            text=response.text, usage=response.usage, model=response.model, calls=[call], failovers=response.failovers
+        )
 
 
 def _attributes(model: str) -> dict[str, object]:

@@ -60,6 +60,7 @@ class PlanningInput(BaseModel):
     groups: dict[str, list[str]] = Field(default_factory=dict, description="Approver groups steps may name.")
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
     capabilities: Capabilities | None = Field(default=None, description="How to call the model, if configured.")
+    fallbacks: list[str] = Field(default_factory=list, description="Models that answer, in order, when it cannot.")
 
 
 class PlanningOutput(CompactModel):
@@ -72,6 +73,7 @@ class PlanningOutput(CompactModel):
         default_factory=list, description="Every model call, failed attempts' included."
     )
     negotiated: list[str] = Field(default_factory=list, description="How the model's endpoint was found to work.")
+    failovers: list[str] = Field(default_factory=list, description="Models passed over, and why.")
 
 
 class ToolStepInput(CompactModel):
@@ -141,6 +143,9 @@ class LlmStepInput(CompactModel):
     capabilities: dict[str, Capabilities] = Field(
         default_factory=dict, description="How to call the step's models, where the run's configuration fixes it."
     )
+    fallbacks: dict[str, list[str]] = Field(
+        default_factory=dict, description="For the step's models (executor, verifier): who answers when they cannot."
+    )
 
 
 class StepOutput(CompactModel):
@@ -157,6 +162,7 @@ class StepOutput(CompactModel):
     )
     resume: dict[str, Any] | None = Field(default=None, description="The paused executor's progress, in the store.")
     negotiated: list[str] = Field(default_factory=list, description="How the models' endpoints were found to work.")
+    failovers: list[str] = Field(default_factory=list, description="Models passed over, and why.")
 
 
 class SynthesisInput(BaseModel):
@@ -165,6 +171,7 @@ class SynthesisInput(BaseModel):
     outputs: dict[str, Any]
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
     capabilities: Capabilities | None = Field(default=None, description="How to call the model, if configured.")
+    fallbacks: list[str] = Field(default_factory=list, description="Models that answer, in order, when it cannot.")
 
 
 class SynthesisOutput(CompactModel):
@@ -172,6 +179,7 @@ class SynthesisOutput(CompactModel):
     usage: Usage
     model: str
     calls: list[CallUsage] = Field(default_factory=list)
+    failovers: list[str] = Field(default_factory=list, description="Models passed over, and why.")
 
 
 class NotifyInput(BaseModel):

@@ -60,6 +60,7 @@ class ExecutorProgress(BaseModel):
     json_repairs: int = 0
     verifications: int = Field(default=0, description="Times the executor was sent back for unmet criteria.")
     negotiated: list[str] = Field(default_factory=list, description="How the endpoints were found to work.")
+    failovers: list[str] = Field(default_factory=list, description="Models passed over, and why.")
     reported_calls: int = Field(
         default=0, description="How many of `calls` an earlier dispatch (one that paused) reported already."
     )
@@ -179,7 +180,7 @@ class Executor:
             )
             self.progress.calls.append(
                 CallUsage(
-                    model=self.request.model,
+                    model=response.served_by or self.request.model,
                     input_tokens=response.usage.input_tokens,
                     output_tokens=response.usage.output_tokens,
                     attempt=self.attempt,
@@ -189,6 +190,7 @@ class Executor:
                 Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
             )
             self.progress.negotiated += [n for n in response.negotiated if n not in self.progress.negotiated]
+            self.progress.failovers += response.failovers
             self.save(self.progress)  # the call is paid for: a later attempt must count it
             if response.tool_calls:
                 await self._finish_round()

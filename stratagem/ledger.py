@@ -135,6 +135,10 @@ class EventKind(str, Enum):
     call_rejected = "call_rejected"
     step_carried = "step_carried"
     model_negotiated = "model_negotiated"
+    model_failover = "model_failover"
+    """A call went to the next model of a failover tier; the message says which and why."""
+    step_escalated = "step_escalated"
+    """An llm step that failed runs once more on a stronger model, before any replan."""
     """How a model's endpoint is called, learned from a refusal (stratagem.models.negotiation)."""
 
 

@@ -6,9 +6,10 @@
     synthesizer: openai:gpt-4.1-mini       # optional final summary
     verifier: strong                       # checks success criteria: a tier or a model (default: the step's)
     tiers:                                 # llm steps may name one: tier: strong
-      fast: openai:gpt-4.1-nano
+      fast: [openai:gpt-4.1-nano, anthropic:claude-haiku-4-5]   # a list fails over, in order
       strong: anthropic:claude-sonnet-4-5
       local: openai:llama3.1:8b@http://127.0.0.1:11434/v1
+    escalate: {fast: strong}               # a step that failed on fast runs once more on strong
     budget: {tokens: 500000, cost_usd: 5, model_calls: 200, wall_clock_seconds: 86400}
     max_tool_rounds: 12
     prices:                                # USD per million tokens; extends the built-in table
@@ -41,13 +42,17 @@ CONFIG_ENV = "STRATAGEM_CONFIG"
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    planner: str | None = None
-    executor: str | None = None
-    synthesizer: str | None = None
+    planner: str | list[str] | None = None
+    executor: str | list[str] | None = None
+    synthesizer: str | list[str] | None = None
     verifier: str | None = Field(
         default=None, description="A tier or a model that checks success criteria; default: the step's own model."
     )
-    tiers: dict[str, str] = Field(default_factory=dict)
+    tiers: dict[str, str | list[str]] = Field(default_factory=dict)
+    escalate: dict[str, str] = Field(
+        default_factory=dict,
+        description="A tier (or 'executor') whose failed llm steps run once more on another tier before a replan.",
+    )
     models: dict[str, Capabilities] = Field(
         default_factory=dict, description="How to call a model (structured_output, tool_calling), by model string."
     )
@@ -109,6 +114,17 @@ def _mistakes(raw: dict[Any, Any]) -> list[str]:
     models = [(key, raw.get(key)) for key in ("planner", "executor", "synthesizer")]
     tiers: dict[Any, Any] = raw["tiers"] if isinstance(raw.get("tiers"), dict) else {}
     models += [(f"tiers.{name}", model) for name, model in tiers.items()]
+    models = [
+        (f"{place}[{number}]" if isinstance(value, list) else place, model)
+        for place, value in models
+        for number, model in (enumerate(value) if isinstance(value, list) else [(0, value)])
+    ]
+    if isinstance(raw.get("escalate"), dict):
+        for cheap, strong in raw["escalate"].items():
+            for name in (cheap, strong):
+                if name != "executor" and name not in tiers:
+                    known = ", ".join(["executor", *map(str, tiers)])
+                    mistakes.append(f"escalate.{cheap}: '{name}' is not a tier (tiers: {known})")
     if isinstance(raw.get("verifier"), str) and raw["verifier"] not in tiers:
         models.append(("verifier", raw["verifier"]))
     if isinstance(raw.get("models"), dict):

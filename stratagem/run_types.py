@@ -79,11 +79,22 @@ class RunOptions(CompactModel):
         description="How to call a model (structured output, tool calling), by model string, where the "
         "configuration fixes it; other models are negotiated with their endpoints.",
     )
+    fallbacks: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Failover: for a model string, the models that answer, in order, when it cannot "
+        "(its provider is out, or it refuses the request).",
+    )
+    escalate: dict[str, str] = Field(
+        default_factory=dict,
+        description="Escalation: an llm step that failed on the first model runs once more on the second "
+        "before the run replans (model string to model string).",
+    )
 
     @property
     def models(self) -> list[str]:
         """Every model string the run may call."""
         found = [self.planner, self.executor, self.synthesizer, self.verifier, *self.tiers.values()]
+        found += [m for chain in self.fallbacks.values() for m in chain] + list(self.escalate.values())
         return sorted({m for m in found if m})
 
     def capabilities_of(self, *models: str | None) -> dict[str, Capabilities]:
@@ -290,6 +301,9 @@ class RunState(BaseModel):
     forked_from: Fork | None = Field(default=None, description="The run and revision this run was forked from.")
     notified: list[str] = Field(
         default_factory=list, description="Pending decisions people were notified of (their keys), while pending."
+    )
+    escalated: dict[str, str] = Field(
+        default_factory=dict, description="llm steps escalated to a stronger model after a failure, and the model."
     )
 
     @property

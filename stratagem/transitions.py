@@ -102,3 +102,9 @@ def record_negotiated(state: RunState, notes: list[str], now: datetime) -> None:
         if note not in known:
             known.add(note)
             state.ledger.record(EventKind.model_negotiated, now, message=note)
+
+
+def record_failovers(state: RunState, notes: list[str], now: datetime, step_id: str | None = None) -> None:
+    """Calls that went to the next model of a failover tier, and why."""
+    for note in notes:
+        state.ledger.record(EventKind.model_failover, now, revision=_revision(state), step_id=step_id, message=note)

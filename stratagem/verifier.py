@@ -36,6 +36,7 @@ class Progress(Protocol):
     calls: list[CallUsage]
     verifications: int
     negotiated: list[str]
+    failovers: list[str]
 
 
 VERDICT_SCHEMA: dict[str, Any] = {
@@ -107,13 +108,14 @@ class Verifier:
         )
         progress.calls.append(
             CallUsage(
-                model=self.model_name,
+                model=response.served_by or self.model_name,
                 input_tokens=response.usage.input_tokens,
                 output_tokens=response.usage.output_tokens,
                 attempt=self.attempt,
             )
         )
         progress.negotiated += [n for n in response.negotiated if n not in progress.negotiated]
+        progress.failovers += response.failovers
         met, reason = _verdict(response.text, self.model_name)
         return None if met else reason or "the verifier found a criterion unmet and gave no reason"
 

@@ -127,6 +127,9 @@ class RunCore:
     def _record_negotiated(self, notes: list[str]) -> None:
         transitions.record_negotiated(self.state, notes, self._now())
 
+    def _record_failovers(self, notes: list[str], step_id: str | None = None) -> None:
+        transitions.record_failovers(self.state, notes, self._now(), step_id)
+
     def _step_failed(self, record: StepRecord, error: str, *, attempts: int, trigger: str = "step_failed") -> None:
         if transitions.fail_step(self.state, record, error, attempts=attempts, now=self._now(), trigger=trigger):
             self._failure_span = trace.get_current_span()  # the step's span: the replan links to it

@@ -208,6 +208,8 @@ class Execution(Planning, Continuation):
                         message=cause_message(exc),
                     )
                     return True
+                if self._escalated(step, cause_message(exc)):
+                    return True  # it runs again, on the stronger model
                 trigger = "criteria_unmet" if cause_type(exc) == "CriteriaUnmetError" else "step_failed"
                 self._step_failed(
                     record,
@@ -218,6 +220,7 @@ class Execution(Planning, Continuation):
                 return False
             self._record_step_work(step, result.calls, result.tool_calls)
             self._record_negotiated(result.negotiated)
+            self._record_failovers(result.failovers, step.id)
             record.attempts += result.attempt
             if result.awaiting is not None:
                 # The executor paused on a tool call that needs a person; nothing ran. The step
@@ -253,6 +256,29 @@ class Execution(Planning, Continuation):
             self._finished_here += 1
             self._budget_epoch += 1
         return False
+
+    def _escalated(self, step: Step, error: str) -> bool:
+        """An llm step that failed on a model with a stronger one configured (`escalate:`) runs once
+        more on that one, before the run replans. True when it does."""
+        state = self.state
+        if step.kind is not StepKind.llm or step.id in state.escalated or not state.options.escalate:
+            return False
+        model = state.options.model_for(step)
+        stronger = state.options.escalate.get(model or "")
+        if not stronger or self._stopping:
+            return False
+        state.escalated[step.id] = stronger
+        record = state.ledger.steps[step.id]
+        record.status = StepStatus.pending
+        state.ledger.record(
+            EventKind.step_escalated,
+            self._now(),
+            revision=state.plan.revision if state.plan else None,
+            step_id=step.id,
+            message=f"failed on {model} ({error[:300]}); running again on {stronger}",
+            model=stronger,
+        )
+        return True
 
     async def _wait_for_dispatch(self, step: Step, uses_model: bool) -> bool:
         """Wait for a free slot and for the budget to allow the step. False if the run stops,
@@ -364,7 +390,7 @@ class Execution(Planning, Continuation):
                 return await workflow.execute_local_activity(activity_io.RUN_TOOL, request, **local)
             queue, remote = self._queue(Role.tools), step_activity_options(step, options)
             return await workflow.execute_activity(activity_io.RUN_TOOL, request, task_queue=queue, **remote)
-        model = options.model_for(step)
+        model = self.state.escalated.get(step.id) or options.model_for(step)
         assert model, "validation refuses llm steps that no configured model can run"
         request = activity_io.LlmStepInput(
             run_id=self.state.run_id,
@@ -383,7 +409,10 @@ class Execution(Planning, Continuation):
             call_decisions=paused.decisions if paused is not None else {},
             verifier=options.verifier if step.success_criteria else None,
             verifier_price=price_for(options.verifier, options.prices) if options.verifier else None,
-            capabilities=options.capabilities_of(model, options.verifier) if options.capabilities else {},
+            capabilities=options.capabilities_of(model, options.verifier, *options.fallbacks.get(model, []))
+            if options.capabilities
+            else {},
+            fallbacks={m: options.fallbacks[m] for m in (model, options.verifier) if m and m in options.fallbacks},
         )
         return await workflow.execute_activity(
             activity_io.RUN_LLM, request, task_queue=self._queue(Role.executor), **step_activity_options(step, options)

@@ -102,6 +102,7 @@ class Planning(Budgets):
             groups=options.approver_groups,
             price=price_for(options.planner, options.prices),
             capabilities=options.capabilities_of(options.planner).get(options.planner),
+            fallbacks=options.fallbacks.get(options.planner, []),
         )
         try:
             out = await workflow.execute_activity(
@@ -121,6 +122,7 @@ class Planning(Budgets):
             return None
         self._record_calls(out.call_usage, "plan")
         self._record_negotiated(out.negotiated)
+        self._record_failovers(out.failovers)
         self.state.planner_calls += out.calls
         for number, problems in enumerate(out.rejected_attempts, start=1):
             self.state.ledger.record(

@@ -345,6 +345,7 @@ class StratagemRun(Messages):
                                 outputs=outputs,
                                 price=price_for(model, state.options.prices),
                                 capabilities=state.options.capabilities_of(model).get(model),
+                                fallbacks=state.options.fallbacks.get(model, []),
                             ),
                             task_queue=self._queue(Role.planner),
                             result_type=activity_io.SynthesisOutput,
@@ -353,6 +354,7 @@ class StratagemRun(Messages):
                             summary="synthesis",
                         )
                     self._record_calls(out.calls, "synthesize")
+                    self._record_failovers(out.failovers)
                     synthesis = out.text
                 except ActivityError as exc:
                     if is_cancelled_exception(exc):

@@ -56,10 +56,21 @@ def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | 
 def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDraft | None) -> RunOptions:
     """The run's options: the configuration file, overridden by the command line."""
     file = load_config(args.config)
-    planner: str | None = args.planner or file.planner
-    executor: str | None = args.executor or file.executor
-    synthesizer: str | None = args.synthesizer or file.synthesizer
-    tiers = {**file.tiers, **_tiers(args.tier)}
+    fallbacks: dict[str, list[str]] = {}
+
+    def chain(value: str | list[str] | None) -> str | None:
+        """A model, or a failover list's first model (the others answer when it cannot)."""
+        if not isinstance(value, list):
+            return value
+        first, *rest = [_absolute(m) or m for m in value]
+        if rest:
+            fallbacks[first] = rest
+        return first
+
+    planner: str | None = args.planner or chain(file.planner)
+    executor: str | None = args.executor or chain(file.executor)
+    synthesizer: str | None = args.synthesizer or chain(file.synthesizer)
+    tiers = {**{name: chain(models) or "" for name, models in file.tiers.items()}, **_tiers(args.tier)}
     mode = Mode(args.mode)
     if not executor and not planner:
         executor = _default_executor(plan_file, draft)
@@ -106,6 +117,9 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
         # A tier's name, else a model string.
         options.verifier = _absolute(options.tiers.get(verifier) or _model_string(verifier, "--verifier"))
     options.capabilities = dict(file.models)
+    options.fallbacks = fallbacks
+    named = {**options.tiers, "executor": options.executor or ""}
+    options.escalate = {named[cheap]: named[strong] for cheap, strong in file.escalate.items() if named.get(cheap)}
     options.prices = run_prices(options.models, file.prices, need_all=budget.cost_usd is not None)
     return options
 

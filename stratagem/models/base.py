@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
@@ -92,6 +92,8 @@ class ModelResponse(BaseModel):
     negotiated: list[str] = Field(
         default_factory=list, description="How the endpoint's capabilities were learned (models.negotiation)."
     )
+    served_by: str | None = Field(default=None, description="The model string that answered, in a failover tier.")
+    failovers: list[str] = Field(default_factory=list, description="Models passed over for this call, and why.")
 
 
 class ModelCallError(Exception):
@@ -139,10 +141,29 @@ def split_model_string(model: str) -> tuple[str, str]:
     return provider, name
 
 
-def load_model(model: str, *, price: Any = None, capabilities: Any = None) -> Model:
+def load_model(
+    model: str,
+    *,
+    price: Any = None,
+    capabilities: Any = None,
+    fallbacks: Sequence[str] = (),
+    fallback_capabilities: Mapping[str, Any] | None = None,
+) -> Model:
     """The model a `provider:name` string names. Every call it makes is a `chat <model>` span,
     costed with `price` (a `stratagem.usage.Price`) when one is given. `capabilities`
-    (`negotiation.Capabilities`) fixes how a provider that negotiates calls its endpoint."""
+    (`negotiation.Capabilities`) fixes how a provider that negotiates calls its endpoint.
+    With `fallbacks`, a failover tier (models.failover): those models, in order, answer a call
+    the first one cannot."""
+    primary = _load_one(model, price, capabilities)
+    if not fallbacks:
+        return primary
+    from .failover import FailoverModel
+
+    more = fallback_capabilities or {}
+    return FailoverModel([(model, primary), *((m, _load_one(m, None, more.get(m))) for m in fallbacks)])
+
+
+def _load_one(model: str, price: Any, capabilities: Any) -> Model:
     provider, name = split_model_string(model)
     if provider not in _providers:
         known = ", ".join(sorted(_providers)) or "none"
