@@ -2,7 +2,7 @@
 
 Each scripted answer carries an explicit `usage:`, computed here from the prompt Stratagem really
 sends for that call, at 4 characters per token: the messages Stratagem builds (the planner's
-`planning_messages`; the executor's `executor_messages` plus the turns so far, tool results
+`planning_messages`, plus the plan schema its request carries; the executor's `executor_messages` plus the turns so far, tool results
 included), plus the JSON schemas of the tools offered with the call, plus 4 tokens per message.
 Outputs are the answer's text (the plan as JSON, the executor's answer), or the tool calls as JSON.
 The prices each role is charged at are here too.
@@ -20,7 +20,7 @@ from stratagem.catalog import ToolSpec
 from stratagem.executor import executor_messages
 from stratagem.models.base import Message, ToolCall
 from stratagem.plan import PlanDraft, Step, StepKind
-from stratagem.planner import planning_messages
+from stratagem.planner import planner_schema, planning_messages
 from stratagem.references import resolve
 from stratagem.run_types import JOINT_STEP_ID
 from stratagem.tools import ToolContext, ToolRegistry
@@ -103,7 +103,9 @@ async def plan_mode_script(
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, list[Message]]]:
     """The planner's and the executor's scripts, with usage; and each llm step's modelled conversation."""
     catalog = registry.catalog()
-    planner_in = prompt_tokens(planning_messages(task.goal, catalog), [])
+    # The plan schema travels as the request's response format, which providers count as input.
+    schema_chars = len(json.dumps(planner_schema(catalog), separators=(",", ":")))
+    planner_in = prompt_tokens(planning_messages(task.goal, catalog), []) + _tokens(schema_chars)
     planner_out = _tokens(len(json.dumps(task.plan, default=str)))
     planner = {"planner": [{"plan": task.plan, "usage": {"input_tokens": planner_in, "output_tokens": planner_out}}]}
     draft = PlanDraft.model_validate(task.plan)

@@ -25,35 +25,30 @@ from .scheduling import reconcile
 from .usage import CallUsage
 from .validation import plan_problems
 
-SYSTEM_PROMPT = """You plan for a durable business-process engine: turn the goal into a task graph that a
-person reviews before anything runs. Executors (tools, cheaper models, people) carry it out.
+SYSTEM_PROMPT = """You plan a business process as a task graph that a person reviews before it runs.
+Answer with one JSON object: {{"goal", "steps", "reason"}}. Each step has a unique "id" (letters,
+digits, '_', '-'), a short "title" and "depends_on" (ids that must succeed first; steps without a
+dependency run in parallel; no cycles), and is one of:
+- a tool step: "tool" (one of the tools below) and its "args";
+- "kind": "llm": "instructions" for an executor model, "tools" it may call (none to only write),
+  and "success_criteria", checked after it runs. Prefer a tool step when the call is known.
+- "kind": "human": "instructions" asking a person, whose answer is its output.
+Strings in args or instructions may use an ancestor's output: ${{step_id}} or ${{step_id.field}}.
+Set "risk": "high" on steps that move money, contact outsiders or change records.{tiers}
 
-Answer with one JSON object: {{"goal": "...", "steps": [...], "reason": "..."}}. Every step has a
-unique "id" (letters, digits, '_' or '-'; kept across revisions), a short "title", a "kind", and
-"depends_on": the ids of steps that must succeed first. Steps without a dependency between them
-run in parallel, so add one only where a step needs the other's result. No cycles.
-- kind "tool": "tool" names one of the tools below; "args" are its arguments.
-- kind "llm": "instructions" for an executor model, and "tools": the only tools it may call
-  (none if it only writes or reasons). Prefer a tool step when the call is known.
-  "success_criteria" says how to tell the step did its job; they are checked after it runs.
-- kind "human": "instructions" ask a person, whose answer is the step's output.
-A string argument or instructions may use an ancestor's output: ${{step_id}} or ${{step_id.field}}.
-Set "risk": "high" on steps that move money, contact outsiders or change records.
-Optional: "output_format": "json" and "output_schema" (llm), "tier" ({tiers}), "requires_approval",
-"timeout_seconds", "max_attempts", "approvers", "answer_schema" (human).
-
-Tools, as name(argument: type, optional?: type):
+Tools:
 {tools}"""
 
 
 def render_tools(catalog: ToolCatalog) -> str:
-    """The tools in a line or two each: a signature, what it does, and what no plan can change."""
+    """The tools, a line each: what it does, and what no plan can change. Their arguments are in
+    the plan schema the request carries (or, where the endpoint takes no schema, the prompt)."""
     if not catalog.tools:
         return "(none: use llm and human steps only)"
     lines = []
     for spec in catalog.tools:
-        description = _first_sentences(spec.description, 300) or "(no description)"
-        line = f"- {spec.name}({_signature(spec.parameters)}): {description}"
+        description = _first_sentences(spec.description, 200) or "(no description)"
+        line = f"- {spec.name}: {description}"
         declared = [
             f"risk {spec.floor.value}" if spec.floor else "",
             "every use waits for approval" if spec.needs_approval else "",
@@ -75,84 +70,53 @@ def _first_sentences(text: str, limit: int) -> str:
     return text[: cut + 1] if cut > 0 else text[: limit - 1] + "…"
 
 
-def _signature(parameters: dict[str, Any]) -> str:
-    properties = parameters.get("properties") or {}
-    required = set(parameters.get("required") or [])
-    return ", ".join(
-        f"{name}{'' if name in required else '?'}: {_type_name(schema)}" for name, schema in properties.items()
-    )
-
-
-def _type_name(schema: Any, depth: int = 0) -> str:
-    """A JSON schema as a short type: string, integer, list[string], "a"|"b", object{x: number}."""
-    if not isinstance(schema, dict) or depth > 3:
-        return "any"
-    if "enum" in schema:
-        return "|".join(json.dumps(v) for v in schema["enum"][:12])
-    if "const" in schema:
-        return json.dumps(schema["const"])
-    for union in ("anyOf", "oneOf"):
-        if union in schema:
-            members = [m for m in schema[union] if not (isinstance(m, dict) and m.get("type") == "null")]
-            shown = " | ".join(_type_name(m, depth + 1) for m in members) or "null"
-            return shown + (" | null" if len(members) < len(schema[union]) else "")
-    kind = schema.get("type")
-    if kind == "array":
-        return f"list[{_type_name(schema.get('items'), depth + 1)}]"
-    if kind == "object" and schema.get("properties"):
-        return "object{" + _signature(schema) + "}"
-    if isinstance(kind, list):
-        return " | ".join(str(k) for k in kind)
-    return str(kind or "any")
-
-
 # Leave these out of the schema a planner is held to: they make constrained decoding slow or
 # impossible (a grammar for `maxItems: 10000` crashed llama.cpp's server) and say nothing a
 # model needs; the validation of the answer still applies them.
 _UNCONSTRAINED = ("title", "maxItems", "minLength", "maxLength", "pattern", "format", "default", "examples")
 
 
-def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = ()) -> dict[str, Any]:
+def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approvers: bool = False) -> dict[str, Any]:
     """The plan schema a planner model is held to, built from the worker's tools: a tool step's
     `tool` is one of their names and its `args` that tool's schema (one member of `anyOf` per
     tool), and an llm step's `tools` are tool names. A server that enforces the schema (strict
-    JSON schema, a grammar) then cannot produce an unknown tool or ill-typed arguments."""
-    strings = {"type": "array", "items": {"type": "string"}}
-    common: dict[str, Any] = {
-        # Without the id pattern's {0,63}: a counted repetition becomes a grammar rule per count.
-        "id": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_-]*$"},
-        "title": {"type": "string", "minLength": 1},
-        "depends_on": strings,
-        "success_criteria": strings,
-        "risk": {"type": "string", "enum": [r.value for r in Risk]},
-        "requires_approval": {"type": "boolean"},
-        "timeout_seconds": {"type": "number"},
-        "max_attempts": {"type": "integer"},
-        "approvers": strings,
-    }
+    JSON schema, a grammar) then cannot produce an unknown tool or ill-typed arguments.
+
+    It is as small as it can be, since the request carries it and providers count it as input:
+    shared parts are `$defs`, a tool step leaves out `kind` (tool is the default), and fields a
+    planner has no business setting (time limits, attempts) are left to plan files. Each member
+    starts with what tells the members apart (`tool`, or `kind`): a decoder held to the schema by a
+    grammar then knows at once which member it is in; with `id` first, every member stayed open
+    and llama.cpp's server ran a hundred times slower per token."""
+    ref = {name: {"$ref": f"#/$defs/{name}"} for name in ("id", "title", "ids", "risk")}
+    head = {"id": ref["id"], "title": ref["title"], "depends_on": ref["ids"]}
+    tail: dict[str, Any] = {"risk": ref["risk"]}
+    if approvers:
+        tail["approvers"] = ref["ids"]
     names = catalog.names
-    steps: list[dict[str, Any]] = [
-        _step_schema(
-            "tool",
-            {"tool": {"type": "string", "enum": [spec.name]}, "args": _plain(spec.parameters)},
-            common,
-            ["tool", "args"],
-        )
+    steps = [
+        _member({"tool": {"enum": [spec.name]}, **head, "args": _plain(spec.parameters), **tail}, ["tool", "args"])
         for spec in catalog.tools
     ]
     llm: dict[str, Any] = {
+        "kind": {"enum": ["llm"]},
+        **head,
         "instructions": {"type": "string"},
-        "tools": {"type": "array", "items": {"type": "string", "enum": names}} if names else {"type": "array"},
-        "output_format": {"type": "string", "enum": [f.value for f in OutputFormat]},
+        "tools": {"type": "array", "items": {"enum": names}} if names else {"type": "array", "maxItems": 0},
+        "success_criteria": ref["ids"],
+        "output_format": {"enum": [f.value for f in OutputFormat]},
         "output_schema": {"type": "object"},
     }
     if tiers:
-        llm["tier"] = {"type": "string", "enum": sorted(tiers)}
-    if not names:
-        llm["tools"] = {"type": "array", "maxItems": 0}
-    steps.append(_step_schema("llm", llm, common, ["instructions"]))
-    human = {"instructions": {"type": "string"}, "answer_schema": {"type": "object"}}
-    steps.append(_step_schema("human", human, common, ["instructions"]))
+        llm["tier"] = {"enum": sorted(tiers)}
+    steps.append(_member({**llm, **tail}, ["kind", "instructions"]))
+    human = {
+        "kind": {"enum": ["human"]},
+        **head,
+        "instructions": {"type": "string"},
+        "answer_schema": {"type": "object"},
+    }
+    steps.append(_member({**human, **tail}, ["kind", "instructions"]))
     return {
         "type": "object",
         "properties": {
@@ -162,23 +126,23 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = ()) -> dict
         },
         "required": ["goal", "steps"],
         "additionalProperties": False,
+        "$defs": {
+            # Without the id pattern's {0,63}: a counted repetition becomes a grammar rule per count.
+            "id": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_-]*$"},
+            "title": {"type": "string", "minLength": 1},
+            "ids": {"type": "array", "items": {"type": "string"}},
+            "risk": {"enum": [r.value for r in Risk]},
+        },
     }
 
 
-def _step_schema(kind: str, own: dict[str, Any], common: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    """One kind of step. `kind` (and a tool step's `tool`) come first: a decoder held to the schema
-    by a grammar then knows at once which member of `anyOf` it is in, where putting `id` first
-    kept every member open and made llama.cpp's server a hundred times slower per token."""
-    first = {"kind": {"type": "string", "enum": [kind]}}
-    if "tool" in own:
-        first["tool"] = own["tool"]
-    properties = {**first, "id": common["id"], "title": common["title"], "depends_on": common["depends_on"]}
-    properties.update({k: v for k, v in own.items() if k not in properties})
-    properties.update({k: v for k, v in common.items() if k not in properties})
+def _member(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    first = [name for name in required if name in ("tool", "kind")]
+    rest = [name for name in required if name not in first]
     return {
         "type": "object",
         "properties": properties,
-        "required": [*first, "id", "title", "depends_on", *(r for r in required if r not in first)],
+        "required": [*first, "id", "title", "depends_on", *rest],
         "additionalProperties": False,
     }
 
@@ -228,7 +192,7 @@ def planning_messages(
 ) -> list[Message]:
     system = SYSTEM_PROMPT.format(
         tools=render_tools(catalog),
-        tiers="one of " + ", ".join(sorted(tiers)) if tiers else "none are configured",
+        tiers=f'\nAn llm step may set "tier": {", ".join(sorted(tiers))} (default: the executor).' if tiers else "",
     )
     if progress is None:
         user = f"Goal: {goal}\n\nWrite the plan."
@@ -336,7 +300,7 @@ async def plan_with_repairs(
     Raises ModelOutputError, listing the last problems, when no attempt produced a valid plan.
     """
     messages = planning_messages(goal, catalog, progress, tiers=tiers)
-    schema = planner_schema(catalog, tiers=tiers)
+    schema = planner_schema(catalog, tiers=tiers, approvers=bool(groups) or bool(approvers))
     rules: dict[str, Any] = {"has_executor": has_executor, "tiers": tiers, "approvers": approvers, "groups": groups}
     usage = Usage()
     rejected: list[list[str]] = []

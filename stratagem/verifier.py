@@ -6,7 +6,7 @@ is judged after its executor answers:
 
 1. From the record first, with no model: a criterion that names one of the step's tools needs a
    successful call of that tool in the step's conversation. What the executor says it did counts
-   for nothing; what the engine ran does.
+   for nothing; what the engine ran does. When every criterion is settled so, no model is asked.
 2. Then by a verifier model (the run's `verifier`, else the step's own model), given the step,
    its criteria, the tool calls the engine recorded and the answer, held to a small verdict schema.
 
@@ -57,12 +57,23 @@ and why, or why all are met>"}."""
 MAX_SHOWN_ANSWER = 6_000
 
 
+def _names_tool(criterion: str, tool: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(tool)}(?![\w-])", criterion) is not None
+
+
+def backed_by_calls(step: Step, calls: list[ToolCallRecord]) -> bool:
+    """Whether every criterion names a tool of the step that was called successfully: then the
+    engine's record settles it, and no verifier model is asked."""
+    succeeded = {call.tool for call in calls if call.status is ToolCallStatus.ok}
+    return all(any(_names_tool(c, tool) for tool in succeeded & set(step.tools)) for c in step.success_criteria)
+
+
 def missing_tool_calls(step: Step, calls: list[ToolCallRecord]) -> str | None:
     """The first criterion naming one of the step's tools that no successful call of it backs."""
     succeeded = {call.tool for call in calls if call.status is ToolCallStatus.ok}
     for criterion in step.success_criteria:
         for tool in step.tools:
-            if tool not in succeeded and re.search(rf"(?<![\w-]){re.escape(tool)}(?![\w-])", criterion):
+            if tool not in succeeded and _names_tool(criterion, tool):
                 return f"'{criterion}' needs a call of {tool}, and the executor never called it successfully"
     return None
 
@@ -90,6 +101,8 @@ class Verifier:
         missing = missing_tool_calls(step, progress.tool_calls)
         if missing is not None:
             return missing
+        if backed_by_calls(step, progress.tool_calls):
+            return None
         self.before_call()  # the run's budget
         response = await self.model.complete(
             ModelRequest(

@@ -45,6 +45,8 @@ async def test_a_step_that_skips_its_required_tool_is_sent_back_and_then_calls_i
     result = await run.result()
     assert result.outputs == {"greet": "Hello Ada! Recorded."}
     assert [c["tool"] for c in harness.calls()] == ["record"]  # the call really ran, once
+    # The record settled the one criterion: no verifier model was asked (the executor's 3 calls only).
+    assert len((await run.ledger()).calls) == 3
     ledger = await run.ledger()
     # The executor was told why it was sent back, from the record, not from its claim.
     transcript = hydrate(harness.store, ledger.steps["greet"].transcript)

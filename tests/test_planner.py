@@ -143,11 +143,11 @@ def test_planning_messages_hold_rules_schema_and_tools(catalog: ToolCatalog) -> 
     assert (system.role, user.role) == ("system", "user")
     # The reference syntax is shown literally (the prompt template must not eat the braces).
     assert "${step_id} or ${step_id.field}" in system.content
-    # The tools as signatures: required arguments plain, optional ones marked.
-    assert "- greet(name: string, greeting?: string): Make a greeting." in system.content
-    assert "- add(a: integer, b: integer): Add two integers." in system.content
-    # The plan schema travels as the request's response schema, not in the prompt.
-    assert '"$defs"' not in system.content
+    assert "- greet: Make a greeting." in system.content
+    assert "- add: Add two integers." in system.content
+    # The plan schema (and with it the tools' arguments) travels as the request's response
+    # schema, not in the prompt.
+    assert '"required"' not in system.content and "$defs" not in system.content
     assert user.content == "Goal: say hello\n\nWrite the plan."
 
 
@@ -376,7 +376,7 @@ def _valid(schema: dict[str, Any], value: Any) -> bool:
 
 def test_planner_schema_allows_only_registered_tools_with_their_arguments(catalog: ToolCatalog) -> None:
     schema = planner_schema(catalog, tiers=["fast"])
-    step = {"kind": "tool", "tool": "greet", "id": "hello", "title": "Greet", "depends_on": [], "args": {"name": "Ada"}}
+    step = {"tool": "greet", "id": "hello", "title": "Greet", "depends_on": [], "args": {"name": "Ada"}}
     assert _valid(schema, {"goal": "g", "steps": [step]})
     # An unknown tool, a missing argument, an argument of the wrong type, an extra argument: none fit.
     assert not _valid(schema, {"goal": "g", "steps": [{**step, "tool": "gret"}]})
@@ -405,12 +405,9 @@ def test_every_plan_the_schema_allows_is_a_plan_the_model_accepts(catalog: ToolC
         "risk": "high",
         "output_format": "json",
         "output_schema": {"type": "object"},
-        "requires_approval": True,
-        "timeout_seconds": 30,
-        "max_attempts": 2,
         "approvers": ["dana"],
     }
-    assert _valid(planner_schema(catalog), {"goal": "g", "steps": [step]})
+    assert _valid(planner_schema(catalog, approvers=True), {"goal": "g", "steps": [step]})
     draft, problems = parse_plan_output(json.dumps({"goal": "g", "steps": [step]}))
     assert problems == [] and draft is not None
 
@@ -419,9 +416,9 @@ def test_planner_schema_is_small_enough_for_a_grammar(catalog: ToolCatalog) -> N
     """No counted repetitions (maxItems 10000 made llama.cpp's server build a rule per count and
     crash) and `kind` first in every member, so a grammar decides the member at once."""
     text = json.dumps(planner_schema(catalog))
-    assert "maxItems" not in text and "{0,63}" not in text and "$ref" not in text
+    assert "maxItems" not in text and "{0,63}" not in text
     for member in planner_schema(catalog)["properties"]["steps"]["items"]["anyOf"]:
-        assert next(iter(member["properties"])) == "kind"
+        assert next(iter(member["properties"])) in ("tool", "kind")
 
 
 async def test_the_planner_asks_for_the_schema_built_from_the_catalogue(catalog: ToolCatalog) -> None:
