@@ -52,10 +52,6 @@ class Capabilities(BaseModel):
         default=None, description="json_schema, json_object+schema, tool, json_object or prompt."
     )
     tool_calling: ToolCalling | None = Field(default=None, description="native or prompted.")
-    strict: bool = Field(
-        default=False,
-        description="Ask for strict schema adherence where the wire format has it (OpenAI's strict json_schema).",
-    )
 
 
 def capabilities_for(model: str, table: dict[str, Capabilities]) -> Capabilities | None:

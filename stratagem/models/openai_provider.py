@@ -35,8 +35,7 @@ class OpenAIModel:
 
     async def _send(self, request: ModelRequest, structured: StructuredOutput | None) -> ModelResponse:
         client = client_for(self.endpoint, _make_client)
-        strict = bool(self.capabilities and self.capabilities.strict)
-        arguments = _arguments(self.endpoint.model, request, structured, strict=strict)
+        arguments = _arguments(self.endpoint.model, request, structured)
         key = (self.endpoint.provider.name, self.endpoint.base_url, self.endpoint.model)
         if request.max_output_tokens is not None:
             field = self._token_field(key)
@@ -91,9 +90,7 @@ SCHEMA_TOOL_DESCRIPTION = (
 )
 
 
-def _arguments(
-    model: str, request: ModelRequest, structured: StructuredOutput | None, *, strict: bool = False
-) -> dict[str, Any]:
+def _arguments(model: str, request: ModelRequest, structured: StructuredOutput | None) -> dict[str, Any]:
     """The chat-completions body; the schema (if any) asked for by `structured`."""
     arguments: dict[str, Any] = {"model": model, "messages": [_message(m) for m in request.messages]}
     tools = [
@@ -104,7 +101,10 @@ def _arguments(
     if schema and structured is StructuredOutput.json_schema:
         arguments["response_format"] = {
             "type": "json_schema",
-            "json_schema": {"name": request.schema_name, "schema": schema, "strict": strict},
+            # Not strict: OpenAI's strict mode wants every object closed, and plans hold open ones
+            # (a tool's free-form arguments, an output schema); the validation that follows holds
+            # the answer to the rules either way.
+            "json_schema": {"name": request.schema_name, "schema": schema, "strict": False},
         }
     elif schema and structured is StructuredOutput.json_object_schema:
         arguments["response_format"] = {"type": "json_object", "schema": schema}
