@@ -248,3 +248,15 @@ def test_openai_itself_gets_max_completion_tokens(monkeypatch: pytest.MonkeyPatc
     local = OpenAIModel("smollm2@http://127.0.0.1:8765/v1")
     key = (local.endpoint.provider.name, local.endpoint.base_url, local.endpoint.model)
     assert local._token_field(key) == "max_tokens"
+
+
+async def test_calls_refused_at_the_same_time_learn_once(openai_fake: FakeOpenAI) -> None:
+    """Steps running in parallel hit the same refusal together: one note, and every call answered."""
+    import asyncio
+
+    openai_fake.responder = llama_cpp(lambda body: Reply.json({"answer": 1}))
+    model = load_model(f"openai:smollm2@{openai_fake.base_url}")
+    responses = await asyncio.gather(*(model.complete(ask(response_schema=SCHEMA)) for _ in range(4)))
+    assert all(json.loads(r.text) == {"answer": 1} for r in responses)
+    assert len({note for r in responses for note in r.negotiated}) == 1
+    assert len(responses[-1].negotiated) == 1

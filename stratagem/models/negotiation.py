@@ -160,8 +160,10 @@ def _fall_back(
     configuration fixed it), and the refusal stands."""
     status = getattr(exc, "status", "?")
     if feature is Feature.tools:
-        if configured.tool_calling is not None or state.tool_calling is ToolCalling.prompted:
+        if configured.tool_calling is not None:
             return False
+        if state.tool_calling is ToolCalling.prompted:
+            return True  # another call learned it meanwhile (this one went out native)
         state.tool_calling = ToolCalling.prompted
         state.notes.append(
             f"{label}: tools are offered in the prompt: the endpoint refused native tools (HTTP {status})"
@@ -172,6 +174,8 @@ def _fall_back(
     later = supported[supported.index(structured) + 1 :] if structured in supported else []
     if not later:
         return False
+    if state.structured_output in later:
+        return True  # another call learned it meanwhile (this one went out the older way)
     state.structured_output = later[0]
     state.notes.append(
         f"{label}: structured output by {later[0].value}: the endpoint refused {structured.value} (HTTP {status})"
