@@ -203,6 +203,7 @@ async def run_worker(settings: Settings, options: WorkerOptions | None = None) -
     finally:
         if gauge is not None:
             gauge.cancel()
+        await registry.aclose()  # MCP sessions: the stdio servers this worker started stop
         flush_telemetry()
 
 

@@ -35,7 +35,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="MODULE",
-        help="tool module (dotted name or .py file); repeatable",
+        help="tool module (dotted name or .py file), or MCP server (mcp:stdio:COMMAND [ARGS], mcp:http:URL); repeatable",
     )
     parser.add_argument(
         "--role",

@@ -132,6 +132,11 @@ _PROCESS_CALLS = ("subprocess.", "cli(", "Popen(")  # "cli(" also catches acli( 
 
 
 def group_of(item: pytest.Item) -> str:
+    # A module may say so itself (`pytestmark = pytest.mark.system`) when its processes start
+    # where the source does not show it: an MCP server the tool registry starts, say.
+    for marker in item.iter_markers():
+        if marker.name in ("unit", "workflow", "system"):
+            return marker.name
     fixtures = set(getattr(item, "fixturenames", ()))
     if fixtures & SYSTEM_FIXTURES:
         return "system"

@@ -48,7 +48,11 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("goal", nargs="?", help="what to achieve (needs --planner)")
     source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person")
     run.add_argument(
-        "--tools", action="append", default=[], metavar="MODULE", help="tool module or .py file; repeatable"
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="tool module, .py file, or MCP server (mcp:stdio:COMMAND [ARGS], mcp:http:URL); repeatable",
     )
     run.add_argument("--planner", metavar="MODEL", help="planner model, e.g. openai:gpt-4.1 or scripted:planner.yaml")
     run.add_argument("--executor", metavar="MODEL", help="executor model for llm steps (default: the planner)")
@@ -56,12 +60,12 @@ def parser() -> argparse.ArgumentParser:
         "--tier", action="append", default=[], metavar="NAME=MODEL", help="a model tier llm steps may name; repeatable"
     )
     run.add_argument("--synthesizer", metavar="MODEL", help="model that summarises the outcome at the end")
+    run.add_argument(
+        "--verifier", metavar="TIER|MODEL", help="checks llm steps' success criteria (default: the step's own model)"
+    )
     run.add_argument("--config", metavar="FILE", help="models, tiers, budget and prices (default: $STRATAGEM_CONFIG)")
     run.add_argument(
         "--mode", choices=["plan", "joint"], default="plan", help="joint: one model thinks and acts in one loop"
-    )
-    run.add_argument(
-        "--verifier", metavar="TIER|MODEL", help="checks llm steps' success criteria (default: the step's own model)"
     )
     run.add_argument(
         "--allow-tool",

@@ -208,10 +208,13 @@ async def cmd_run(args: argparse.Namespace) -> int:
         return detached(run, json_mode=args.json)
 
     # A server this command does not manage: host a worker here for as long as we follow the run.
-    async with build_worker(client, task_queue=config.task_queue, registry=registry, workspace=config.workspace):
-        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
-        render.note(f"run {run.id} started", json_mode=args.json)
-        return await follow_attached(run, args, by)
+    try:
+        async with build_worker(client, task_queue=config.task_queue, registry=registry, workspace=config.workspace):
+            run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+            render.note(f"run {run.id} started", json_mode=args.json)
+            return await follow_attached(run, args, by)
+    finally:
+        await registry.aclose()
 
 
 def detached(run: RunHandle, *, json_mode: bool) -> int:

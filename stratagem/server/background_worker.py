@@ -18,6 +18,8 @@ from typing import Any
 from ..config import WORKSPACE_ROOTS_ENV, Settings
 from ..errors import ConfigError
 from ..telemetry import TELEMETRY_ENV
+from ..tools import canonical_tool_source
+from ..tools.mcp_sources import is_mcp_source
 from .home import prepare_home, write_atomically
 from .processes import alive
 
@@ -121,7 +123,7 @@ class BackgroundWorker:
         # A tool file that has since been deleted cannot be loaded: leave it out rather than
         # start a worker that dies at once.
         state["tools"] = (
-            [str(t) for t in tools if not str(t).endswith(".py") or Path(str(t)).is_file()]
+            [str(t) for t in tools if is_mcp_source(str(t)) or not str(t).endswith(".py") or Path(str(t)).is_file()]
             if isinstance(tools, list)
             else []
         )
@@ -156,7 +158,7 @@ class BackgroundWorker:
 
         New worker settings (keys, base URLs, the store) restart the worker only when `models` is true and
         this environment sets some: a shell without keys must not replace a worker that has them."""
-        wanted = sorted({str(Path(t).resolve()) if t.endswith(".py") else t for t in tools})
+        wanted = sorted({canonical_tool_source(t) for t in tools})
         setup = self._setup()
         state = self._state()
         current = sorted(state["tools"]) if state else []

@@ -1,6 +1,16 @@
-"""Tools: plain functions a plan's tool steps call, registered with `@tool`."""
+"""Tools: plain functions a plan's tool steps call, registered with `@tool`, and the tools of
+MCP servers (`--tools mcp:stdio:COMMAND` or `mcp:http:URL`)."""
 
 from ..catalog import ToolCatalog, ToolSpec
-from .registry import ToolContext, ToolDefinition, ToolRegistry, idempotency_key, tool
+from .registry import ToolContext, ToolDefinition, ToolRegistry, canonical_tool_source, idempotency_key, tool
 
-__all__ = ["ToolCatalog", "ToolContext", "ToolDefinition", "ToolRegistry", "ToolSpec", "idempotency_key", "tool"]
+__all__ = [
+    "ToolCatalog",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolRegistry",
+    "ToolSpec",
+    "canonical_tool_source",
+    "idempotency_key",
+    "tool",
+]

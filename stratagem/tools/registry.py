@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
+from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
@@ -26,6 +27,9 @@ from ..catalog import ToolCatalog, ToolSpec
 from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
 from ..plan import Risk
 from ..telemetry import tool_call_span
+from .mcp_servers import McpServer
+from .mcp_sources import canonical_source, is_mcp_source, parse_source
+from .mcp_tools import McpTool
 
 _MARK = "__stratagem_tool__"
 
@@ -68,10 +72,14 @@ def idempotency_key(run_id: str, execution_id: str, step_id: str, revision: int,
 
 @dataclass(frozen=True)
 class ToolDefinition:
+    """A registered tool. A Python tool's `arguments` model checks its arguments and gives its
+    schema; a tool that brings its own JSON Schema (an MCP server's) has `parameters` instead,
+    and its `function` is called as `function(arguments, context)`."""
+
     name: str
     description: str
     function: Callable[..., Any]
-    arguments: type[BaseModel]
+    arguments: type[BaseModel] | None
     context_parameter: str | None
     side_effects: bool
     local: bool = False
@@ -79,14 +87,23 @@ class ToolDefinition:
     risk: Risk | None = None
     requires_approval: bool = False
     irreversible: bool = False
+    parameters: dict[str, Any] | None = None
 
     @functools.cached_property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.function)
 
+    @functools.cached_property
+    def _schema_validator(self) -> Any:
+        schema = self.parameters or {}
+        return validator_for(schema)(schema)
+
     def spec(self) -> ToolSpec:
-        schema = self.arguments.model_json_schema()
-        schema.pop("title", None)
+        if self.arguments is not None:
+            schema = self.arguments.model_json_schema()
+            schema.pop("title", None)
+        else:
+            schema = dict(self.parameters or {"type": "object", "properties": {}})
         return ToolSpec(
             name=self.name,
             description=self.description,
@@ -207,9 +224,22 @@ def _return_schema(annotation: Any) -> dict[str, Any] | None:
         schema = TypeAdapter(annotation).json_schema()
     except Exception:  # a type pydantic cannot describe: the output is simply not checked
         return None
+    return _telling(schema)
+
+
+def _telling(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """An output schema with its `$ref`s inlined, if it names fields (of an object, or of a
+    list's items); None otherwise."""
+    schema = dict(schema)
     definitions = schema.pop("$defs", {})
+    # A server's schema is not ours: definitions that refer to each other many times over must
+    # not make the inlined copy explode.
+    budget = [20_000]
 
     def inline(node: Any, depth: int = 0) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return {}
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
@@ -221,6 +251,8 @@ def _return_schema(annotation: Any) -> dict[str, Any] | None:
         return node
 
     schema = inline(schema)
+    if budget[0] < 0:
+        return None
     items = schema.get("items") if schema.get("type") == "array" else None
     telling = schema.get("properties") or (isinstance(items, dict) and items.get("properties"))
     return schema if telling else None
@@ -233,22 +265,28 @@ class ToolRegistry:
         self._tools: dict[str, ToolDefinition] = {}
         self._origins: dict[str, str] = {}
         self._catalog: ToolCatalog | None = None
+        self._servers: list[McpServer] = []
 
     @classmethod
     def from_modules(cls, modules: list[str], *, builtins: bool = True) -> ToolRegistry:
+        """A registry of the built-in tools and those of `modules`: dotted module names, `.py`
+        files, and MCP servers (`mcp:stdio:COMMAND [ARGS]`, `mcp:http:URL`: stratagem.tools.mcp_sources)."""
         registry = cls()
         if builtins:
             registry.load_module("stratagem.tools.builtin")
-        for module in modules:
+        for module in dict.fromkeys(modules):  # the same source twice is one source
             registry.load_module(module)
         return registry
 
     def register(self, fn: Callable[..., Any] | ToolDefinition, *, origin: str = "") -> ToolDefinition:
         definition = fn if isinstance(fn, ToolDefinition) else getattr(fn, _MARK, None) or define_tool(fn)
         if definition.name in self._tools and self._tools[definition.name].function is not definition.function:
+            origins = (self._origins[definition.name], origin or "another")
+            fix = "rename one with @tool(name=...)"
+            if any(is_mcp_source(o) for o in origins):
+                fix += " or give an MCP server's tools a prefix: mcp[prefix=NAME]:..."
             raise ToolRegistrationError(
-                f"two tools are named '{definition.name}' ({self._origins[definition.name]} and {origin or 'another'}); "
-                "rename one with @tool(name=...)"
+                f"two tools are named '{definition.name}' ({origins[0]} and {origins[1]}); {fix}"
             )
         self._tools[definition.name] = definition
         self._origins[definition.name] = origin or getattr(definition.function, "__module__", "?")
@@ -256,7 +294,10 @@ class ToolRegistry:
         return definition
 
     def load_module(self, module: str) -> list[str]:
-        """Import a module by dotted name or file path and register every `@tool` in it."""
+        """Import a module by dotted name or file path and register every `@tool` in it; or, for
+        an MCP source, register the server's tools."""
+        if is_mcp_source(module):
+            return self.load_mcp(module)
         loaded = _import(module)
         names = []
         for value in vars(loaded).values():
@@ -267,6 +308,28 @@ class ToolRegistry:
         if not names:
             raise ToolRegistrationError(f"tool module '{module}' defines no @tool functions")
         return names
+
+    def load_mcp(self, spec: str) -> list[str]:
+        """Register the tools an MCP server lists (stratagem.tools.mcp_servers). They are listed
+        now, once; calls open a session of their own when the first one comes."""
+        server = McpServer(parse_source(spec))
+        tools = server.list_tools()
+        for mcp_tool in tools:
+            if mcp_tool.name in self._tools:
+                raise ToolRegistrationError(
+                    f"MCP server '{server.source.label}' offers tool '{mcp_tool.name}', which {self._origins[mcp_tool.name]} "
+                    "already registered; give the server's tools a prefix: mcp[prefix=NAME]:..."
+                )
+        for mcp_tool in tools:
+            self.register(_mcp_definition(server, mcp_tool), origin=spec)
+        self._servers.append(server)
+        return [t.name for t in tools]
+
+    async def aclose(self) -> None:
+        """Close what the tools hold open on this event loop: MCP sessions, whose stdio servers
+        stop. The worker calls it when it shuts down."""
+        for server in self._servers:
+            await server.aclose()
 
     def get(self, name: str) -> ToolDefinition:
         try:
@@ -295,6 +358,14 @@ class ToolRegistry:
 
     async def _invoke(self, name: str, args: dict[str, Any], context: ToolContext) -> Any:
         definition = self.get(name)
+        if definition.arguments is None:
+            problems = [
+                f"'{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}' {e.message}"
+                for e in definition._schema_validator.iter_errors(args)
+            ]
+            if problems:
+                raise ToolArgumentsError(f"tool '{name}': {'; '.join(problems)}")
+            return to_jsonable_python(await definition.function(args, context))
         try:
             parsed = definition.arguments.model_validate(args)
         except ValidationError as exc:
@@ -315,6 +386,32 @@ class ToolRegistry:
                 f"tool '{name}' returned a {type(result).__name__}, which is not JSON-serializable: {exc}",
                 retryable=False,
             ) from None
+
+
+def _mcp_definition(server: McpServer, mcp_tool: McpTool) -> ToolDefinition:
+    async def call(arguments: dict[str, Any], context: ToolContext) -> Any:
+        return await server.call(mcp_tool.remote, arguments, context.idempotency_key)
+
+    return ToolDefinition(
+        name=mcp_tool.name,
+        description=mcp_tool.description,
+        function=call,
+        arguments=None,
+        parameters=mcp_tool.parameters,
+        context_parameter=None,
+        side_effects=mcp_tool.side_effects,
+        returns=_telling(mcp_tool.output_schema) if mcp_tool.output_schema else None,
+        risk=mcp_tool.risk,
+        requires_approval=mcp_tool.requires_approval,
+    )
+
+
+def canonical_tool_source(source: str) -> str:
+    """A `--tools` value as a worker started in another folder must be given it: a `.py` file's
+    absolute path, an MCP stdio command's paths made absolute, a dotted module name as it is."""
+    if is_mcp_source(source):
+        return canonical_source(source)
+    return str(Path(source).resolve()) if source.endswith(".py") else source
 
 
 def _is_context(annotation: Any) -> bool:
