@@ -13,10 +13,10 @@ from .base import (
     Purpose,
     ToolCall,
     Usage,
-    load_model,
     register_provider,
     split_model_string,
 )
+from .failover import FailoverModel, load_model
 from .openai_provider import OpenAIModel
 from .scripted import ScriptedModel
 
@@ -26,6 +26,7 @@ register_provider("anthropic", AnthropicModel)
 
 __all__ = [
     "AnthropicModel",
+    "FailoverModel",
     "Message",
     "Model",
     "ModelAuthError",

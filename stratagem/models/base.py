@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any, Protocol
 
@@ -141,26 +141,12 @@ def split_model_string(model: str) -> tuple[str, str]:
     return provider, name
 
 
-def load_model(
-    model: str,
-    *,
-    price: Any = None,
-    capabilities: Any = None,
-    fallbacks: Sequence[str] = (),
-    fallback_capabilities: Mapping[str, Any] | None = None,
-) -> Model:
+def load_model(model: str, *, price: Any = None, capabilities: Any = None) -> Model:
     """The model a `provider:name` string names. Every call it makes is a `chat <model>` span,
     costed with `price` (a `stratagem.usage.Price`) when one is given. `capabilities`
     (`negotiation.Capabilities`) fixes how a provider that negotiates calls its endpoint.
-    With `fallbacks`, a failover tier (models.failover): those models, in order, answer a call
-    the first one cannot."""
-    primary = _load_one(model, price, capabilities)
-    if not fallbacks:
-        return primary
-    from .failover import FailoverModel
-
-    more = fallback_capabilities or {}
-    return FailoverModel([(model, primary), *((m, _load_one(m, None, more.get(m))) for m in fallbacks)])
+    `stratagem.models.load_model` also takes a failover tier's other models."""
+    return _load_one(model, price, capabilities)
 
 
 def _load_one(model: str, price: Any, capabilities: Any) -> Model:

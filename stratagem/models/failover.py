@@ -15,11 +15,33 @@ over (`failovers`), so the ledger can say which model ran each call and why it c
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import base
 from .base import Model, ModelAuthError, ModelCallError, ModelRequest, ModelRequestError, ModelResponse
 
 # What moves a call to the next model. A garbled answer is a ModelCallError too: another
 # provider may well answer properly.
 FAILOVER_ERRORS = (ModelCallError, ModelRequestError, ModelAuthError)
+
+
+def load_model(
+    model: str,
+    *,
+    price: Any = None,
+    capabilities: Any = None,
+    fallbacks: Sequence[str] = (),
+    fallback_capabilities: Mapping[str, Any] | None = None,
+) -> Model:
+    """`base.load_model`, and with `fallbacks` a failover tier: those models, in order, answer a
+    call the first one cannot (their own `capabilities` from `fallback_capabilities`)."""
+    primary = base.load_model(model, price=price, capabilities=capabilities)
+    if not fallbacks:
+        return primary
+    more = fallback_capabilities or {}
+    members = [(m, base.load_model(m, capabilities=more.get(m))) for m in fallbacks]
+    return FailoverModel([(model, primary), *members])
 
 
 class FailoverModel:
