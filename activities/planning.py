@@ -17,6 +17,7 @@ from stratagem.store import OutputStore, default_store, hydrate
 from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolCatalog, ToolRegistry
 from stratagem.usage import CallUsage
+from stratagem.verifier import goal_verdict
 
 from .checkpoint import Checkpoint, request_timeout
 from .errors import as_application_error
@@ -124,6 +125,36 @@ class PlanningActivities:
         )
         return activity_io.SynthesisOutput(
             text=response.text, usage=response.usage, model=response.model, calls=[call], failovers=response.failovers
+        )
+
+    @activity.defn(name=activity_io.CHECK_GOAL)
+    async def check_goal(self, request: activity_io.GoalCheckInput) -> activity_io.GoalCheckOutput:
+        """The run's final check: a verifier model judges the final outputs against the goal."""
+        with attempt_span(f"final check attempt {activity.info().attempt}", _attributes(request.model)):
+            try:
+                model = load_model(
+                    request.model, price=request.price, capabilities=request.capabilities, fallbacks=request.fallbacks
+                )
+                outputs = hydrate(self._store, request.outputs)
+                attempt = activity.info().attempt
+                met, reason, response = await goal_verdict(
+                    model,
+                    request.goal,
+                    outputs,
+                    attempt=attempt,
+                    call_index=request.call_index,
+                    timeout_seconds=request_timeout(request_timeout_default()),
+                )
+            except Exception as exc:
+                raise as_application_error(exc)
+        call = CallUsage(
+            model=response.served_by or request.model,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            attempt=attempt,
+        )
+        return activity_io.GoalCheckOutput(
+            met=met, reason=reason, calls=[call], negotiated=response.negotiated, failovers=response.failovers
         )
 
 

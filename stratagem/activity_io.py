@@ -24,6 +24,7 @@ PLAN = "stratagem.plan"
 RUN_TOOL = "stratagem.run_tool"
 RUN_LLM = "stratagem.run_llm"
 SYNTHESIZE = "stratagem.synthesize"
+CHECK_GOAL = "stratagem.check_goal"
 ARCHIVE_EVENTS = "stratagem.archive_events"
 NOTIFY = "stratagem.notify"
 
@@ -180,6 +181,26 @@ class SynthesisOutput(CompactModel):
     model: str
     calls: list[CallUsage] = Field(default_factory=list)
     failovers: list[str] = Field(default_factory=list, description="Models passed over, and why.")
+
+
+class GoalCheckInput(BaseModel):
+    """The final check: do the run's outputs reach its goal?"""
+
+    goal: str
+    model: str
+    outputs: dict[str, Any] = Field(description="The outputs of the plan's final steps, by step id.")
+    call_index: int = Field(default=0, description="How many final checks the run made before this one.")
+    price: Price | None = None
+    capabilities: Capabilities | None = None
+    fallbacks: list[str] = Field(default_factory=list)
+
+
+class GoalCheckOutput(CompactModel):
+    met: bool
+    reason: str = ""
+    calls: list[CallUsage] = Field(default_factory=list)
+    negotiated: list[str] = Field(default_factory=list)
+    failovers: list[str] = Field(default_factory=list)
 
 
 class NotifyInput(BaseModel):

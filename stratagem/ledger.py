@@ -137,6 +137,8 @@ class EventKind(str, Enum):
     model_negotiated = "model_negotiated"
     model_failover = "model_failover"
     """A call went to the next model of a failover tier; the message says which and why."""
+    goal_checked = "goal_checked"
+    """The final check's verdict on the run's outputs (data: met)."""
     step_escalated = "step_escalated"
     """An llm step that failed runs once more on a stronger model, before any replan."""
     """How a model's endpoint is called, learned from a refusal (stratagem.models.negotiation)."""

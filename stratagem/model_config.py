@@ -10,6 +10,7 @@
       strong: anthropic:claude-sonnet-4-5
       local: openai:llama3.1:8b@http://127.0.0.1:11434/v1
     escalate: {fast: strong}               # a step that failed on fast runs once more on strong
+    final_check: true                      # the verifier judges the outputs against the goal at the end
     budget: {tokens: 500000, cost_usd: 5, model_calls: 200, wall_clock_seconds: 86400}
     max_tool_rounds: 12
     prices:                                # USD per million tokens; extends the built-in table
@@ -49,6 +50,9 @@ class ModelConfig(BaseModel):
         default=None, description="A tier or a model that checks success criteria; default: the step's own model."
     )
     tiers: dict[str, str | list[str]] = Field(default_factory=dict)
+    final_check: bool = Field(
+        default=False, description="Judge the final outputs against the goal before the run counts as a success."
+    )
     escalate: dict[str, str] = Field(
         default_factory=dict,
         description="A tier (or 'executor') whose failed llm steps run once more on another tier before a replan.",

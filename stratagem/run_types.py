@@ -79,6 +79,11 @@ class RunOptions(CompactModel):
         description="How to call a model (structured output, tool calling), by model string, where the "
         "configuration fixes it; other models are negotiated with their endpoints.",
     )
+    final_check: bool = Field(
+        default=False,
+        description="Before the run counts as a success, a verifier model judges the final outputs against the "
+        "goal; not reached, the run replans (trigger goal_unmet).",
+    )
     fallbacks: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Failover: for a model string, the models that answer, in order, when it cannot "
@@ -179,7 +184,11 @@ class RunOptions(CompactModel):
 # Level 3: the tool catalogue comes from a local activity when the worker serves the tools role.
 # Level 4: repair instead of failure, partial re-approval, tool-call approvals, changes while running.
 # Level 5: a notification per pending decision, when the worker has channels (stratagem.notify).
-RUN_LEVEL = 5
+# Level 6: checked results (output schemas, success criteria judged by the record and a verifier,
+# criteria_unmet replans), negotiated endpoints, failover tiers, escalation and the final check.
+# Their fields in activity inputs would be ignored by an older worker, which would then run a step
+# without checking it: a level-6 run waits for a level-6 worker.
+RUN_LEVEL = 6
 
 
 class Fork(BaseModel):

@@ -34,7 +34,7 @@ from stratagem.payloads import stratagem_data_converter  # noqa: E402
 
 GOLDEN = HERE / "golden"
 # The generation today's code writes; name a new one when a change adds or alters commands.
-GENERATION = "2026-11-24-level4"
+GENERATION = "2026-11-24-level6"
 
 
 async def capture(names: list[str], force: bool, generation: str = GENERATION) -> None:

@@ -161,3 +161,45 @@ def test_progress_from_before_verification_still_loads() -> None:
     progress = ExecutorProgress.model_validate(json.loads(json.dumps(old)))
     assert progress.verifications == 0 and progress.negotiated == []
     assert Executor  # the executor reads it (tests/test_executor.py covers the resume)
+
+
+# --- the final check ----------------------------------------------------------------------------
+
+
+async def test_the_final_check_sends_a_run_that_missed_its_goal_back_to_the_planner(harness) -> None:
+    first = {"goal": "g", "steps": [{"id": "draft", "title": "Draft", "tool": "record", "args": {"label": "draft"}}]}
+    second = {
+        "goal": "g",
+        "steps": [
+            {"id": "draft", "title": "Draft", "tool": "record", "args": {"label": "draft"}},
+            {"id": "send", "title": "Send", "tool": "record", "args": {"label": "sent"}, "depends_on": ["draft"]},
+        ],
+    }
+    planner = harness.script(
+        "planner.yaml",
+        {
+            "planner": [{"plan": first}, {"plan": second}],
+            "verifier": {"goal": [{"met": False, "reason": "nothing was sent"}, {"met": True, "reason": "sent"}]},
+        },
+    )
+    run = await harness.start(goal="g", planner=planner, auto_approve=True, final_check=True)
+    result = await run.result()
+    assert result.outputs == {"send": "sent"}
+    assert [c["tool"] for c in harness.calls()] == ["record", "record"]  # draft ran once, then send
+    ledger = await run.ledger()
+    checks = [(e.data["met"], e.message) for e in ledger.events if e.kind is EventKind.goal_checked]
+    assert checks == [(False, "nothing was sent"), (True, "sent")]
+    [replan] = [e for e in ledger.events if e.kind is EventKind.replan_requested]
+    assert replan.data["trigger"] == "goal_unmet"
+    assert replan.message == "the final check found the goal not reached: nothing was sent"
+    assert [c.purpose for c in ledger.calls].count("verify") == 2  # usage like any other
+
+
+async def test_without_the_option_no_final_check_is_made(harness) -> None:
+    plan = {"goal": "g", "steps": [{"id": "a", "title": "A", "tool": "record", "args": {"label": "a"}}]}
+    planner = harness.script("planner.yaml", {"planner": [{"plan": plan}]})
+    run = await harness.start(goal="g", planner=planner, auto_approve=True)
+    await run.result()
+    ledger = await run.ledger()
+    assert not [e for e in ledger.events if e.kind is EventKind.goal_checked]
+    assert [c.purpose for c in ledger.calls] == ["plan"]

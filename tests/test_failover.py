@@ -119,6 +119,7 @@ def _args(config: Path) -> argparse.Namespace:
         executor=None,
         synthesizer=None,
         verifier=None,
+        final_check=False,
         tier=[],
         mode="plan",
         plan=None,

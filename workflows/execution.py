@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 from temporalio.exceptions import CancelledError as TemporalCancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -25,11 +25,11 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.references import references_in, resolve_step
     from stratagem.roles import Role
     from stratagem.run_types import ApproveInput, DecisionKind, PausedCall, Phase, RejectInput
-    from stratagem.scheduling import Frontier, all_succeeded
+    from stratagem.scheduling import Frontier, all_succeeded, sink_steps
     from stratagem.stored import describe, is_stored
     from stratagem.usage import CallUsage, may_cross, price_for
 
-from .activity_options import max_attempts, step_activity_options
+from .activity_options import PLANNING_RETRY, PLANNING_TIMEOUT, max_attempts, step_activity_options
 from .continuation import Continuation
 from .failures import cause_attempts, cause_detail, cause_message, cause_type
 from .observe import mark
@@ -95,6 +95,9 @@ class Execution(Planning, Continuation):
         elif state.plan.revision != revision:
             return False  # revised while running: its review (or the carried approval) says what next
         elif all_succeeded(state.plan, state.ledger):
+            if state.options.final_check and not await self._goal_reached():
+                state.phase = Phase.replanning
+                return False
             return True
         elif not self._winding_down:
             blocked = [s.id for s in state.plan.steps if state.ledger.steps[s.id].status is StepStatus.pending]
@@ -255,6 +258,61 @@ class Execution(Planning, Continuation):
             self._reserved.pop(step.id, None)
             self._finished_here += 1
             self._budget_epoch += 1
+        return False
+
+    async def _goal_reached(self) -> bool:
+        """The final check (options.final_check): a verifier model judges the final steps' outputs
+        against the goal. False when it found the goal not reached: `state.failure` says why, and
+        the run replans. A check that cannot be made (its model fails) leaves the run a success,
+        with the reason in the ledger: the steps did succeed."""
+        state = self.state
+        assert state.plan is not None
+        options = state.options
+        model = options.verifier or options.executor or options.planner
+        if not model:
+            return True
+        outputs = {sid: state.ledger.steps[sid].output for sid in sink_steps(state.plan)}
+        request = activity_io.GoalCheckInput(
+            goal=state.goal,
+            model=model,
+            outputs=outputs,
+            call_index=sum(1 for e in state.ledger.events if e.kind is EventKind.goal_checked),
+            price=price_for(model, options.prices),
+            capabilities=options.capabilities_of(model).get(model),
+            fallbacks=options.fallbacks.get(model, []),
+        )
+        try:
+            with self._observe.span("final check", {"stratagem.model": model}):
+                out = await workflow.execute_activity(
+                    activity_io.CHECK_GOAL,
+                    request,
+                    task_queue=self._queue(Role.planner),
+                    result_type=activity_io.GoalCheckOutput,
+                    start_to_close_timeout=PLANNING_TIMEOUT,
+                    retry_policy=PLANNING_RETRY,
+                    summary="final check",
+                )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            self._record_calls(cause_detail(exc, "calls", CallUsage), "verify")
+            state.ledger.record(
+                EventKind.goal_checked,
+                self._now(),
+                revision=state.plan.revision,
+                message=f"the final check could not be made: {cause_message(exc)}",
+                met=None,
+            )
+            return True
+        self._record_calls(out.calls, "verify")
+        self._record_negotiated(out.negotiated)
+        self._record_failovers(out.failovers)
+        state.ledger.record(
+            EventKind.goal_checked, self._now(), revision=state.plan.revision, message=out.reason, met=out.met
+        )
+        if out.met:
+            return True
+        state.failure = f"the final check found the goal not reached: {out.reason}"
         return False
 
     def _escalated(self, step: Step, error: str) -> bool:

@@ -310,10 +310,13 @@ class StratagemRun(Messages):
                 state.phase = Phase.awaiting_approval
 
     def _trigger(self) -> str:
-        """What the replan answers: the last failure's kind (step_failed or criteria_unmet)."""
+        """What the replan answers: the last failure's kind (step_failed, criteria_unmet, or
+        goal_unmet when the final check found the goal not reached)."""
         for event in reversed(self.state.ledger.events):
             if event.kind is EventKind.step_failed:
                 return str(event.data.get("trigger", "step_failed"))
+            if event.kind is EventKind.goal_checked and event.data.get("met") is False:
+                return "goal_unmet"
         return "step_failed"
 
     async def _await_repair(self) -> None:

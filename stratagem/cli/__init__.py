@@ -63,6 +63,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--verifier", metavar="TIER|MODEL", help="checks llm steps' success criteria (default: the step's own model)"
     )
+    run.add_argument(
+        "--final-check",
+        action="store_true",
+        help="before the run counts as a success, the verifier judges the final outputs against the goal",
+    )
     run.add_argument("--config", metavar="FILE", help="models, tiers, budget and prices (default: $STRATAGEM_CONFIG)")
     run.add_argument(
         "--mode", choices=["plan", "joint"], default="plan", help="joint: one model thinks and acts in one loop"

@@ -116,6 +116,7 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
     if verifier:
         # A tier's name, else a model string.
         options.verifier = _absolute(options.tiers.get(verifier) or _model_string(verifier, "--verifier"))
+    options.final_check = bool(args.final_check or file.final_check)
     options.capabilities = dict(file.models)
     options.fallbacks = fallbacks
     named = {**options.tiers, "executor": options.executor or ""}

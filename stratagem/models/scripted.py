@@ -16,6 +16,7 @@
       look_up:
         - {met: false, reason: "no vendor id in the answer"}
         - {met: true, reason: "the vendor id is there"}
+      goal: {met: true, reason: "the report is written"}   # the final check, if the run asks for one
 
 A step with success criteria and no `verifier` entry is judged met (the verdict says so): an
 example's script need not spell out the checks it does not exercise.
@@ -67,7 +68,8 @@ class ScriptedModel:
                 )
             return responses[request.call_index]
         if request.purpose is Purpose.verify:
-            verdicts = (self._script.get("verifier") or {}).get(request.step_id)
+            # A step's verdicts by its id; the run's final check under `goal`.
+            verdicts = (self._script.get("verifier") or {}).get(request.step_id or "goal")
             if verdicts is None:
                 return {"json": {"met": True, "reason": f"{self.path.name} has no verifier response for this step"}}
             entries = verdicts if isinstance(verdicts, list) else [verdicts]

@@ -230,6 +230,49 @@ async def fork(h: Harness) -> list:
     return [forked]
 
 
+async def checked(h: Harness) -> list:
+    """Level 6: an llm step sent back for unmet criteria, a final check that finds the goal not
+    reached (a replan), and a step escalated to a stronger model after a failure."""
+    greet = {
+        "id": "greet",
+        "title": "Greet",
+        "kind": "llm",
+        "instructions": "Greet Ada and record it with record.",
+        "tools": ["record"],
+        "success_criteria": ["the greeting is recorded with record"],
+    }
+    first = {"goal": "greet ada", "steps": [greet]}
+    second = {"goal": "greet ada", "steps": [greet, step("note", "record", ["greet"], label="noted")]}
+    models = h.script(
+        "golden-checked.yaml",
+        {
+            "planner": [{"plan": first}, {"plan": second}],
+            "executor": {
+                "greet": [
+                    {"text": "Hello Ada."},
+                    {"call": {"tool": "record", "args": {"label": "greeted"}}},
+                    {"text": "Hello Ada, recorded."},
+                ]
+            },
+            "verifier": {"goal": [{"met": False, "reason": "no note"}, {"met": True, "reason": "noted"}]},
+        },
+    )
+    run = await h.start(goal="greet ada", planner=models, executor=models, auto_approve=True, final_check=True)
+    await run.result()
+    cheap = h.script("golden-cheap.yaml", {"executor": {"sum": [{"fail": "too hard"}]}})
+    strong = h.script("golden-strong.yaml", {"executor": {"sum": "done"}})
+    summary = {"id": "sum", "title": "Sum", "kind": "llm", "instructions": "Sum up."}
+    escalated = await h.start(
+        {"goal": "sum", "steps": [summary]},
+        auto_approve=True,
+        executor=cheap,
+        escalate={cheap: strong},
+        step_max_attempts=1,
+    )
+    await escalated.result()
+    return [run, escalated]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -243,4 +286,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "call_approval": call_approval,
     "partial_review": partial_review,
     "fork": fork,
+    "checked": checked,
 }
