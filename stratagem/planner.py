@@ -19,7 +19,7 @@ from .catalog import ToolCatalog
 from .errors import ModelOutputError
 from .ledger import StepRecord
 from .models.base import Message, Model, ModelRequest, Purpose, Usage
-from .plan import OutputFormat, PlanDraft, Risk
+from .plan import STEP_ID_PATTERN, OutputFormat, PlanDraft, Risk
 from .plan_files import describe_draft_errors
 from .scheduling import reconcile
 from .usage import CallUsage
@@ -84,24 +84,30 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
 
     It is as small as it can be, since the request carries it and providers count it as input:
     shared parts are `$defs`, a tool step leaves out `kind` (tool is the default), and fields a
-    planner has no business setting (time limits, attempts) are left to plan files. Each member
+    planner has no business setting (time limits, attempts) are left to plan files. `depends_on`
+    may be left out (no dependencies) and comes after the step's content: small models forced to
+    write it first filled it with tool names. Each member
     starts with what tells the members apart (`tool`, or `kind`): a decoder held to the schema by a
     grammar then knows at once which member it is in; with `id` first, every member stayed open
     and llama.cpp's server ran a hundred times slower per token."""
     ref = {name: {"$ref": f"#/$defs/{name}"} for name in ("id", "title", "ids", "risk")}
-    head = {"id": ref["id"], "title": ref["title"], "depends_on": ref["ids"]}
+    head = {"id": ref["id"], "title": ref["title"]}
     tail: dict[str, Any] = {"risk": ref["risk"]}
     if approvers:
         tail["approvers"] = ref["ids"]
     names = catalog.names
     steps = [
-        _member({"tool": {"enum": [spec.name]}, **head, "args": _plain(spec.parameters), **tail}, ["tool", "args"])
+        _member(
+            {"tool": {"enum": [spec.name]}, **head, "args": _plain(spec.parameters), "depends_on": ref["ids"], **tail},
+            ["tool", "args"],
+        )
         for spec in catalog.tools
     ]
     llm: dict[str, Any] = {
         "kind": {"enum": ["llm"]},
         **head,
         "instructions": {"type": "string"},
+        "depends_on": ref["ids"],
         "tools": {"type": "array", "items": {"enum": names}} if names else {"type": "array", "maxItems": 0},
         "success_criteria": ref["ids"],
         "output_format": {"enum": [f.value for f in OutputFormat]},
@@ -127,8 +133,7 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
         "required": ["goal", "steps"],
         "additionalProperties": False,
         "$defs": {
-            # Without the id pattern's {0,63}: a counted repetition becomes a grammar rule per count.
-            "id": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_-]*$"},
+            "id": {"type": "string", "pattern": STEP_ID_PATTERN},
             "title": {"type": "string", "minLength": 1},
             "ids": {"type": "array", "items": {"type": "string"}},
             "risk": {"enum": [r.value for r in Risk]},
@@ -142,7 +147,7 @@ def _member(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": properties,
-        "required": [*first, "id", "title", "depends_on", *rest],
+        "required": [*first, "id", "title", *rest],
         "additionalProperties": False,
     }
 

@@ -390,6 +390,9 @@ def test_planner_schema_allows_only_registered_tools_with_their_arguments(catalo
     assert not _valid(schema, {"goal": "g", "steps": [{**llm, "tools": ["delete_everything"]}]})
     assert not _valid(schema, {"goal": "g", "steps": [{**llm, "tier": "huge"}]})
     assert not _valid(schema, {"goal": "g", "steps": [{**step, "id": "has space"}]})
+    assert not _valid(schema, {"goal": "g", "steps": [{**step, "id": "x" * 65}]})  # PlanDraft's limit too
+    without = {k: v for k, v in step.items() if k != "depends_on"}
+    assert _valid(schema, {"goal": "g", "steps": [without]})  # no dependencies: may be left out
 
 
 def test_every_plan_the_schema_allows_is_a_plan_the_model_accepts(catalog: ToolCatalog) -> None:
@@ -413,10 +416,11 @@ def test_every_plan_the_schema_allows_is_a_plan_the_model_accepts(catalog: ToolC
 
 
 def test_planner_schema_is_small_enough_for_a_grammar(catalog: ToolCatalog) -> None:
-    """No counted repetitions (maxItems 10000 made llama.cpp's server build a rule per count and
-    crash) and `kind` first in every member, so a grammar decides the member at once."""
+    """No large counted repetitions (maxItems 10000 made llama.cpp's server build a rule per count
+    and crash; the id's {0,63} it holds) and `tool` or `kind` first in every member, so a grammar
+    decides the member at once."""
     text = json.dumps(planner_schema(catalog))
-    assert "maxItems" not in text and "{0,63}" not in text
+    assert "maxItems" not in text and "10000" not in text
     for member in planner_schema(catalog)["properties"]["steps"]["items"]["anyOf"]:
         assert next(iter(member["properties"])) in ("tool", "kind")
 
