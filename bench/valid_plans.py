@@ -9,8 +9,9 @@ Meant for a real local model server, such as llama-cpp-python's serving SmolLM2-
 Each goal gets `plan_with_repairs` as a run does (the first answer and up to two repairs) against
 the worker's built-in tools. `--schema plandraft` holds the model to PlanDraft's own JSON schema
 (what planners were given before the schema was built from the tools, without its counted
-repetitions, which crash llama.cpp's server) instead of the schema built from the catalogue, so
-the two can be compared on the same server and the same prompt. Prints one line per goal and a
+repetitions, which crash llama.cpp's server) and puts that schema and the tools' parameters in
+the prompt as before, instead of the schema built from the catalogue, so the two can be
+compared on the same server. Prints one line per goal and a
 summary; `--json PATH` writes the figures.
 """
 
@@ -68,9 +69,24 @@ def plandraft_schema(_catalog: Any, *, tiers: Any = ()) -> dict[str, Any]:
     return dict(strip(plan_draft_json_schema()))
 
 
+def as_before(catalog: Any) -> str:
+    """The tools as the planner prompt listed them before the schema was built from them: each
+    with its parameters' JSON schema, and PlanDraft's schema after them."""
+    lines = [
+        f"- {spec.name}: {spec.description.strip() or '(no description)'}\n  parameters: "
+        + json.dumps(spec.parameters, separators=(",", ":"), sort_keys=True)
+        for spec in catalog.tools
+    ]
+    schema = json.dumps(plan_draft_json_schema(), separators=(",", ":"))
+    return "\n".join(lines) + f"\n\nPlan schema:\n{schema}"
+
+
 async def measure(model_string: str, schema: str, goals: list[str], max_tokens: int) -> dict[str, Any]:
     if schema == "plandraft":
+        # As before: PlanDraft's schema held by the server, and the prompt carrying it and the
+        # tools' parameters (the prompt's rules are today's).
         planning.planner_schema = plandraft_schema  # type: ignore[assignment]
+        planning.render_tools = as_before  # type: ignore[assignment]
     catalog = ToolRegistry.from_modules([]).catalog()
     model = load_model(model_string)
     results = []
