@@ -56,7 +56,7 @@ GOALS = [
 ]
 
 
-def plandraft_schema(_catalog: Any, *, tiers: Any = ()) -> dict[str, Any]:
+def plandraft_schema(_catalog: Any, **_: Any) -> dict[str, Any]:
     """PlanDraft's own schema, without the counted repetitions a grammar cannot hold."""
 
     def strip(node: Any) -> Any:
