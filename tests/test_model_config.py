@@ -95,3 +95,27 @@ def test_a_cost_budget_needs_a_price_for_every_model():
         run_prices(["openai:gpt-4.1-mini", "openai:mystery"], {}, need_all=True)
     extra = {"openai:mystery": Price(input_per_mtok=1, output_per_mtok=1)}
     assert set(run_prices(["openai:mystery"], extra, need_all=True)) == {"openai:mystery"}
+
+
+def test_model_settings_and_the_verifier_in_the_configuration(tmp_path) -> None:
+    from stratagem.model_settings import StructuredOutput, ToolCalling
+
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "tiers: {strong: openai:gpt-4.1}\nverifier: strong\n"
+        "models:\n  openai:smollm2: {structured_output: json_object+schema, tool_calling: prompted}\n"
+    )
+    config = load_config(good)
+    assert config.verifier == "strong"
+    settings = config.models["openai:smollm2"]
+    assert (settings.structured_output, settings.tool_calling) == (
+        StructuredOutput.json_object_schema,
+        ToolCalling.prompted,
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("verifier: gpt-4.1\nmodels:\n  openai:x: {structured_output: grammar}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(bad)
+    message = str(caught.value)
+    assert "verifier: model 'gpt-4.1' is not of the form provider:name" in message
+    assert "models.openai:x.structured_output: Input should be 'json_schema', 'json_object+schema'" in message
