@@ -71,7 +71,8 @@ class ScriptedModel:
             # A step's verdicts by its id; the run's final check under `goal`.
             verdicts = (self._script.get("verifier") or {}).get(request.step_id or "goal")
             if verdicts is None:
-                return {"json": {"met": True, "reason": f"{self.path.name} has no verifier response for this step"}}
+                about = f"step {request.step_id}" if request.step_id else "the final check"
+                return {"json": {"met": True, "reason": f"{self.path.name} has no verifier response for {about}"}}
             entries = verdicts if isinstance(verdicts, list) else [verdicts]
             if not entries:
                 raise ModelOutputError(
