@@ -378,3 +378,13 @@ def test_the_command_line_refuses_a_bad_source_in_one_line(tmp_path):
         cli("run", "--plan", plan, "--tools", "mcp:stdio:no-such-mcp-server", env=env), "was not found on PATH"
     )
     one_line_error(cli("run", "--plan", plan, "--tools", "mcp:carrier-pigeon:coop", env=env), "unknown MCP transport")
+
+
+def test_the_command_line_and_the_worker_do_not_import_the_mcp_sdk_until_a_server_is_named() -> None:
+    """The SDK takes about 0.6 s to import; every command and worker start would pay it."""
+    import subprocess
+    import sys
+
+    code = "import sys, stratagem.cli, stratagem.worker, stratagem.activities; print('mcp' in sys.modules)"
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "False"

@@ -17,7 +17,7 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
@@ -27,9 +27,13 @@ from ..catalog import ToolCatalog, ToolSpec
 from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
 from ..plan import Risk
 from ..telemetry import tool_call_span
-from .mcp_servers import McpServer
 from .mcp_sources import canonical_source, is_mcp_source, parse_source
-from .mcp_tools import McpTool
+
+if TYPE_CHECKING:
+    # Imported when a worker loads an MCP server, not before: the `mcp` SDK takes about 0.6 s to
+    # import, which every command and every worker would otherwise pay.
+    from .mcp_servers import McpServer
+    from .mcp_tools import McpTool
 
 _MARK = "__stratagem_tool__"
 
@@ -312,6 +316,8 @@ class ToolRegistry:
     def load_mcp(self, spec: str) -> list[str]:
         """Register the tools an MCP server lists (stratagem.tools.mcp_servers). They are listed
         now, once; calls open a session of their own when the first one comes."""
+        from .mcp_servers import McpServer
+
         server = McpServer(parse_source(spec))
         tools = server.list_tools()
         for mcp_tool in tools:
