@@ -260,3 +260,43 @@ async def test_calls_refused_at_the_same_time_learn_once(openai_fake: FakeOpenAI
     assert all(json.loads(r.text) == {"answer": 1} for r in responses)
     assert len({note for r in responses for note in r.negotiated}) == 1
     assert len(responses[-1].negotiated) == 1
+
+
+async def test_openai_itself_gets_no_output_limit_on_planning_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its reasoning models count their reasoning in the limit; the planner's 4,096 guards against
+    local models that run on. The real SDK sends to api.openai.com, and a transport on its HTTP
+    client records the body and answers as the API does (nothing leaves the machine)."""
+    import httpx
+
+    from stratagem.models.openai_provider import OpenAIModel
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    bodies: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.host == "api.openai.com"
+        bodies.append(json.loads(request.content))
+        message = {"role": "assistant", "content": "{}"}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        return httpx.Response(
+            200, json={"id": "c", "object": "chat.completion", "created": 0, "model": "gpt-5", "choices": [choice]}
+        )
+
+    monkeypatch.setattr(
+        "stratagem.models.openai_provider.http_client",
+        lambda provider: httpx.AsyncClient(transport=httpx.MockTransport(answer)),
+    )
+    official = OpenAIModel("gpt-5")
+    try:
+        for purpose in (Purpose.plan, Purpose.execute):
+            messages = [Message(role="user", content="Plan it.")]
+            await official.complete(ModelRequest(purpose=purpose, messages=messages, max_output_tokens=4096))
+    finally:  # the client with the recording transport must not serve a later test
+        import asyncio
+
+        from stratagem.models import _http
+
+        _http._clients.get(asyncio.get_running_loop(), {}).clear()
+    assert "max_completion_tokens" not in bodies[0] and "max_tokens" not in bodies[0]
+    assert bodies[1]["max_completion_tokens"] == 4096

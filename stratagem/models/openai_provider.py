@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from ._http import OPENAI, Endpoint, client_for, http_client, reading, resolve_endpoint, send
-from .base import Message, ModelRequest, ModelRequestError, ModelResponse, ToolCall, Usage
+from .base import Message, ModelRequest, ModelRequestError, ModelResponse, Purpose, ToolCall, Usage
 from .negotiation import STRUCTURED_ORDER, Capabilities, StructuredOutput, learned, negotiate
 
 
@@ -37,14 +37,21 @@ class OpenAIModel:
         client = client_for(self.endpoint, _make_client)
         arguments = _arguments(self.endpoint.model, request, structured)
         key = (self.endpoint.provider.name, self.endpoint.base_url, self.endpoint.model)
-        if request.max_output_tokens is not None:
+        limited = request.max_output_tokens is not None
+        if limited and request.purpose is Purpose.plan and trusted_default(self.endpoint):
+            # The planner's limit guards against local models that write on until their context
+            # is full. OpenAI's own reasoning models count their reasoning in it, and a plan
+            # worth reviewing could be cut off; they need no such guard.
+            arguments.pop("max_completion_tokens")
+            limited = False
+        elif limited:
             field = self._token_field(key)
             arguments[field] = arguments.pop("max_completion_tokens")
         try:
             completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
         except ModelRequestError as exc:
             other = "max_tokens" if "max_completion_tokens" in arguments else "max_completion_tokens"
-            if request.max_output_tokens is None or other not in str(exc):
+            if not limited or other not in str(exc):
                 raise
             # "Unsupported parameter: 'max_tokens' ... Use 'max_completion_tokens' instead."
             state = learned(key)
