@@ -243,11 +243,9 @@ def test_openai_itself_gets_max_completion_tokens(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     official = OpenAIModel("gpt-4.1")
-    key = (official.endpoint.provider.name, official.endpoint.base_url, official.endpoint.model)
-    assert official._token_field(key) == "max_completion_tokens"
+    assert official._token_field() == "max_completion_tokens"
     local = OpenAIModel("smollm2@http://127.0.0.1:8765/v1")
-    key = (local.endpoint.provider.name, local.endpoint.base_url, local.endpoint.model)
-    assert local._token_field(key) == "max_tokens"
+    assert local._token_field() == "max_tokens"
 
 
 async def test_calls_refused_at_the_same_time_learn_once(openai_fake: FakeOpenAI) -> None:

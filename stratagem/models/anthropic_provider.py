@@ -32,10 +32,8 @@ class AnthropicModel:
         self.capabilities: Capabilities | None = None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        endpoint = self.endpoint
         return await negotiate(
-            key=(endpoint.provider.name, endpoint.base_url, endpoint.model),
-            label=f"{self.name} at {endpoint.base_url}",
+            endpoint=self.endpoint,
             request=request,
             configured=self.capabilities,
             supported=SUPPORTED,

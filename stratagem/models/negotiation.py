@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..model_settings import STRUCTURED_ORDER, Capabilities, StructuredOutput, ToolCalling, capabilities_for
+from ._http import Endpoint
 from .base import Message, ModelCallError, ModelRequest, ModelRequestError, ModelResponse, ToolCall
 
 __all__ = [
@@ -86,8 +87,9 @@ class Learned(BaseModel):
 _learned: dict[tuple[str, str, str], Learned] = {}
 
 
-def learned(key: tuple[str, str, str]) -> Learned:
-    return _learned.setdefault(key, Learned())
+def learned(endpoint: Endpoint) -> Learned:
+    """What this process learned of `endpoint` (its provider, base URL and model)."""
+    return _learned.setdefault((endpoint.provider.name, endpoint.base_url, endpoint.model), Learned())
 
 
 def forget_learned() -> None:
@@ -100,8 +102,7 @@ Send = Callable[[ModelRequest, StructuredOutput | None], Awaitable[ModelResponse
 
 async def negotiate(
     *,
-    key: tuple[str, str, str],
-    label: str,
+    endpoint: Endpoint,
     request: ModelRequest,
     configured: Capabilities | None,
     supported: list[StructuredOutput],
@@ -112,7 +113,8 @@ async def negotiate(
 
     `supported` is the wire format's means of structured output, best first; `send(request, mode)`
     makes one call with the request as it stands (tools native, the schema by `mode`)."""
-    state = learned(key)
+    state = learned(endpoint)
+    label = f"{endpoint.label} at {endpoint.base_url}"
     configured = configured or Capabilities()
     while True:
         structured = None
@@ -121,7 +123,7 @@ async def negotiate(
         tools = configured.tool_calling or state.tool_calling or ToolCalling.native
         wire = request
         if request.tools and tools is ToolCalling.prompted:
-            wire = prompted_tools(request, structured)
+            wire = prompted_tools(request)
             structured = _structured_mode(configured, state, supported)
         if structured is not None and not structured.enforced:
             wire = schema_in_prompt(wire, structured)
@@ -214,7 +216,7 @@ message. When you are done, answer with {{"answer": <your final answer>}} instea
 {tools}"""
 
 
-def prompted_tools(request: ModelRequest, structured: StructuredOutput | None) -> ModelRequest:
+def prompted_tools(request: ModelRequest) -> ModelRequest:
     """The request for an endpoint without native tools: the tools in the system prompt, the
     earlier calls and results as text, and a schema that allows exactly a call of an offered tool
     with its arguments, or a final answer."""

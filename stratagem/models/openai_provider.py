@@ -23,10 +23,8 @@ class OpenAIModel:
         self.capabilities: Capabilities | None = None
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        endpoint = self.endpoint
         return await negotiate(
-            key=(endpoint.provider.name, endpoint.base_url, endpoint.model),
-            label=f"{self.name} at {endpoint.base_url}",
+            endpoint=self.endpoint,
             request=request,
             configured=self.capabilities,
             supported=STRUCTURED_ORDER,
@@ -36,7 +34,6 @@ class OpenAIModel:
     async def _send(self, request: ModelRequest, structured: StructuredOutput | None) -> ModelResponse:
         client = client_for(self.endpoint, _make_client)
         arguments = _arguments(self.endpoint.model, request, structured)
-        key = (self.endpoint.provider.name, self.endpoint.base_url, self.endpoint.model)
         limited = request.max_output_tokens is not None
         if limited and request.purpose is Purpose.plan and trusted_default(self.endpoint):
             # The planner's limit guards against local models that write on until their context
@@ -45,7 +42,7 @@ class OpenAIModel:
             arguments.pop("max_completion_tokens")
             limited = False
         elif limited:
-            field = self._token_field(key)
+            field = self._token_field()
             arguments[field] = arguments.pop("max_completion_tokens")
         try:
             completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
@@ -54,7 +51,7 @@ class OpenAIModel:
             if not limited or other not in str(exc):
                 raise
             # "Unsupported parameter: 'max_tokens' ... Use 'max_completion_tokens' instead."
-            state = learned(key)
+            state = learned(self.endpoint)
             state.token_field = other
             state.notes.append(
                 f"{self.name} at {self.endpoint.base_url}: output limit sent as {other} (HTTP {exc.status})"
@@ -68,11 +65,11 @@ class OpenAIModel:
                 completion, self.name, request.schema_name if structured is StructuredOutput.tool else None
             )
 
-    def _token_field(self, key: tuple[str, str, str]) -> str:
+    def _token_field(self) -> str:
         """How the output limit is named: OpenAI's own API wants max_completion_tokens (its
         reasoning models refuse max_tokens); servers that copy the format mostly read only
         max_tokens, and llama.cpp's Python server ignores the other name without a word."""
-        known = learned(key).token_field
+        known = learned(self.endpoint).token_field
         if known:
             return known
         official = trusted_default(self.endpoint)
