@@ -107,7 +107,6 @@ class ExecutionActivities:
         try:
             progress = self._progress(checkpoint.previous(), request)
             request = _materialized(request, self._store)
-            timeout = lambda: request_timeout(request_timeout_default())  # noqa: E731
             verifier = None
             if request.step.success_criteria:
                 judge = request.verifier or request.model
@@ -121,7 +120,7 @@ class ExecutionActivities:
                     ),
                     judge,
                     attempt=info.attempt,
-                    request_timeout=timeout,
+                    request_timeout=_request_timeout,
                     before_call=lambda: executor.check_allowance(),
                 )
             executor = Executor(
@@ -138,7 +137,7 @@ class ExecutionActivities:
                 attempt=info.attempt,
                 progress=progress,
                 save=lambda p: checkpoint.save(_checkpoint_of(p)),
-                request_timeout=timeout,
+                request_timeout=_request_timeout,
                 verifier=verifier,
             )
             try:
@@ -198,6 +197,11 @@ class ExecutionActivities:
             return paused
         checkpointed.messages = paused.messages
         return checkpointed
+
+
+def _request_timeout() -> float | None:
+    """One model request's time limit, cut to end before the attempt's (activities/checkpoint.py)."""
+    return request_timeout(request_timeout_default())
 
 
 def _attempt(

@@ -467,9 +467,7 @@ class Execution(Planning, Continuation):
             call_decisions=paused.decisions if paused is not None else {},
             verifier=options.verifier if step.success_criteria else None,
             verifier_price=price_for(options.verifier, options.prices) if options.verifier else None,
-            capabilities=options.capabilities_of(model, options.verifier, *options.fallbacks.get(model, []))
-            if options.capabilities
-            else {},
+            capabilities=options.capabilities_of(model, options.verifier, *options.fallbacks.get(model, [])),
             fallbacks={m: options.fallbacks[m] for m in (model, options.verifier) if m and m in options.fallbacks},
         )
         return await workflow.execute_activity(
