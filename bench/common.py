@@ -382,6 +382,56 @@ def read_proc_status(pid: int) -> dict[str, int]:
     return out
 
 
+def _proc_cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used, from /proc/<pid>/stat (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # After the command's closing parenthesis: state is field 0, utime 11 and stime 12.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_pids() -> list[int]:
+    """The dev servers this process started (children running `temporal server start-dev`)."""
+    me, found = str(os.getpid()), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if ppid == me and b"server" in cmdline and b"start-dev" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds spent by this process (the bench's client and in-process workers, every thread)
+    and by the dev server, between `start()` and `stop()`. Unlike wall time on a shared 2-core
+    machine, CPU per unit of work hardly moves with what else is running."""
+
+    process_s: float = 0.0
+    server_s: float = 0.0
+    _pids: list[int] = field(default_factory=list)
+    _at: tuple[float, float] = (0.0, 0.0)
+
+    def _read(self) -> tuple[float, float]:
+        return time.process_time(), sum(_proc_cpu_seconds(pid) for pid in self._pids)
+
+    def start(self) -> None:
+        self._pids = self._pids or server_pids()
+        self._at = self._read()
+
+    def stop(self) -> None:
+        process, server = self._read()
+        self.process_s += process - self._at[0]
+        self.server_s += server - self._at[1]
+
+
 async def wait_for_pollers(client: Client, task_queue: str, timeout: float = 60.0) -> None:
     """Wait until some worker polls `task_queue` for workflow tasks (a worker process is up)."""
     from temporalio.api.enums.v1 import TaskQueueType

@@ -3,7 +3,8 @@
 100 runs (quick: 25) of a 10-step chain of no-op tool steps, all started together on one
 in-process worker, against 100 bare workflows (`BareChain`) of 10 no-op activities on the same
 worker. The figure is steps per second: all steps ÷ the wall time from the first start to the
-last result. After one full-size burst of each side (warm-up), each side runs 3 times (quick:
+last result. Also the CPU each run costs, the bench process's (client and worker) and the
+server's, which moves far less with the machine's noise than the throughput does. After one full-size burst of each side (warm-up), each side runs 3 times (quick:
 once), alternating which goes first; the median counts.
 """
 
@@ -13,35 +14,45 @@ import asyncio
 import time
 from typing import Any
 
-from .common import Bench, Goal, Row, chain_plan, log, median, ratio
+from .common import Bench, CpuMeter, Goal, Row, chain_plan, log, median, ratio
 
 NAME = "concurrency"
 STEPS = 10
 
 
-async def _stratagem(bench: Bench, tq: str, runs: int) -> float:
+async def _stratagem(bench: Bench, tq: str, runs: int, cpu: CpuMeter | None = None) -> float:
+    if cpu:
+        cpu.start()
     start = time.perf_counter()
     handles = await asyncio.gather(
         *(bench.start(tq, chain_plan(STEPS, "noop"), auto_approve=True) for _ in range(runs))
     )
     results = await asyncio.gather(*(h.result() for h in handles))
     elapsed = time.perf_counter() - start
+    if cpu:
+        cpu.stop()
     failed = [r for r in results if r.status.value != "succeeded"]
     if failed:
         raise RuntimeError(f"{len(failed)} of {runs} runs did not succeed: {failed[0].reason}")
     return elapsed
 
 
-async def _bare(bench: Bench, tq: str, runs: int) -> float:
+async def _bare(bench: Bench, tq: str, runs: int, cpu: CpuMeter | None = None) -> float:
+    if cpu:
+        cpu.start()
     start = time.perf_counter()
     await asyncio.gather(*(bench.run_bare(tq, "BareChain", STEPS, result_type=int) for _ in range(runs)))
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    if cpu:
+        cpu.stop()
+    return elapsed
 
 
 async def run(bench: Bench) -> dict[str, Any]:
     runs = 25 if bench.quick else 100
     reps = 1 if bench.quick else 3
     s_times, b_times = [], []
+    s_cpu, b_cpu = CpuMeter(), CpuMeter()
     async with bench.worker(NAME) as tq:
         # Warm-up at full size: the first burst of a worker pays for growing its thread pool and
         # workflow cache, and the server for its task queue; whichever side went first paid it.
@@ -51,15 +62,19 @@ async def run(bench: Bench) -> dict[str, Any]:
             # Alternating which side goes first, so neither always runs on a server that has
             # just absorbed the other's burst.
             if rep % 2 == 0:
-                s_times.append(await _stratagem(bench, tq, runs))
-                b_times.append(await _bare(bench, tq, runs))
+                s_times.append(await _stratagem(bench, tq, runs, s_cpu))
+                b_times.append(await _bare(bench, tq, runs, b_cpu))
             else:
-                b_times.append(await _bare(bench, tq, runs))
-                s_times.append(await _stratagem(bench, tq, runs))
+                b_times.append(await _bare(bench, tq, runs, b_cpu))
+                s_times.append(await _stratagem(bench, tq, runs, s_cpu))
             log(
                 f"rep {rep + 1}/{reps}: stratagem {runs * STEPS / s_times[-1]:.0f} steps/s, bare {runs * STEPS / b_times[-1]:.0f} steps/s"
             )
     steps = runs * STEPS
+    # CPU per run, over every repetition: the bench process (client and worker) and the server.
+    per_run = 1000 / (runs * reps)
+    s_proc, b_proc = s_cpu.process_s * per_run, b_cpu.process_s * per_run
+    s_server, b_server = s_cpu.server_s * per_run, b_cpu.server_s * per_run
     s_rate, b_rate = steps / median(s_times), steps / median(b_times)
     rows = [
         Row(
@@ -72,6 +87,8 @@ async def run(bench: Bench) -> dict[str, Any]:
             note="ratio < 1: Stratagem is slower",
         ),
         Row("  wall time for all runs", median(s_times), median(b_times), "s", ratio(median(s_times), median(b_times))),
+        Row("  CPU per run: client and worker", s_proc, b_proc, "ms", ratio(s_proc, b_proc)),
+        Row("  CPU per run: server", s_server, b_server, "ms", ratio(s_server, b_server)),
     ]
     return {
         "rows": [r.as_dict() for r in rows],
@@ -83,5 +100,7 @@ async def run(bench: Bench) -> dict[str, Any]:
             "bare_wall_s": b_times,
             "stratagem_steps_per_s": s_rate,
             "bare_steps_per_s": b_rate,
+            "stratagem_cpu_ms_per_run": {"process": s_proc, "server": s_server},
+            "bare_cpu_ms_per_run": {"process": b_proc, "server": b_server},
         },
     }
