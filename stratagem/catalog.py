@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -45,10 +45,6 @@ class ToolSpec(BaseModel):
 
 class ToolCatalog(BaseModel):
     """The tools a worker offers, as the workflow sees them (no code, only schemas)."""
-
-    # Every run of a worker reads the same catalogue: as a Temporal payload it is kept in the
-    # output store once and each history holds a claim to it (stratagem.payloads).
-    shared_payload: ClassVar[bool] = True
 
     tools: list[ToolSpec] = Field(default_factory=list)
     notify: bool = Field(

@@ -61,9 +61,6 @@ async def test_a_worker_serving_every_role_reads_the_catalogue_in_the_first_work
     history = await run.handle.fetch_history()
     assert scheduled(history, activity_io.DESCRIBE_TOOLS) == []
     assert local_catalogue_markers(history) == 1
-    # The history holds a claim to the catalogue, which the store keeps once (stratagem.payloads).
-    [marker] = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
-    assert registry.catalog().model_dump_json().__len__() > 2048 and marker.ByteSize() < 1024
     # One workflow task per step's end and one to start: no task waits for the catalogue.
     tasks = sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
     assert tasks == 3
