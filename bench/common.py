@@ -382,14 +382,18 @@ def read_proc_status(pid: int) -> dict[str, int]:
     return out
 
 
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command's closing parenthesis (state first)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _proc_cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used, from /proc/<pid>/stat (0 if it is gone)."""
+    """User plus system CPU time a process has used (0 if it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = _proc_stat(pid)
     except OSError:
         return 0.0
-    # After the command's closing parenthesis: state is field 0, utime 11 and stime 12.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def server_pids() -> list[int]:
@@ -399,7 +403,7 @@ def server_pids() -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            ppid = _proc_stat(int(entry.name))[1]
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
@@ -411,8 +415,9 @@ def server_pids() -> list[int]:
 @dataclass
 class CpuMeter:
     """CPU seconds spent by this process (the bench's client and in-process workers, every thread)
-    and by the dev server, between `start()` and `stop()`. Unlike wall time on a shared 2-core
-    machine, CPU per unit of work hardly moves with what else is running."""
+    and by the dev server, summed over the blocks measured with `with meter:`. Throughput on a
+    shared 2-core machine follows the two together, so they say which side a gap comes from; the
+    server's figure moves from burst to burst about as much as the throughput does."""
 
     process_s: float = 0.0
     server_s: float = 0.0
@@ -422,11 +427,12 @@ class CpuMeter:
     def _read(self) -> tuple[float, float]:
         return time.process_time(), sum(_proc_cpu_seconds(pid) for pid in self._pids)
 
-    def start(self) -> None:
+    def __enter__(self) -> CpuMeter:
         self._pids = self._pids or server_pids()
         self._at = self._read()
+        return self
 
-    def stop(self) -> None:
+    def __exit__(self, *exc: object) -> None:
         process, server = self._read()
         self.process_s += process - self._at[0]
         self.server_s += server - self._at[1]

@@ -21,32 +21,25 @@ NAME = "concurrency"
 STEPS = 10
 
 
-async def _stratagem(bench: Bench, tq: str, runs: int, cpu: CpuMeter | None = None) -> float:
-    if cpu:
-        cpu.start()
-    start = time.perf_counter()
-    handles = await asyncio.gather(
-        *(bench.start(tq, chain_plan(STEPS, "noop"), auto_approve=True) for _ in range(runs))
-    )
-    results = await asyncio.gather(*(h.result() for h in handles))
-    elapsed = time.perf_counter() - start
-    if cpu:
-        cpu.stop()
+async def _stratagem(bench: Bench, tq: str, runs: int, cpu: CpuMeter) -> float:
+    with cpu:
+        start = time.perf_counter()
+        handles = await asyncio.gather(
+            *(bench.start(tq, chain_plan(STEPS, "noop"), auto_approve=True) for _ in range(runs))
+        )
+        results = await asyncio.gather(*(h.result() for h in handles))
+        elapsed = time.perf_counter() - start
     failed = [r for r in results if r.status.value != "succeeded"]
     if failed:
         raise RuntimeError(f"{len(failed)} of {runs} runs did not succeed: {failed[0].reason}")
     return elapsed
 
 
-async def _bare(bench: Bench, tq: str, runs: int, cpu: CpuMeter | None = None) -> float:
-    if cpu:
-        cpu.start()
-    start = time.perf_counter()
-    await asyncio.gather(*(bench.run_bare(tq, "BareChain", STEPS, result_type=int) for _ in range(runs)))
-    elapsed = time.perf_counter() - start
-    if cpu:
-        cpu.stop()
-    return elapsed
+async def _bare(bench: Bench, tq: str, runs: int, cpu: CpuMeter) -> float:
+    with cpu:
+        start = time.perf_counter()
+        await asyncio.gather(*(bench.run_bare(tq, "BareChain", STEPS, result_type=int) for _ in range(runs)))
+        return time.perf_counter() - start
 
 
 async def run(bench: Bench) -> dict[str, Any]:
@@ -59,8 +52,8 @@ async def run(bench: Bench) -> dict[str, Any]:
     async with bench.worker(NAME) as tq:
         # Warm-up at full size: the first burst of a worker pays for growing its thread pool and
         # workflow cache, and the server for its task queue; whichever side went first paid it.
-        await _stratagem(bench, tq, runs)
-        await _bare(bench, tq, runs)
+        await _stratagem(bench, tq, runs, CpuMeter())
+        await _bare(bench, tq, runs, CpuMeter())
         for rep in range(reps):
             # Alternating which side goes first, so neither always runs on a server that has
             # just absorbed the other's burst.
