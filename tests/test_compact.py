@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from support.plans import GREETING
 
+from stratagem.catalog import ToolCatalog, ToolSpec
 from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step
@@ -67,3 +68,19 @@ def test_tool_outputs_keep_their_nulls_and_empties():
     record = StepRecord(step_id="s", status=StepStatus.succeeded, output={"a": None, "b": [], "c": {"d": ""}})
     _, back = round_trip(record, StepRecord)
     assert back.output == {"a": None, "b": [], "c": {"d": ""}}
+
+
+def test_the_tool_catalogue_is_recorded_without_its_defaults():
+    # Every run records its worker's catalogue in its history (the local activity's marker).
+    pay = ToolSpec(name="pay", description="Pay an invoice.", irreversible=True, returns={"type": "object"})
+    catalog = ToolCatalog(tools=[pay, ToolSpec(name="look", side_effects=False)], notify=True)
+    payload, back = round_trip(catalog, ToolCatalog)
+    assert back == catalog
+    assert (
+        back.get("look").parameters == {"type": "object", "properties": {}} and back.get("look").side_effects is False
+    )
+    assert back.get("pay").needs_approval and back.get("pay").side_effects is True
+    assert (
+        b'"local"' not in payload.data and b'"risk"' not in payload.data and b'"requires_approval"' not in payload.data
+    )
+    assert len(payload.data) < 0.6 * len(catalog.model_dump_json())
