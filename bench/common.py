@@ -11,6 +11,7 @@ import asyncio
 import math
 import os
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -412,20 +413,41 @@ def server_pids() -> list[int]:
     return found
 
 
+# The SDK's pool of threads that run workflow tasks (temporalio.worker._workflow) names them so.
+WORKFLOW_THREAD_PREFIX = "temporal_workflow_"
+
+
+def _workflow_threads_cpu_seconds() -> float:
+    """CPU time used so far by this process's workflow task threads (the ones alive now)."""
+    tids = {t.native_id for t in threading.enumerate() if t.name.startswith(WORKFLOW_THREAD_PREFIX)}
+    total = 0
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class CpuMeter:
-    """CPU seconds spent by this process (the bench's client and in-process workers, every thread)
-    and by the dev server, summed over the blocks measured with `with meter:`. Throughput on a
-    shared 2-core machine follows the two together, so they say which side a gap comes from; the
-    server's figure moves from burst to burst about as much as the throughput does."""
+    """CPU seconds spent by this process (the bench's client and in-process workers, every thread),
+    the part of it its workflow task threads spent (workflow code and the SDK's work around it),
+    and the dev server's, summed over the blocks measured with `with meter:`. Throughput on a
+    shared 2-core machine follows the process and the server together, so they say which side a
+    gap comes from; the server's figure moves from burst to burst about as much as the
+    throughput does."""
 
     process_s: float = 0.0
+    workflow_threads_s: float = 0.0
     server_s: float = 0.0
     _pids: list[int] = field(default_factory=list)
-    _at: tuple[float, float] = (0.0, 0.0)
+    _at: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
-    def _read(self) -> tuple[float, float]:
-        return time.process_time(), sum(_proc_cpu_seconds(pid) for pid in self._pids)
+    def _read(self) -> tuple[float, float, float]:
+        server = sum(_proc_cpu_seconds(pid) for pid in self._pids)
+        return time.process_time(), _workflow_threads_cpu_seconds(), server
 
     def __enter__(self) -> CpuMeter:
         self._pids = self._pids or server_pids()
@@ -433,9 +455,11 @@ class CpuMeter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        process, server = self._read()
+        process, threads, server = self._read()
         self.process_s += process - self._at[0]
-        self.server_s += server - self._at[1]
+        # A pool thread that ended meanwhile takes its CPU with it; the SDK's pool keeps its threads.
+        self.workflow_threads_s += max(0.0, threads - self._at[1])
+        self.server_s += server - self._at[2]
 
 
 async def wait_for_pollers(client: Client, task_queue: str, timeout: float = 60.0) -> None:
