@@ -383,15 +383,17 @@ def read_proc_status(pid: int) -> dict[str, int]:
     return out
 
 
-def _proc_stat(pid: int) -> list[str]:
-    """The fields of /proc/<pid>/stat after the command's closing parenthesis (state first)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _proc_stat(pid: int | str, thread: int | None = None) -> list[str]:
+    """The fields of /proc/<pid>/stat (or of one of its threads') after the command's closing
+    parenthesis (state first)."""
+    path = f"/proc/{pid}/task/{thread}/stat" if thread is not None else f"/proc/{pid}/stat"
+    return Path(path).read_text().rsplit(")", 1)[1].split()
 
 
-def _proc_cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used (0 if it is gone)."""
+def _proc_cpu_seconds(pid: int | str, thread: int | None = None) -> float:
+    """User plus system CPU time a process (or one of its threads) has used (0 if it is gone)."""
     try:
-        fields = _proc_stat(pid)
+        fields = _proc_stat(pid, thread)
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
@@ -419,15 +421,8 @@ WORKFLOW_THREAD_PREFIX = "temporal_workflow_"
 
 def _workflow_threads_cpu_seconds() -> float:
     """CPU time used so far by this process's workflow task threads (the ones alive now)."""
-    tids = {t.native_id for t in threading.enumerate() if t.name.startswith(WORKFLOW_THREAD_PREFIX)}
-    total = 0
-    for tid in tids:
-        try:
-            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
+    threads = {t.native_id for t in threading.enumerate() if t.name.startswith(WORKFLOW_THREAD_PREFIX)}
+    return sum(_proc_cpu_seconds("self", tid) for tid in threads if tid is not None)
 
 
 @dataclass
