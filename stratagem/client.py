@@ -14,6 +14,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowHistory,
     WorkflowQueryFailedError,
@@ -161,11 +162,20 @@ class RunHandle:
         except WorkflowUpdateRPCTimeoutOrCancelledError:
             raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
         except RPCError as exc:
+            # A decision in flight as the run ends is aborted by the server: NOT_FOUND.
             if exc.status is RPCStatusCode.NOT_FOUND:
                 raise DecisionRefusedError(await self._gone()) from None
             if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
                 raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
             raise
+
+    async def _closed(self) -> bool:
+        """Whether the run has ended (False if that cannot be told)."""
+        try:
+            description = await self.handle.describe(rpc_timeout=self.rpc_timeout)
+        except RPCError:
+            return False
+        return description.status not in (None, WorkflowExecutionStatus.RUNNING)
 
     async def _gone(self) -> str:
         """Why a run takes no decisions: it ended (and how), or there is no such run."""
@@ -179,6 +189,16 @@ class RunHandle:
     async def _query(self, name: str, result_type: Any, *args: Any) -> Any:
         """A query. One that times out (nobody runs the workflow) raises RunUnresponsiveError;
         one the workflow cannot answer (a worker with another encryption key) StratagemError."""
+        try:
+            return await self._ask(name, result_type, *args)
+        except RunUnresponsiveError:
+            # A query that reaches a worker just as the run ends can be dropped with the run's
+            # cached state; asked again, a closed run answers from its history.
+            if not await self._closed():
+                raise
+            return await self._ask(name, result_type, *args)
+
+    async def _ask(self, name: str, result_type: Any, *args: Any) -> Any:
         try:
             return await self.handle.query(name, *args, result_type=result_type, rpc_timeout=self.rpc_timeout)
         except WorkflowQueryFailedError as exc:

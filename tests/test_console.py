@@ -10,16 +10,20 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from support.plans import step
 
+from stratagem.client import start_run
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
 from stratagem.console.identity import SESSION_COOKIE, check_password, hash_password
 from stratagem.ledger import DecisionAction
-from stratagem.run_types import Phase
+from stratagem.plan import PlanDraft
+from stratagem.run_types import Phase, RunInput
 
 SECRET = b"test-secret"
 XSS = "<img src=x onerror=alert(1)>"
@@ -100,6 +104,29 @@ async def test_two_approvers_at_once_one_wins_the_other_is_told(dev_harness):
     loser = first if first.status_code == 409 else second
     assert "no plan is waiting for approval" in loser.json()["detail"]
     assert len([d for d in (await run.ledger()).decisions if d.action is DecisionAction.approve]) == 1
+
+
+async def test_a_run_nobody_serves_gets_an_answer_not_a_hung_page(dev_env):
+    run = await start_run(
+        dev_env.client,
+        RunInput(plan=PlanDraft.model_validate({"goal": "g", "steps": [step("one", "record", label="x")]})),
+        task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
+    )
+    identity = IdentityConfig(mode=AuthMode.local, secret=SECRET, users=Users(), local_user="ops")
+    app = create_app(dev_env.client, identity, run_timeout=timedelta(seconds=1))
+    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as http:
+            page = await asyncio.wait_for(http.get(f"/runs/{run.id}"), 10)
+            assert page.status_code == 503 and "did not answer the status query in time" in page.text
+            token = (await http.get("/api/whoami")).json()["csrf"]
+            decision = http.post(
+                f"/api/runs/{run.id}/approve", json={"revision": 1}, headers={"X-Stratagem-CSRF": token}
+            )
+            refused = await asyncio.wait_for(decision, 10)
+            assert refused.status_code == 503 and "did not take the decision in time" in refused.json()["detail"]
+    finally:
+        await run.handle.terminate(reason="test finished")
 
 
 async def test_users_sign_in_tokens_decide_over_rest_and_the_approver_list_applies(dev_harness, tmp_path):

@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from support import FIXTURE_TOOLS
 from support.plans import SIDE_EFFECT, awaiting, step
 from support.ports import free_port_pair
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
@@ -27,7 +28,7 @@ from stratagem.config import Settings
 from stratagem.errors import ConfigError, RunUnresponsiveError
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import ApproveInput, RejectInput, RunInput, RunOptions
+from stratagem.run_types import ApproveInput, Phase, RejectInput, RunInput, RunOptions
 from stratagem.server import (
     WORKER_ENV,
     BackgroundWorker,
@@ -38,6 +39,9 @@ from stratagem.server import (
     split_address,
     worker_settings_fingerprint,
 )
+from stratagem.store import FileStore
+from stratagem.tools import ToolRegistry
+from stratagem.worker import build_worker
 
 # ---------------------------------------------------------------------------- addresses
 
@@ -455,6 +459,40 @@ async def test_a_run_without_a_worker_is_reported_as_unresponsive(dev_env):
             await unserved.status()
     finally:
         await run.handle.terminate(reason="test finished")
+
+
+async def test_a_query_that_gets_no_answer_from_an_ended_run_is_asked_again(dev_env, tmp_path):
+    # A query that reaches a worker just as the run ends can be dropped with the run's cached
+    # state (the console once hung on one). Here the first query reaches nobody, as a dropped one
+    # does; the run has ended, so it is asked again and answered by the worker that comes up.
+    queue = f"ending-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
+
+    def worker():
+        return build_worker(
+            dev_env.client,
+            task_queue=queue,
+            registry=registry,
+            workspace=tmp_path / "ws",
+            store=FileStore(tmp_path / "s"),
+        )
+
+    async with worker():
+        run = await start_run(
+            dev_env.client,
+            RunInput(plan=PlanDraft.model_validate(SIDE_EFFECT), author=Author(kind=AuthorKind.human, name="ops")),
+            task_queue=queue,
+        )
+        while not awaiting(await run.status()):
+            await asyncio.sleep(0.05)
+        await run.approve(ApproveInput(by="ops", revision=1))
+        assert (await run.result()).status is Phase.succeeded
+    ended = get_run(dev_env.client, run.id, rpc_timeout=timedelta(seconds=3))
+    asking = asyncio.create_task(ended.status())
+    await asyncio.sleep(3.5)  # the first attempt has timed out
+    async with worker():
+        status = await asking
+    assert status.phase is Phase.succeeded and status.run_id == run.id
 
 
 async def test_connect_can_use_a_quiet_runtime(dev_env):

@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -54,6 +55,9 @@ def background_worker(config: Settings, task_queue: str | None = None) -> Backgr
 
 # How long `run` waits for a local server that listens but does not serve yet.
 STARTING_SERVER_WAIT = 30.0
+# Each query and decision the CLI sends a run: generous (a long run's replay on the host), but
+# bounded, so that one lost as the run ends is asked again rather than waited on for ever.
+RUN_TIMEOUT = timedelta(seconds=60)
 
 
 async def open_client(config: Settings, *, start_server: bool = False, json_mode: bool = False) -> Client:
@@ -101,7 +105,7 @@ async def open_client(config: Settings, *, start_server: bool = False, json_mode
 
 async def find_run(client: Client, run_id: str) -> tuple[RunHandle, str]:
     """The run and its task queue, or a clear error if there is no such run."""
-    run = get_run(client, run_id)
+    run = get_run(client, run_id, rpc_timeout=RUN_TIMEOUT)
     try:
         description = await run.handle.describe()
     except RPCError as exc:

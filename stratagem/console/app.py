@@ -70,6 +70,8 @@ INBOX_SCAN = 500
 INBOX_SCAN_UNFILTERED = 100  # without the attribute every running run is a candidate: the newest only
 INBOX_QUERIES = 16
 INBOX_QUERY_TIMEOUT = timedelta(seconds=1)  # a hosted run answers in milliseconds
+# A run page or a decision waits this long for a run, then says nobody serves it.
+RUN_TIMEOUT = timedelta(seconds=10)
 
 
 class NotSignedIn(Exception):
@@ -127,8 +129,10 @@ def create_app(
     *,
     signer: Signer | None = None,
     store: OutputStore | None = None,
+    run_timeout: timedelta = RUN_TIMEOUT,
 ) -> FastAPI:
-    """The console as an ASGI app over a connected Temporal client."""
+    """The console as an ASGI app over a connected Temporal client. `run_timeout` bounds each
+    query and decision a page or a request sends a run."""
     app = FastAPI(
         title="Stratagem review console",
         description="The decisions runs wait on: the inbox, runs, and one endpoint per decision.",
@@ -195,7 +199,7 @@ def create_app(
         return who
 
     def run_of(run_id: str) -> RunHandle:
-        run = get_run(client, run_id)
+        run = get_run(client, run_id, rpc_timeout=run_timeout)
         run.signer = signer
         run.store = store
         return run
