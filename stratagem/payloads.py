@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic_core import to_json
 from temporalio.api.common.v1 import Payload
@@ -26,6 +27,7 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
+from .catalog import ToolCatalog
 from .compact import COMPACT_CONTEXT
 from .store import OutputStore, StoreError, default_store
 
@@ -34,11 +36,32 @@ ENCODING = b"stratagem/stored-payload"
 PAYLOAD_LIMIT = 128 * 1024
 
 
+# A worker's tool catalogue reaches each of its runs as the same bytes (its describe-tools
+# activity). They read it into one shared ToolCatalog per content, read-only like the one a
+# registry hands out, not one each: a cached run held its own copy (43 KiB for the bench worker's
+# 20 tools), and reading it again cost each run a decode and a schema validator per tool it uses.
+_SHARED_TYPES: frozenset[Any] = frozenset({ToolCatalog, ToolCatalog | None})
+_SHARED_MAX = 32
+_shared: dict[bytes, ToolCatalog] = {}
+
+
 class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
     """Temporal's pydantic JSON converter, writing Stratagem's models compactly (`stratagem.compact`)."""
 
     def to_payload(self, value: object) -> Payload | None:
         return Payload(metadata={"encoding": self.encoding.encode()}, data=to_json(value, context=COMPACT_CONTEXT))
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        if type_hint not in _SHARED_TYPES or payload.data == b"null":
+            return super().from_payload(payload, type_hint)
+        data = payload.data
+        catalog = _shared.get(data)
+        if catalog is None:
+            catalog = super().from_payload(payload, ToolCatalog)
+            if len(_shared) >= _SHARED_MAX:
+                _shared.clear()  # workers see a handful of catalogues; a flood only costs decodes
+            _shared[data] = catalog
+        return catalog
 
 
 # One for the process. The SDK builds a payload converter for every command and activation it

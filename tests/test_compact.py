@@ -84,3 +84,18 @@ def test_the_tool_catalogue_is_recorded_without_its_defaults():
         b'"local"' not in payload.data and b'"risk"' not in payload.data and b'"requires_approval"' not in payload.data
     )
     assert len(payload.data) < 0.6 * len(catalog.model_dump_json())
+
+
+def test_runs_of_one_worker_share_one_copy_of_its_catalogue():
+    # Each run reads its worker's catalogue from its own describe-tools result: the same bytes
+    # give one shared object (read-only, like the registry's), where each cached run held a copy.
+    converter = stratagem_data_converter.payload_converter
+    catalog = ToolCatalog(tools=[ToolSpec(name="look", side_effects=False)])
+    other = ToolCatalog(tools=[ToolSpec(name="look", side_effects=False), ToolSpec(name="pay")])
+    first, again, changed = (converter.to_payloads([c])[0] for c in (catalog, catalog, other))
+    one = converter.from_payloads([first], [ToolCatalog | None])[0]
+    assert one == catalog and one is not catalog
+    assert converter.from_payloads([again], [ToolCatalog | None])[0] is one
+    assert converter.from_payloads([again], [ToolCatalog])[0] is one  # the remote activity's hint
+    assert converter.from_payloads([changed], [ToolCatalog])[0] == other  # another worker's, its own
+    assert converter.from_payloads([converter.to_payloads([None])[0]], [ToolCatalog | None]) == [None]
