@@ -59,7 +59,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _git(*args: str) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.rstrip()
     except Exception:
         return ""
 
