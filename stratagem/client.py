@@ -83,6 +83,8 @@ async def connect(settings: Settings | None = None, *, runtime: Runtime | None =
 
 
 NO_WORKER = "no worker is running its workflow; start one with `stratagem worker`"
+# A decision the server admitted waits for a worker: one that comes up later may still apply it.
+MAY_STILL_APPLY = "(it may still take effect once one does; check the run before deciding again)"
 
 
 def _query_timed_out(exc: RPCError) -> bool:
@@ -160,13 +162,17 @@ class RunHandle:
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             raise DecisionRefusedError(f"run {self.id} refused the decision: {reason}") from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:
-            raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
+            raise RunUnresponsiveError(
+                f"run {self.id} did not take the decision in time: {NO_WORKER} {MAY_STILL_APPLY}"
+            ) from None
         except RPCError as exc:
             # A decision in flight as the run ends is aborted by the server: NOT_FOUND.
             if exc.status is RPCStatusCode.NOT_FOUND:
                 raise DecisionRefusedError(await self._gone()) from None
             if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
-                raise RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER}") from None
+                raise RunUnresponsiveError(
+                    f"run {self.id} did not take the decision in time: {NO_WORKER} {MAY_STILL_APPLY}"
+                ) from None
             raise
 
     async def _closed(self) -> bool:
@@ -221,6 +227,8 @@ class RunHandle:
         None from a worker that does not answer this query (older than level 4)."""
         try:
             catalog: ToolCatalog = await self._query(handlers.CATALOG, ToolCatalog)
+        except RunUnresponsiveError:
+            raise  # not an old worker: nobody answered
         except StratagemError:
             return None
         return catalog
@@ -340,11 +348,18 @@ async def run_input_of(client: Client, run: RunHandle) -> RunInput:
 
 
 async def start_run(
-    client: Client, run: RunInput, *, task_queue: str, run_id: str | None = None, memo: dict[str, Any] | None = None
+    client: Client,
+    run: RunInput,
+    *,
+    task_queue: str,
+    run_id: str | None = None,
+    memo: dict[str, Any] | None = None,
+    rpc_timeout: timedelta | None = None,
 ) -> RunHandle:
     """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary.
     Where the namespace has the StratagemStatus search attribute, the run keeps its status
-    there (`stratagem list --status awaiting-approval` queries it)."""
+    there (`stratagem list --status awaiting-approval` queries it). `rpc_timeout`: the handle's
+    (RunHandle)."""
     workflow_id = run_id or run.run_id or new_run_id()
     goal = run.goal or (run.plan.goal if run.plan else "")
     search_attributes = None
@@ -367,7 +382,7 @@ async def start_run(
         )
     except WorkflowAlreadyStartedError:
         raise DecisionRefusedError(f"a run with id '{workflow_id}' is already running; choose another id") from None
-    return RunHandle(handle)
+    return RunHandle(handle, rpc_timeout=rpc_timeout)
 
 
 def get_run(client: Client, run_id: str, *, rpc_timeout: timedelta | None = None) -> RunHandle:

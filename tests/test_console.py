@@ -119,6 +119,10 @@ async def test_a_run_nobody_serves_gets_an_answer_not_a_hung_page(dev_env):
         async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as http:
             page = await asyncio.wait_for(http.get(f"/runs/{run.id}"), 10)
             assert page.status_code == 503 and "did not answer the status query in time" in page.text
+            events = await asyncio.wait_for(http.get(f"/api/runs/{run.id}/events"), 10)
+            assert events.status_code == 503 and "did not answer the events query" in events.json()["detail"]
+            stream = await asyncio.wait_for(http.get(f"/api/runs/{run.id}/stream"), 10)
+            assert stream.text.startswith("event: error\n") and "did not answer the events query" in stream.text
             token = (await http.get("/api/whoami")).json()["csrf"]
             decision = http.post(
                 f"/api/runs/{run.id}/approve", json={"revision": 1}, headers={"X-Stratagem-CSRF": token}

@@ -14,13 +14,14 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import FIXTURE_TOOLS
 from support.plans import SIDE_EFFECT, awaiting, step
 from support.ports import free_port_pair
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, Interceptor, OutboundInterceptor, QueryWorkflowInput, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from stratagem.client import connect, get_run, has_status_attribute, quiet_runtime, start_run
@@ -447,16 +448,20 @@ async def test_a_run_without_a_worker_is_reported_as_unresponsive(dev_env):
         task_queue=f"nobody-{uuid.uuid4().hex[:8]}",
     )
     try:
-        unserved = get_run(dev_env.client, run.id, rpc_timeout=timedelta(seconds=2))
+        counting = QueryCount()
+        unserved = get_run(counting.client(dev_env.client), run.id, rpc_timeout=timedelta(seconds=2))
         with pytest.raises(
             RunUnresponsiveError,
-            match=rf"run {run.id} did not take the decision in time: no worker is running its workflow; start one with `stratagem worker`",
+            match=rf"run {run.id} did not take the decision in time: no worker is running its workflow; start one with `stratagem worker` \(it may still take effect once one does; check the run before deciding again\)",
         ):
             await unserved.approve(ApproveInput(by="ops", revision=1))
         with pytest.raises(
             RunUnresponsiveError, match=rf"run {run.id} did not answer the status query in time: no worker"
         ):
             await unserved.status()
+        assert counting.sent == 1  # a run still going is not asked twice: nobody serves it
+        with pytest.raises(RunUnresponsiveError, match="did not answer the catalog query in time"):
+            await unserved.catalog()  # not None, which says an old worker that has no such query
     finally:
         await run.handle.terminate(reason="test finished")
 
@@ -487,12 +492,47 @@ async def test_a_query_that_gets_no_answer_from_an_ended_run_is_asked_again(dev_
             await asyncio.sleep(0.05)
         await run.approve(ApproveInput(by="ops", revision=1))
         assert (await run.result()).status is Phase.succeeded
-    ended = get_run(dev_env.client, run.id, rpc_timeout=timedelta(seconds=3))
+    counting = QueryCount(hold_second=True)
+    ended = get_run(counting.client(dev_env.client), run.id, rpc_timeout=timedelta(seconds=2))
     asking = asyncio.create_task(ended.status())
-    await asyncio.sleep(3.5)  # the first attempt has timed out
+    await asyncio.wait_for(counting.first_failed.wait(), 30)
     async with worker():
+        counting.go.set()  # the second attempt goes out once a worker polls the run's queue
         status = await asking
     assert status.phase is Phase.succeeded and status.run_id == run.id
+    assert counting.sent == 2
+
+
+class QueryCount(Interceptor):
+    """A client interceptor counting the queries sent; with `hold_second`, the second waits for `go`."""
+
+    def __init__(self, hold_second: bool = False):
+        self.sent = 0
+        self.first_failed = asyncio.Event()
+        self.go = asyncio.Event()
+        if not hold_second:
+            self.go.set()
+
+    def client(self, base: Client) -> Client:
+        return Client(
+            base.service_client, namespace=base.namespace, data_converter=base.data_converter, interceptors=[self]
+        )
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        count = self
+
+        class Counting(OutboundInterceptor):
+            async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+                count.sent += 1
+                if count.sent > 1:
+                    await count.go.wait()
+                try:
+                    return await super().query_workflow(input)
+                except Exception:
+                    count.first_failed.set()
+                    raise
+
+        return Counting(next)
 
 
 async def test_connect_can_use_a_quiet_runtime(dev_env):

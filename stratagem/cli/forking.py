@@ -18,7 +18,7 @@ from . import render
 from .decisions import reviewer
 from .errors import CliError
 from .following import follow_attached
-from .session import background_worker, embedded, find_run, open_client, settings, workflow_host
+from .session import RUN_TIMEOUT, background_worker, embedded, find_run, open_client, settings, workflow_host
 from .start import detached
 
 
@@ -62,7 +62,7 @@ async def cmd_fork(args: argparse.Namespace) -> int:
         if done:
             render.note(done, json_mode=args.json)
     memo = {"forked_from": source.id, "forked_revision": revision}
-    run = await start_run(client, run_input, task_queue=task_queue, run_id=args.id, memo=memo)
+    run = await start_run(client, run_input, task_queue=task_queue, run_id=args.id, memo=memo, rpc_timeout=RUN_TIMEOUT)
     carried = ", ".join(carry.outputs) or "none"
     rerun = ", ".join(carry.rerun) or "none"
     render.note(

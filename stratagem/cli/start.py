@@ -27,7 +27,7 @@ from . import render
 from .decisions import reviewer
 from .errors import CliError
 from .following import follow_attached
-from .session import background_worker, embedded, open_client, settings, workflow_host
+from .session import RUN_TIMEOUT, background_worker, embedded, open_client, settings, workflow_host
 
 
 @overload
@@ -192,7 +192,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             render.note(done, json_mode=args.json)
         # The run keeps this folder's workspace, whichever folder the next run starts from.
         run_input.options.workspace = str(config.workspace.resolve())
-        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id, rpc_timeout=RUN_TIMEOUT)
         if args.detach:
             return detached(run, json_mode=args.json)
         render.note(f"run {run.id} started", json_mode=args.json)
@@ -202,7 +202,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             return await follow_attached(run, args, by)
 
     if args.detach:
-        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id, rpc_timeout=RUN_TIMEOUT)
         render.note(
             f"(a worker must serve task queue {config.task_queue}: stratagem worker --tools ...)", json_mode=args.json
         )
@@ -211,7 +211,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
     # A server this command does not manage: host a worker here for as long as we follow the run.
     try:
         async with build_worker(client, task_queue=config.task_queue, registry=registry, workspace=config.workspace):
-            run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id)
+            run = await start_run(
+                client, run_input, task_queue=config.task_queue, run_id=args.id, rpc_timeout=RUN_TIMEOUT
+            )
             render.note(f"run {run.id} started", json_mode=args.json)
             return await follow_attached(run, args, by)
     finally:

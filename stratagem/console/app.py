@@ -36,7 +36,7 @@ from temporalio.client import Client
 from ..answers import answer_fields, coerce
 from ..client import AWAITING_QUERY, RunHandle, get_run, has_status_attribute
 from ..decisions import waiting_for
-from ..errors import DecisionRefusedError, PlanFileError, StratagemError
+from ..errors import DecisionRefusedError, PlanFileError, RunUnresponsiveError, StratagemError
 from ..ledger import Ledger
 from ..notify import link_valid
 from ..plan import Plan
@@ -156,6 +156,11 @@ def create_app(
         if request.url.path.startswith("/api/") or identity.mode is not AuthMode.users:
             return JSONResponse({"detail": "not signed in"}, status_code=401)
         return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+    @app.exception_handler(RunUnresponsiveError)
+    async def unresponsive(_request: Request, exc: RunUnresponsiveError) -> Response:
+        # A run no worker answers within `run_timeout`, wherever a route asked it something.
+        return JSONResponse({"detail": str(exc)}, status_code=503)
 
     # ------------------------------------------------------------------ identity
 
@@ -375,6 +380,8 @@ def create_app(
             return back(run_id, error=str(exc.detail))
         except (ValidationError, ValueError) as exc:
             return back(run_id, error=one_line(exc))
+        except StratagemError as exc:
+            return back(run_id, error=str(exc))
         return back(run_id, done=outcome["message"])
 
     @app.post("/runs/{run_id}/decide", include_in_schema=False)
@@ -478,7 +485,11 @@ def create_app(
         async def events() -> AsyncIterator[bytes]:
             seen = start
             while True:
-                page = await run.events(seen)
+                try:
+                    page = await run.events(seen)
+                except StratagemError as exc:
+                    yield f"event: error\ndata: {json.dumps({'detail': str(exc)})}\n\n".encode()
+                    return
                 for event in page.events:
                     seen = event.seq
                     yield f"id: {event.seq}\nevent: ledger\ndata: {event.model_dump_json()}\n\n".encode()
