@@ -40,7 +40,7 @@ PAYLOAD_LIMIT = 128 * 1024
 # activity). They read it into one shared ToolCatalog per content, read-only like the one a
 # registry hands out, not one each: a cached run held its own copy (43 KiB for the bench worker's
 # 20 tools), and reading it again cost each run a decode and a schema validator per tool it uses.
-_SHARED_TYPES: frozenset[Any] = frozenset({ToolCatalog, ToolCatalog | None})
+_OPTIONAL_CATALOG: Any = ToolCatalog | None
 _SHARED_MAX = 32
 _shared: dict[bytes, ToolCatalog] = {}
 
@@ -52,7 +52,7 @@ class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
         return Payload(metadata={"encoding": self.encoding.encode()}, data=to_json(value, context=COMPACT_CONTEXT))
 
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
-        if type_hint not in _SHARED_TYPES or payload.data == b"null":
+        if not (type_hint is ToolCatalog or type_hint == _OPTIONAL_CATALOG) or payload.data == b"null":
             return super().from_payload(payload, type_hint)
         data = payload.data
         catalog = _shared.get(data)
