@@ -162,18 +162,17 @@ class RunHandle:
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
             raise DecisionRefusedError(f"run {self.id} refused the decision: {reason}") from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:
-            raise RunUnresponsiveError(
-                f"run {self.id} did not take the decision in time: {NO_WORKER} {MAY_STILL_APPLY}"
-            ) from None
+            raise self._untaken() from None
         except RPCError as exc:
             # A decision in flight as the run ends is aborted by the server: NOT_FOUND.
             if exc.status is RPCStatusCode.NOT_FOUND:
                 raise DecisionRefusedError(await self._gone()) from None
             if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
-                raise RunUnresponsiveError(
-                    f"run {self.id} did not take the decision in time: {NO_WORKER} {MAY_STILL_APPLY}"
-                ) from None
+                raise self._untaken() from None
             raise
+
+    def _untaken(self) -> RunUnresponsiveError:
+        return RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER} {MAY_STILL_APPLY}")
 
     async def _closed(self) -> bool:
         """Whether the run has ended (False if that cannot be told)."""
