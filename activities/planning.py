@@ -173,10 +173,22 @@ def _spent_before(checkpoint: Checkpoint) -> list[CallUsage]:
         return []
 
 
+# The catalogue with the other `notify`, per catalogue: one object for every run, as the registry's
+# own, so its payload is written once (stratagem.payloads).
+_renotified: dict[int, tuple[ToolCatalog, ToolCatalog]] = {}
+
+
 def _with_notify(catalog: ToolCatalog) -> ToolCatalog:
     """The catalogue, saying whether this worker has channels to notify people on."""
     notify = NotifyConfig.from_env().configured
-    return catalog if catalog.notify == notify else catalog.model_copy(update={"notify": notify})
+    if catalog.notify == notify:
+        return catalog
+    copied = _renotified.get(id(catalog))
+    if copied is None or copied[0] is not catalog or copied[1].notify != notify:
+        if len(_renotified) >= 8:
+            _renotified.clear()
+        copied = _renotified[id(catalog)] = (catalog, catalog.model_copy(update={"notify": notify}))
+    return copied[1]
 
 
 def describe_tools_here(registry: ToolRegistry | None) -> Callable[[], Awaitable[ToolCatalog | None]]:

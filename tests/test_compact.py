@@ -3,15 +3,21 @@ payload back must give exactly the models that were written."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
+from support import FIXTURE_TOOLS
 from support.plans import GREETING
 
+import stratagem.payloads as payloads
+from stratagem.activities.planning import describe_tools_here
 from stratagem.catalog import ToolCatalog, ToolSpec
 from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
+from stratagem.notify import SLACK_ENV
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step
 from stratagem.run_types import DecisionKind, PendingDecision, Phase, RunOptions, RunState
+from stratagem.tools import ToolRegistry
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -99,3 +105,31 @@ def test_runs_of_one_worker_share_one_copy_of_its_catalogue():
     assert converter.from_payloads([again], [ToolCatalog])[0] is one  # the remote activity's hint
     assert converter.from_payloads([changed], [ToolCatalog])[0] == other  # another worker's, its own
     assert converter.from_payloads([converter.to_payloads([None])[0]], [ToolCatalog | None]) == [None]
+
+
+def test_a_worker_writes_its_catalogue_once_for_every_run(monkeypatch):
+    # Every run's describe-tools activity returns the registry's one catalogue object: its bytes
+    # are written once. Another object, equal or not, is written for itself.
+    writes = []
+    real = payloads.to_json
+    monkeypatch.setattr(payloads, "to_json", lambda value, **kw: writes.append(value) or real(value, **kw))
+    converter = stratagem_data_converter.payload_converter
+    catalog = ToolCatalog(tools=[ToolSpec(name="look", side_effects=False)])
+    first, again = (converter.to_payloads([catalog])[0] for _ in range(2))
+    assert first == again and writes == [catalog]
+    other = ToolCatalog(tools=[ToolSpec(name="look", side_effects=False), ToolSpec(name="pay")])
+    assert converter.from_payloads([converter.to_payloads([other])[0]], [ToolCatalog])[0] == other
+    assert len(writes) == 2
+
+
+def test_a_worker_with_notify_channels_hands_every_run_one_catalogue(monkeypatch):
+
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
+    describe = describe_tools_here(registry)
+    plain = asyncio.run(describe())
+    assert plain is registry.catalog() and plain.notify is False
+    monkeypatch.setenv(SLACK_ENV, "https://hooks.example/T0")
+    first, second = asyncio.run(describe()), asyncio.run(describe())
+    assert first.notify is True and first is second and first.tools == plain.tools
+    monkeypatch.delenv(SLACK_ENV)
+    assert asyncio.run(describe()) is plain

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
+import weakref
 from pathlib import Path
 
 import yaml
@@ -101,6 +103,27 @@ async def test_unauthorized_calls_never_run_and_keys_count_every_call(tmp_path):
     assert logged(tmp_path)[0]["key"].endswith("/c1")  # the refused call took position 0
     assert [c.status for c in progress.tool_calls] == [ToolCallStatus.refused, ToolCallStatus.ok]
     assert progress.rounds == 2
+
+
+async def test_an_attempts_heartbeats_leave_no_cycle_for_the_garbage_collector():
+    # Every tool step's attempt runs under a checkpoint. Its heartbeat timer once referred to
+    # itself through a closure: only the collector freed it, with the attempt's context, and a
+    # ten-step run left a thousand objects to find. Freed at once, a weak reference dies with it.
+    env = ActivityEnvironment()
+    beats: list = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+
+    async def attempt() -> weakref.ref[Checkpoint]:
+        checkpoint = Checkpoint(every=0.01)
+        assert await checkpoint.run(asyncio.sleep(0.035, result=7)) == 7  # beats meanwhile
+        return weakref.ref(checkpoint)
+
+    gc.disable()
+    try:
+        gone = await env.run(attempt)
+        assert beats and gone() is None
+    finally:
+        gc.enable()
 
 
 async def test_the_checkpoint_keeps_the_earlier_attempts_progress_until_it_has_its_own():
