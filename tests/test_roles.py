@@ -323,3 +323,32 @@ async def test_a_fan_out_starts_every_branch_with_the_workflow_task_that_schedul
     # Eager activities are started as the server records the workflow task's completion: one
     # timestamp for all. Polled ones start one by one, milliseconds apart.
     assert max(started) - min(started) < 1_000_000, (max(started) - min(started)) / 1e6
+
+
+async def test_a_worker_without_external_storage_visits_payloads_in_line(dev_env, tmp_path, monkeypatch):
+    """The SDK's external-storage pass over each activation and completion ran every payload in a
+    task of its own (three at a time), though no external storage is configured (the claim
+    checks are a codec). One at a time it runs in line: no bounded visitor, no tasks. A worker
+    given the option keeps it."""
+    from temporalio.bridge import _visitor_functions
+
+    bounded: list[int] = []
+    real_init = _visitor_functions.BoundedVisitorFunctions.__init__
+
+    def counting(self, inner, concurrency_limit):  # type: ignore[no-untyped-def]
+        bounded.append(concurrency_limit)
+        real_init(self, inner, concurrency_limit)
+
+    monkeypatch.setattr(_visitor_functions.BoundedVisitorFunctions, "__init__", counting)
+    plan = {"goal": "two steps", "steps": [step("a", "add", a=1, b=2), step("b", "add", a=3, b=4)]}
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
+    for options, expected in (({}, []), ({"max_workflow_task_external_storage_concurrency": 4}, [4])):
+        queue = f"visit-{uuid.uuid4().hex[:8]}"
+        bounded.clear()
+        async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path, **options):
+            run = await start_run(
+                dev_env.client, RunInput(plan=plan, options=RunOptions(auto_approve=True)), task_queue=queue
+            )
+            result = await asyncio.wait_for(run.result(), timeout=60)
+        assert result.status is Phase.succeeded
+        assert sorted(set(bounded)) == expected and (not expected or len(bounded) >= 4)
