@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey
+from temporalio.common import MetricCounter, MetricHistogramFloat, SearchAttributeKey
 from temporalio.exceptions import CancelledError as TemporalCancelledError
 from temporalio.workflow import ContinueAsNewError
 
@@ -68,15 +68,10 @@ class Observer:
         # Without a replay-safe provider every span would be a no-op; skipping them altogether
         # saves the context switching around each step.
         self.tracing = tracing_enabled()
-        meter = workflow.metric_meter()
-        self._steps = meter.create_counter("stratagem_steps_finished", "Steps that ended, by status.")
-        self._replans = meter.create_counter("stratagem_replans", "Plan revisions after a failure.")
-        self._calls = meter.create_counter("stratagem_model_calls", "Model calls, by model and purpose.")
-        self._input_tokens = meter.create_counter("stratagem_model_input_tokens", "Input tokens, by model.")
-        self._output_tokens = meter.create_counter("stratagem_model_output_tokens", "Output tokens, by model.")
-        self._cost = meter.create_histogram_float(
-            "stratagem_model_call_cost", "Estimated cost of each model call, by model; its sum is the spend.", "USD"
-        )
+        # Metrics are made when first recorded: six instruments a run cost more than the rest of
+        # this set-up, and a run of tool steps records only steps (_counter).
+        self._steps: dict[str, MetricCounter] = {}
+        self._instruments: dict[str, Any] = {}
         # What visibility already holds: set at start, or carried over by continue-as-new.
         self._status: str | None = workflow.info().typed_search_attributes.get(STATUS_KEY)
         self._waiting: list[dict[str, Any]] | None = workflow.memo_value("waiting", None)
@@ -109,20 +104,44 @@ class Observer:
 
     # ------------------------------------------------------------------ metrics
 
+    def _counter(self, name: str, description: str) -> MetricCounter:
+        counter = self._instruments.get(name)
+        if counter is None:
+            counter = self._instruments[name] = workflow.metric_meter().create_counter(name, description)
+        return counter  # type: ignore[no-any-return]
+
     def step_finished(self, status: str) -> None:
-        self._steps.add(1, {"status": status})
+        # One counter per status, its attribute set made once rather than at every step.
+        counter = self._steps.get(status)
+        if counter is None:
+            steps = self._counter("stratagem_steps_finished", "Steps that ended, by status.")
+            counter = self._steps[status] = steps.with_additional_attributes({"status": status})
+        counter.add(1)
 
     def replanned(self) -> None:
-        self._replans.add(1)
+        self._counter("stratagem_replans", "Plan revisions after a failure.").add(1)
 
     def calls(self, records: Sequence[CallRecord]) -> None:
+        if not records:
+            return
+        calls = self._counter("stratagem_model_calls", "Model calls, by model and purpose.")
+        input_tokens = self._counter("stratagem_model_input_tokens", "Input tokens, by model.")
+        output_tokens = self._counter("stratagem_model_output_tokens", "Output tokens, by model.")
         for record in records:
             tags = {"model": record.model, "purpose": record.purpose}
-            self._calls.add(1, tags)
-            self._input_tokens.add(record.input_tokens, tags)
-            self._output_tokens.add(record.output_tokens, tags)
+            calls.add(1, tags)
+            input_tokens.add(record.input_tokens, tags)
+            output_tokens.add(record.output_tokens, tags)
             if record.cost_usd is not None:
-                self._cost.record(record.cost_usd, {"model": record.model})
+                self._cost().record(record.cost_usd, {"model": record.model})
+
+    def _cost(self) -> MetricHistogramFloat:
+        cost = self._instruments.get("stratagem_model_call_cost")
+        if cost is None:
+            cost = self._instruments["stratagem_model_call_cost"] = workflow.metric_meter().create_histogram_float(
+                "stratagem_model_call_cost", "Estimated cost of each model call, by model; its sum is the spend.", "USD"
+            )
+        return cost  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ visibility
 
