@@ -291,6 +291,9 @@ _HAS_STATUS: weakref.WeakSet[Client] = weakref.WeakSet()
 # starts costs one round trip, and an attribute registered meanwhile is found soon after.
 _NO_STATUS: weakref.WeakKeyDictionary[Client, float] = weakref.WeakKeyDictionary()
 NO_STATUS_TTL = 30.0
+# The question in flight, per client: run starts that arrive while it is asked wait for its answer
+# rather than each asking again (a burst of 100 starts sent 100 pairs of namespace RPCs).
+_ASKING: weakref.WeakKeyDictionary[Client, asyncio.Task[bool]] = weakref.WeakKeyDictionary()
 
 
 async def has_status_attribute(client: Client) -> bool:
@@ -302,6 +305,14 @@ async def has_status_attribute(client: Client) -> bool:
     checked = _NO_STATUS.get(client)
     if checked is not None and time.monotonic() - checked < NO_STATUS_TTL:
         return False
+    asking = _ASKING.get(client)
+    if asking is None or asking.done() or asking.get_loop() is not asyncio.get_running_loop():
+        asking = _ASKING[client] = asyncio.get_running_loop().create_task(_ask_status_attribute(client))
+    # Shielded: a caller that gives up does not cancel the answer the others wait for.
+    return await asyncio.shield(asking)
+
+
+async def _ask_status_attribute(client: Client) -> bool:
     try:
         response = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
@@ -334,6 +345,8 @@ async def ensure_status_attribute(client: Client) -> bool:
     except RPCError as exc:
         if exc.status is not RPCStatusCode.ALREADY_EXISTS:
             return False
+    _NO_STATUS.pop(client, None)
+    _ASKING.pop(client, None)  # a question asked before the registration would answer no
     return await has_status_attribute(client)
 
 

@@ -681,3 +681,28 @@ def test_a_killed_foreground_server_takes_its_temporal_child_along(tmp_path):
         running = EmbeddedServer(f"127.0.0.1:{port}", home).running_pid()
         if running is not None:
             _kill(running)
+
+
+async def test_a_burst_of_run_starts_asks_the_namespace_for_its_status_attribute_once(dev_env):
+    """Every run start asks whether the namespace keeps run statuses (a search attribute). The
+    answer is remembered, but starts that arrived while it was being asked each asked again: a
+    burst of 100 starts sent 100 pairs of namespace RPCs. They now wait for the one question in
+    flight, and a caller that gives up does not cancel it for the others."""
+    client = await Client.connect(dev_env.client.service_client.config.target_host, namespace=dev_env.client.namespace)
+    service = client.operator_service
+    asked: list[Any] = []
+    real = service.list_search_attributes
+
+    async def counting(request, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append(request)
+        await asyncio.sleep(0.05)  # a slow answer, so the burst arrives while it is asked
+        return await real(request, **kwargs)
+
+    service.list_search_attributes = counting  # type: ignore[method-assign]
+    first = asyncio.create_task(has_status_attribute(client))
+    await asyncio.sleep(0.01)
+    others = [asyncio.create_task(has_status_attribute(client)) for _ in range(20)]
+    first.cancel()
+    assert await asyncio.gather(*others) == [True] * 20
+    assert len(asked) == 1
+    assert await has_status_attribute(client) and len(asked) == 1  # remembered
