@@ -87,6 +87,16 @@ async def run(bench: Bench) -> dict[str, Any]:
         Row("  CPU per run: client and worker", s_proc, b_proc, "ms", ratio(s_proc, b_proc)),
         Row("    of which workflow task threads", s_threads, b_threads, "ms", ratio(s_threads, b_threads)),
         Row("  CPU per run: server", s_server, b_server, "ms", ratio(s_server, b_server)),
+        # Both cores are busy throughout, so throughput follows the CPU a run costs, all of it;
+        # the inverse of this ratio is what the throughput ratio measures, without its noise.
+        Row(
+            "  CPU per run: all of it",
+            s_proc + s_server,
+            b_proc + b_server,
+            "ms",
+            ratio(s_proc + s_server, b_proc + b_server),
+            note="throughput follows its inverse",
+        ),
     ]
     return {
         "rows": [r.as_dict() for r in rows],
