@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from stratagem import activity_io
+from stratagem.memo import ByIdentity
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.notify import NotifyConfig
@@ -173,22 +174,16 @@ def _spent_before(checkpoint: Checkpoint) -> list[CallUsage]:
         return []
 
 
-# The catalogue with the other `notify`, per catalogue: one object for every run, as the registry's
-# own, so its payload is written once (stratagem.payloads).
-_renotified: dict[int, tuple[ToolCatalog, ToolCatalog]] = {}
+# The catalogue with the other `notify`, one per catalogue: every run gets the same object, as
+# the registry's own, so its payload is written once (stratagem.payloads).
+_renotified: ByIdentity[ToolCatalog, ToolCatalog] = ByIdentity(limit=8)
 
 
 def _with_notify(catalog: ToolCatalog) -> ToolCatalog:
     """The catalogue, saying whether this worker has channels to notify people on."""
-    notify = NotifyConfig.from_env().configured
-    if catalog.notify == notify:
+    if catalog.notify == NotifyConfig.from_env().configured:
         return catalog
-    copied = _renotified.get(id(catalog))
-    if copied is None or copied[0] is not catalog or copied[1].notify != notify:
-        if len(_renotified) >= 8:
-            _renotified.clear()
-        copied = _renotified[id(catalog)] = (catalog, catalog.model_copy(update={"notify": notify}))
-    return copied[1]
+    return _renotified.get(catalog, lambda c: c.model_copy(update={"notify": not c.notify}))
 
 
 def describe_tools_here(registry: ToolRegistry | None) -> Callable[[], Awaitable[ToolCatalog | None]]:

@@ -334,7 +334,6 @@ async def ensure_status_attribute(client: Client) -> bool:
     missing: Temporal Cloud registers attributes through its own console or `tcld`."""
     if await has_status_attribute(client):
         return True
-    _NO_STATUS.pop(client, None)
     try:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(
@@ -345,8 +344,9 @@ async def ensure_status_attribute(client: Client) -> bool:
     except RPCError as exc:
         if exc.status is not RPCStatusCode.ALREADY_EXISTS:
             return False
+    # Forget the no, and a question asked before the registration, which would answer no again.
     _NO_STATUS.pop(client, None)
-    _ASKING.pop(client, None)  # a question asked before the registration would answer no
+    _ASKING.pop(client, None)
     return await has_status_attribute(client)
 
 

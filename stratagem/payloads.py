@@ -29,6 +29,7 @@ from temporalio.converter import (
 
 from .catalog import ToolCatalog
 from .compact import COMPACT_CONTEXT
+from .memo import ByIdentity
 from .store import OutputStore, StoreError, default_store
 
 ENCODING = b"stratagem/stored-payload"
@@ -44,9 +45,8 @@ _OPTIONAL_CATALOG: Any = ToolCatalog | None
 _SHARED_MAX = 32
 _shared: dict[bytes, ToolCatalog] = {}
 # And the worker writes its catalogue once, not for every run: a registry hands out one object
-# until a tool is registered (ToolRegistry.catalog), and writing it cost 128 us a run. Keyed by
-# the object's id; the object is kept with its bytes, so the id cannot be reused meanwhile.
-_written: dict[int, tuple[ToolCatalog, bytes]] = {}
+# until a tool is registered (ToolRegistry.catalog), and writing it cost 128 us a run.
+_written: ByIdentity[ToolCatalog, bytes] = ByIdentity(limit=_SHARED_MAX)
 
 
 class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
@@ -54,8 +54,8 @@ class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
 
     def to_payload(self, value: object) -> Payload | None:
         if type(value) is ToolCatalog:
-            return Payload(metadata={"encoding": self.encoding.encode()}, data=_catalog_bytes(value))
-        return Payload(metadata={"encoding": self.encoding.encode()}, data=to_json(value, context=COMPACT_CONTEXT))
+            return Payload(metadata={"encoding": self.encoding.encode()}, data=_written.get(value, _compact_json))
+        return Payload(metadata={"encoding": self.encoding.encode()}, data=_compact_json(value))
 
     def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
         if not (type_hint is ToolCatalog or type_hint == _OPTIONAL_CATALOG) or payload.data == b"null":
@@ -70,15 +70,8 @@ class _CompactJSONConverter(PydanticJSONPlainPayloadConverter):
         return catalog
 
 
-def _catalog_bytes(catalog: ToolCatalog) -> bytes:
-    written = _written.get(id(catalog))
-    if written is not None and written[0] is catalog:
-        return written[1]
-    data = to_json(catalog, context=COMPACT_CONTEXT)
-    if len(_written) >= _SHARED_MAX:
-        _written.clear()
-    _written[id(catalog)] = (catalog, data)
-    return data
+def _compact_json(value: object) -> bytes:
+    return to_json(value, context=COMPACT_CONTEXT)
 
 
 # One for the process. The SDK builds a payload converter for every command and activation it

@@ -19,6 +19,7 @@ from .answers import path_problem, schema_problems
 from .catalog import ToolCatalog
 from .errors import PlanValidationError
 from .graph import ancestry, find_cycles
+from .memo import ByIdentity
 from .plan import PlanDraft, Step, StepKind
 from .references import find_references, references_in
 from .risk import raised
@@ -209,18 +210,12 @@ def _executor_problems(step: Step, catalog: ToolCatalog, tiers: Collection[str])
 
 
 # Validators by schema: a plan's steps share a handful of tool schemas, and building a validator
-# cost more than using one (a 10,000-step plan took 1.7 s to check inside a workflow task). Keyed
-# by the schema object, which the entry keeps alive so its id cannot be reused.
-_VALIDATORS: dict[int, tuple[dict[str, Any], Draft202012Validator]] = {}
+# cost more than using one (a 10,000-step plan took 1.7 s to check inside a workflow task).
+_VALIDATORS: ByIdentity[dict[str, Any], Draft202012Validator] = ByIdentity(limit=512)
 
 
 def _validator(schema: dict[str, Any]) -> Draft202012Validator:
-    entry = _VALIDATORS.get(id(schema))
-    if entry is None or entry[0] is not schema:
-        if len(_VALIDATORS) >= 512:
-            _VALIDATORS.clear()
-        entry = _VALIDATORS[id(schema)] = (schema, Draft202012Validator(schema))
-    return entry[1]
+    return _VALIDATORS.get(schema, Draft202012Validator)
 
 
 def argument_problems(args: dict[str, Any], schema: dict[str, Any], *, tool: str) -> list[str]:

@@ -10,13 +10,13 @@ they were.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import MetricCounter, MetricHistogramFloat, SearchAttributeKey
+from temporalio.common import MetricCounter, MetricHistogramFloat, MetricMeter, SearchAttributeKey
 from temporalio.exceptions import CancelledError as TemporalCancelledError
 from temporalio.workflow import ContinueAsNewError
 
@@ -59,6 +59,9 @@ def _detach(token: Any) -> None:
 def mark(span: trace.Span, error: str | None) -> None:
     if error is not None:
         span.set_status(trace.Status(trace.StatusCode.ERROR, error[:500]))
+
+
+T = TypeVar("T")
 
 
 class Observer:
@@ -104,11 +107,14 @@ class Observer:
 
     # ------------------------------------------------------------------ metrics
 
+    def _instrument(self, name: str, make: Callable[[MetricMeter], T]) -> T:
+        instrument = self._instruments.get(name)
+        if instrument is None:
+            instrument = self._instruments[name] = make(workflow.metric_meter())
+        return instrument  # type: ignore[no-any-return]
+
     def _counter(self, name: str, description: str) -> MetricCounter:
-        counter = self._instruments.get(name)
-        if counter is None:
-            counter = self._instruments[name] = workflow.metric_meter().create_counter(name, description)
-        return counter  # type: ignore[no-any-return]
+        return self._instrument(name, lambda meter: meter.create_counter(name, description))
 
     def step_finished(self, status: str) -> None:
         # One counter per status, its attribute set made once rather than at every step.
@@ -136,12 +142,12 @@ class Observer:
                 self._cost().record(record.cost_usd, {"model": record.model})
 
     def _cost(self) -> MetricHistogramFloat:
-        cost = self._instruments.get("stratagem_model_call_cost")
-        if cost is None:
-            cost = self._instruments["stratagem_model_call_cost"] = workflow.metric_meter().create_histogram_float(
+        return self._instrument(
+            "stratagem_model_call_cost",
+            lambda meter: meter.create_histogram_float(
                 "stratagem_model_call_cost", "Estimated cost of each model call, by model; its sum is the spend.", "USD"
-            )
-        return cost  # type: ignore[no-any-return]
+            ),
+        )
 
     # ------------------------------------------------------------------ visibility
 
