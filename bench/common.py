@@ -119,16 +119,17 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def paired_ratio(stratagem: Sequence[float], baseline: Sequence[float]) -> float:
-    """The median of each repetition's own ratio, for measures that run both sides back to back.
+def pair_ratios(stratagem: Sequence[float], baseline: Sequence[float]) -> list[float]:
+    """Each repetition's own ratio, for measures that run both sides back to back; their median
+    is the measure's ratio.
 
     The machine's speed drifts over a measure (two repetitions of one side at the same commit
     have differed by half), and the median of each side taken apart may then come from
     repetitions run at different speeds: one full run gave 0.98 that way, its five pairs 0.72
     to 1.14 with a median of 0.80. A pair ran within seconds, at one speed."""
     if len(stratagem) != len(baseline) or not stratagem:
-        raise ValueError("paired_ratio needs one baseline figure for each of Stratagem's, and at least one")
-    return median([s / b for s, b in zip(stratagem, baseline, strict=True)])
+        raise ValueError("pair_ratios needs one baseline figure for each of Stratagem's, and at least one")
+    return [s / b for s, b in zip(stratagem, baseline, strict=True)]
 
 
 def p95(values: Sequence[float]) -> float:
