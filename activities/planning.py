@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from stratagem import activity_io
-from stratagem.memo import ByIdentity
+from stratagem.identity_cache import ByIdentity
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.notify import NotifyConfig

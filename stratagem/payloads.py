@@ -29,7 +29,7 @@ from temporalio.converter import (
 
 from .catalog import ToolCatalog
 from .compact import COMPACT_CONTEXT
-from .memo import ByIdentity
+from .identity_cache import ByIdentity
 from .store import OutputStore, StoreError, default_store
 
 ENCODING = b"stratagem/stored-payload"

@@ -19,7 +19,7 @@ from .answers import path_problem, schema_problems
 from .catalog import ToolCatalog
 from .errors import PlanValidationError
 from .graph import ancestry, find_cycles
-from .memo import ByIdentity
+from .identity_cache import ByIdentity
 from .plan import PlanDraft, Step, StepKind
 from .references import find_references, references_in
 from .risk import raised
