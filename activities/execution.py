@@ -121,7 +121,8 @@ class ExecutionActivities:
                     judge,
                     attempt=info.attempt,
                     request_timeout=_request_timeout,
-                    before_call=lambda: executor.check_allowance(),
+                    before_call=lambda request: executor.check_allowance(request),
+                    after_call=lambda request, response: executor.check_answer(request, response),
                 )
             executor = Executor(
                 load_model(

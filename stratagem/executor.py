@@ -33,9 +33,10 @@ from pydantic import BaseModel, Field
 
 from . import activity_io
 from .answers import answer_problem
-from .errors import BudgetReachedError, CriteriaUnmetError, ModelOutputError, StratagemError, ToolError
+from .errors import CriteriaUnmetError, ModelOutputError, StratagemError, ToolError
 from .ledger import ToolCallRecord, ToolCallStatus
-from .models.base import Message, Model, ModelRequest, Purpose, ToolCall, redact
+from .models.base import Message, Model, ModelRequest, ModelResponse, Purpose, ToolCall, redact
+from .models.budgeted import CallBudget
 from .plan import OutputFormat
 from .tools.registry import ToolContext, ToolRegistry
 from .usage import CallUsage
@@ -149,6 +150,16 @@ class Executor:
         self.gated = {spec.name for spec in self.specs if spec.needs_approval}
         if not progress.messages:
             progress.messages = executor_messages(request, self.allowed)
+        verifier_price = request.verifier_price if request.verifier else None
+        self.budget = CallBudget(
+            request.allowance,
+            request.step.id,
+            model=model,
+            verifier_model=verifier.model if verifier is not None else None,
+            price=request.price,
+            prices={request.verifier: verifier_price} if request.verifier and verifier_price else {},
+            verifier_price=verifier_price,
+        )
 
     async def run(self) -> Any:
         step = self.request.step
@@ -166,8 +177,7 @@ class Executor:
                     f"the executor of step '{step.id}' made {self.progress.rounds} model calls without finishing "
                     f"(the limit is {self.request.max_rounds}); simplify the step or raise max_tool_rounds"
                 )
-            self.check_allowance()
-            response = await self.model.complete(
+            request = self.check_allowance(
                 ModelRequest(
                     purpose=Purpose.execute,
                     messages=self.progress.messages,
@@ -176,8 +186,10 @@ class Executor:
                     step_id=step.id,
                     attempt=self.attempt,
                     timeout_seconds=self.request_timeout(),
-                )
+                ),
+                may_probe=True,
             )
+            response = await self.model.complete(request)
             self.progress.calls.append(
                 CallUsage(
                     model=response.served_by or self.request.model,
@@ -186,12 +198,16 @@ class Executor:
                     attempt=self.attempt,
                 )
             )
-            self.progress.messages.append(
-                Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
-            )
             self.progress.negotiated += [n for n in response.negotiated if n not in self.progress.negotiated]
             self.progress.failovers += response.failovers
+            kept = self.budget.answered(request, response)  # an answer the budget cut off stops the step
+            if kept:
+                self.progress.messages.append(
+                    Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
+                )
             self.save(self.progress)  # the call is paid for: a later attempt must count it
+            if not kept:
+                continue  # it measured the input (models.budgeted): ask again, capped by that
             if response.tool_calls:
                 await self._finish_round()
                 continue
@@ -269,35 +285,17 @@ class Executor:
         self.progress.messages.append(Message(role="user", content=message))
         return _REPAIR
 
-    def check_allowance(self) -> None:
-        """Before a model call: stop if this step has used what the run's budget had left for it.
-        The allowance was worked out when this dispatch began, so it counts only the calls made
-        since: the workflow had already charged the run for the calls before a pause."""
-        left = self.request.allowance
-        if left is None:
-            return
-        calls = self.progress.new_calls
-        tokens = sum(c.input_tokens + c.output_tokens for c in calls)
-        price = self.request.price
-        used: dict[str, float] = {"model_calls": len(calls), "tokens": tokens}
-        if price is not None:
-            used["cost_usd"] = sum(price.cost(c.input_tokens, c.output_tokens) for c in calls)
-        # The next call is at least as large as the last (the conversation only grows), and
-        # so is it as large as the largest call the run has seen (the first one of the step, too).
-        last = self.progress.calls[-1] if self.progress.calls else None
-        last_tokens = last.input_tokens + last.output_tokens if last else 0
-        upcoming: dict[str, float] = {"model_calls": 1, "tokens": max(last_tokens, left.call_tokens)}
-        if price is not None:
-            last_cost = price.cost(last.input_tokens, last.output_tokens) if last else 0.0
-            upcoming["cost_usd"] = max(last_cost, left.call_cost_usd)
-        for name, value in used.items():
-            limit = getattr(left, name)
-            if limit is not None and value + upcoming.get(name, 0) > limit:
-                shown = f"${value:,.4f} of ${limit:,.4f}" if name == "cost_usd" else f"{value:,} of {limit:,}"
-                raise BudgetReachedError(
-                    f"step '{self.request.step.id}' stopped before model call {self.progress.rounds + 1}: it used "
-                    f"{shown} {name.replace('_usd', '').replace('_', ' ')} the run's budget had left"
-                )
+    def check_allowance(self, request: ModelRequest, *, may_probe: bool = False) -> ModelRequest:
+        """Before a model call: `request` with its output cap held to what this step's allowance
+        of the run's budget leaves once its input is paid for (stratagem.models.budgeted).
+        Raises BudgetReachedError when the input alone does not fit. The allowance was worked
+        out when this dispatch began, so it counts only the calls made since: the workflow had
+        already charged the run for the calls before a pause."""
+        return self.budget.hold(request, self.progress.new_calls, may_probe=may_probe)
+
+    def check_answer(self, request: ModelRequest, response: ModelResponse) -> None:
+        """After a verifier's call, its usage recorded: an answer the budget cut off stops the step."""
+        self.budget.answered(request, response)
 
     async def _call_tool(self, call: ToolCall) -> Message:
         """Run one tool call if the step allows it; the answer to the model either way."""

@@ -178,6 +178,11 @@ class Allowance(BaseModel):
         default=0, ge=0, description="The most tokens one call of the run took: the next may take as many."
     )
     call_cost_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    whole: bool = Field(
+        default=False,
+        description="It is all the budget has left (steps started beside it get nothing): a step that stopped "
+        "before its first call would be dispatched again with the same (stratagem.models.budgeted).",
+    )
 
 
 def allowance(budget: Budget, used: UsageTotals) -> Allowance | None:
@@ -209,7 +214,76 @@ def share_of(left: Allowance, reserved: Iterable[Allowance], fraction: float) ->
         # Never less than one call of the size seen so far, where that much is free.
         estimate = {"tokens": left.call_tokens, "cost_usd": left.call_cost_usd, "model_calls": 1}[name]
         share[name] = max(part, min(free, estimate))
-    return Allowance.model_validate({**share, "call_tokens": left.call_tokens, "call_cost_usd": left.call_cost_usd})
+    whole = fraction >= 1 and not reserved  # a step alone, or one run again once the others are done
+    return Allowance.model_validate(
+        {**share, "call_tokens": left.call_tokens, "call_cost_usd": left.call_cost_usd, "whole": whole}
+    )
+
+
+class Room(BaseModel):
+    """What one more model call of a step may take: `output_tokens` is the most output the budget
+    leaves it once its input is paid for (None: no budget limits it)."""
+
+    output_tokens: int | None = None
+
+
+class NoRoom(BaseModel):
+    """The step may not make its next call: of its allowance `limit` in `dimension` (tokens,
+    cost_usd, model_calls) it has `used` so much, and the call `needs` as much as is left or more
+    (its input, leaving no room for an answer; or one more call)."""
+
+    dimension: str
+    used: float
+    limit: float
+    needs: float
+
+    def describe(self) -> str:
+        left = _figure(self.dimension, max(self.limit - self.used, 0))
+        label = _LABELS[self.dimension]
+        if self.dimension == "model_calls":
+            return f"it made {self.used:,.0f} of the {self.limit:,.0f} model calls the run's budget had left for it"
+        what = "its input alone may take" if self.dimension == "tokens" else "its input alone may cost"
+        return f"{what} {_figure(self.dimension, self.needs)}, which leaves no room for an answer in the {left} the {label} budget has left for it"
+
+
+def room_for_call(left: Allowance, spent: UsageTotals, input_tokens: int, price: Price | None) -> Room | NoRoom:
+    """Whether a step that has `spent` so much of its allowance `left` may make a call whose input
+    takes at most `input_tokens`, and how much output the budget then leaves the call.
+
+    The cap holds the call within the allowance whatever it writes: tokens, input + cap <= what
+    is left; cost, the price of the input plus that of the capped output <= what is left. A call
+    needs room for one output token at least. A cost budget applies to a priced model only.
+    """
+    if left.model_calls is not None and spent.calls + 1 > left.model_calls:
+        return NoRoom(dimension="model_calls", used=spent.calls, limit=left.model_calls, needs=1)
+    caps: list[int] = []
+    if left.tokens is not None:
+        room = left.tokens - spent.tokens - input_tokens
+        if room < 1:
+            return NoRoom(dimension="tokens", used=spent.tokens, limit=left.tokens, needs=input_tokens)
+        caps.append(room)
+    if left.cost_usd is not None and price is not None:
+        money = left.cost_usd - spent.cost_usd
+        cap = _output_for(money - price.cost(input_tokens, 0), price)
+        # Rounding: the bound must hold as the workflow prices the call.
+        while cap is not None and cap > 0 and price.cost(input_tokens, cap) > money:
+            cap -= 1
+        if cap is not None and cap < 1:
+            needs = price.cost(input_tokens, 0)
+            return NoRoom(dimension="cost_usd", used=spent.cost_usd, limit=left.cost_usd, needs=needs)
+        if cap is not None:
+            caps.append(cap)
+    return Room(output_tokens=min(caps) if caps else None)
+
+
+def _output_for(money: float, price: Price) -> int | None:
+    """The most output tokens `money` buys at `price` (None: output is free, so any; 0 when
+    `money` is short even of the input)."""
+    if money < 0:
+        return 0
+    if price.output_per_mtok == 0:
+        return None
+    return math.floor(money * 1_000_000 / price.output_per_mtok)
 
 
 def _dimensions(usage: UsageTotals) -> dict[str, float]:

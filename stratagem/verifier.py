@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from . import activity_io
 from .ledger import ToolCallRecord, ToolCallStatus
-from .models.base import Message, Model, ModelCallError, ModelRequest, Purpose
+from .models.base import Message, Model, ModelCallError, ModelRequest, ModelResponse, Purpose
 from .plan import Step
 from .usage import CallUsage
 
@@ -88,13 +88,15 @@ class Verifier:
         *,
         attempt: int,
         request_timeout: Callable[[], float | None] = lambda: None,
-        before_call: Callable[[], None] = lambda: None,
+        before_call: Callable[[ModelRequest], ModelRequest] = lambda request: request,
+        after_call: Callable[[ModelRequest, ModelResponse], None] = lambda request, response: None,
     ):
         self.model = model
         self.model_name = model_name
         self.attempt = attempt
         self.request_timeout = request_timeout
         self.before_call = before_call
+        self.after_call = after_call
 
     async def unmet(self, request: activity_io.LlmStepInput, output: Any, progress: Progress) -> str | None:
         step = request.step
@@ -103,8 +105,7 @@ class Verifier:
             return missing
         if backed_by_calls(step, progress.tool_calls):
             return None
-        self.before_call()  # the run's budget
-        response = await self.model.complete(
+        request_sent = self.before_call(  # held to the run's budget (stratagem.models.budgeted)
             ModelRequest(
                 purpose=Purpose.verify,
                 messages=[
@@ -119,6 +120,7 @@ class Verifier:
                 timeout_seconds=self.request_timeout(),
             )
         )
+        response = await self.model.complete(request_sent)
         progress.calls.append(
             CallUsage(
                 model=response.served_by or self.model_name,
@@ -129,6 +131,7 @@ class Verifier:
         )
         progress.negotiated += [n for n in response.negotiated if n not in progress.negotiated]
         progress.failovers += response.failovers
+        self.after_call(request_sent, response)  # a verdict the budget cut off stops the step
         met, reason = _verdict(response.text, self.model_name)
         return None if met else reason or "the verifier found a criterion unmet and gave no reason"
 

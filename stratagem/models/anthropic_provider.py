@@ -15,13 +15,17 @@ import json
 from typing import Any
 
 from ._http import ANTHROPIC, Endpoint, client_for, http_client, reading, resolve_endpoint, send
-from .base import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from .base import Message, ModelRequest, ModelRequestError, ModelResponse, ToolCall, Usage
 from .negotiation import Capabilities, StructuredOutput, negotiate
+from .output_limit import lower_cap, within_limit
 
 # The Messages API has no response format: a forced tool call holds the answer to the schema.
 SUPPORTED = [StructuredOutput.tool, StructuredOutput.prompt]
 
 DEFAULT_MAX_TOKENS = 4096
+# The system prompt Anthropic adds to a request with tools, in input tokens (Claude 3.5 to 4.x,
+# with tool_choice auto or none; 313 with any or tool): what the request's own text does not show.
+TOOL_PROMPT_TOKENS = 346
 SCHEMA_TOOL_DESCRIPTION = "Give your answer by calling this tool; its input is the answer, in the required structure."
 
 
@@ -30,6 +34,9 @@ class AnthropicModel:
         self.endpoint = resolve_endpoint(ANTHROPIC, spec)
         self.name = self.endpoint.label
         self.capabilities: Capabilities | None = None
+        # What a run's budget counts before a call (stratagem.models.budgeted).
+        self.default_max_output_tokens = DEFAULT_MAX_TOKENS
+        self.tool_prompt_tokens = TOOL_PROMPT_TOKENS
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         return await negotiate(
@@ -44,7 +51,17 @@ class AnthropicModel:
         client = client_for(self.endpoint, _make_client)
         if structured is not StructuredOutput.tool:
             request = request.model_copy(update={"response_schema": None})  # in the prompt already
-        message = await send(self.endpoint, request, client.messages.create, _arguments(self.endpoint.model, request))
+        arguments = _arguments(self.endpoint.model, request)
+        arguments["max_tokens"] = within_limit(self.endpoint, arguments["max_tokens"])
+        try:
+            message = await send(self.endpoint, request, client.messages.create, arguments)
+        except ModelRequestError as exc:
+            # A cap above the model's own limit (a budget's can be): sent again at that limit.
+            lower = lower_cap(self.endpoint, str(exc), arguments["max_tokens"])
+            if lower is None:
+                raise
+            arguments["max_tokens"] = lower
+            message = await send(self.endpoint, request, client.messages.create, arguments)
         schema_tool = request.schema_name if request.response_schema else None
         with reading(self.endpoint):
             return _response(message, self.name, schema_tool)

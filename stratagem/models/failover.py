@@ -52,6 +52,27 @@ class FailoverModel:
         self.name = members[0][1].name
         self._first = 0  # the member that answered last: later calls of this activity start there
 
+    @property
+    def default_max_output_tokens(self) -> int | None:
+        """The first model's: a call is built for it (stratagem.models.budgeted)."""
+        return getattr(self.members[0][1], "default_max_output_tokens", None)
+
+    @property
+    def tool_prompt_tokens(self) -> int:
+        """The most any member's provider adds to a request with tools: any may answer it."""
+        return max(getattr(model, "tool_prompt_tokens", 0) for _, model in self.members)
+
+    def count_input_tokens(self, request: ModelRequest) -> int | None:
+        """The most any member counts for `request`, where every member can count exactly."""
+        counts: list[int] = []
+        for _, model in self.members:
+            count = getattr(model, "count_input_tokens", None)
+            value = count(request) if callable(count) else None
+            if not isinstance(value, int):
+                return None
+            counts.append(value)
+        return max(counts)
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         passed_over: list[str] = []
         for index in range(self._first, len(self.members)):

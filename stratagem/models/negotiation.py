@@ -80,6 +80,7 @@ class Learned(BaseModel):
     structured_output: StructuredOutput | None = None
     tool_calling: ToolCalling | None = None
     token_field: str | None = Field(default=None, description="How the output limit is named (openai only).")
+    max_output_tokens: int | None = Field(default=None, description="The most output the model takes a cap of.")
     notes: list[str] = Field(default_factory=list, description="How it was learned, one line each.")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from ._http import OPENAI, Endpoint, client_for, http_client, reading, resolve_endpoint, send
 from .base import Message, ModelRequest, ModelRequestError, ModelResponse, Purpose, ToolCall, Usage
 from .negotiation import STRUCTURED_ORDER, Capabilities, StructuredOutput, learned, negotiate
+from .output_limit import lower_cap, within_limit
 
 
 class OpenAIModel:
@@ -43,27 +44,39 @@ class OpenAIModel:
             limited = False
         elif limited:
             field = self._token_field()
-            arguments[field] = arguments.pop("max_completion_tokens")
-        try:
-            completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
-        except ModelRequestError as exc:
-            other = "max_tokens" if "max_completion_tokens" in arguments else "max_completion_tokens"
-            if not limited or other not in str(exc):
-                raise
-            # "Unsupported parameter: 'max_tokens' ... Use 'max_completion_tokens' instead."
-            state = learned(self.endpoint)
-            state.token_field = other
-            state.notes.append(
-                f"{self.name} at {self.endpoint.base_url}: output limit sent as {other} (HTTP {exc.status})"
-            )
-            arguments[other] = arguments.pop(
-                "max_tokens" if other == "max_completion_tokens" else "max_completion_tokens"
-            )
-            completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
+            arguments[field] = within_limit(self.endpoint, arguments.pop("max_completion_tokens"))
+        # A refused output limit is sent again once by its other name, and once lowered to the
+        # model's own limit (a budget's cap can be above it): each learned for the endpoint.
+        tries = 3 if limited else 1
+        for tried in range(tries):
+            try:
+                completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
+                break
+            except ModelRequestError as exc:
+                if tried == tries - 1 or not self._adjusted(exc, arguments):
+                    raise
         with reading(self.endpoint):
             return _response(
                 completion, self.name, request.schema_name if structured is StructuredOutput.tool else None
             )
+
+    def _adjusted(self, exc: ModelRequestError, arguments: dict[str, Any]) -> bool:
+        """Whether `arguments` now carry the output limit as the refusal `exc` asks: lowered to
+        what the server allows, or under its other name. False: the refusal is about something else."""
+        field = "max_tokens" if "max_tokens" in arguments else "max_completion_tokens"
+        lower = lower_cap(self.endpoint, str(exc), arguments[field])
+        if lower is not None:
+            arguments[field] = lower
+            return True
+        other = "max_tokens" if field == "max_completion_tokens" else "max_completion_tokens"
+        if other not in str(exc):
+            return False
+        # "Unsupported parameter: 'max_tokens' ... Use 'max_completion_tokens' instead."
+        state = learned(self.endpoint)
+        state.token_field = other
+        state.notes.append(f"{self.name} at {self.endpoint.base_url}: output limit sent as {other} (HTTP {exc.status})")
+        arguments[other] = arguments.pop(field)
+        return True
 
     def _token_field(self) -> str:
         """How the output limit is named: OpenAI's own API wants max_completion_tokens (its

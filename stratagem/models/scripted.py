@@ -26,6 +26,12 @@ the step's conversation already has plus the number of failed attempts before th
 
 Any entry may carry `usage: {input_tokens: N, output_tokens: M}`; otherwise the usage is an
 estimate of four characters per token, so budgets and costs see realistic figures.
+
+A request's `max_output_tokens` is honoured as a real model honours it: an answer longer than
+that is cut off there (its text at four characters a token, its tool calls' arguments too), it
+reports that many output tokens, and its stop reason is `length`. The input it will report it
+counts exactly beforehand (`count_input_tokens`), as a provider with its tokenizer at hand could,
+so a run's budget holds its calls to the figures its script gives.
 """
 
 from __future__ import annotations
@@ -56,7 +62,18 @@ class ScriptedModel:
         calls = _tool_calls(entry, request, self.path)
         text = "" if calls else _text(entry, self.path)
         usage = _usage(entry, request, text or json.dumps([c.model_dump() for c in calls]))
-        return ModelResponse(text=text, model=self.name, usage=usage, tool_calls=calls)
+        response = ModelResponse(text=text, model=self.name, usage=usage, tool_calls=calls)
+        cap = request.max_output_tokens
+        return response if cap is None or usage.output_tokens <= cap else _cut_off(response, cap)
+
+    def count_input_tokens(self, request: ModelRequest) -> int | None:
+        """The input tokens the answer to `request` will report, exactly, as a model with its own
+        tokenizer at hand could count them (stratagem.models.budgeted); None when it has none."""
+        try:
+            entry = self._entry(request)
+        except ModelOutputError:
+            return None  # the call itself says why
+        return _usage(entry, request, "").input_tokens
 
     def _entry(self, request: ModelRequest) -> Any:
         if request.purpose is Purpose.plan:
@@ -188,3 +205,19 @@ def _usage(entry: Any, request: ModelRequest, text: str) -> Usage:
         return Usage.model_validate(entry["usage"])
     prompt_chars = sum(len(m.content) for m in request.messages)
     return Usage(input_tokens=max(1, prompt_chars // 4), output_tokens=max(1, len(text) // 4))
+
+
+def _cut_off(response: ModelResponse, cap: int) -> ModelResponse:
+    """`response` as a model stopped at `cap` output tokens writes it: the text cut at four
+    characters a token, a tool call's arguments cut likewise (no longer JSON)."""
+    chars = cap * 4
+    calls = [
+        call.model_copy(update={"arguments": None, "raw_arguments": json.dumps(call.arguments)[:chars]})
+        if call.arguments is not None
+        else call.model_copy(update={"raw_arguments": call.raw_arguments[:chars]})
+        for call in response.tool_calls
+    ]
+    usage = response.usage.model_copy(update={"output_tokens": cap})
+    return response.model_copy(
+        update={"text": response.text[:chars], "tool_calls": calls, "usage": usage, "stop_reason": "length"}
+    )
