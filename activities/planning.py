@@ -14,6 +14,7 @@ from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.notify import NotifyConfig
 from stratagem.planner import Progress, plan_with_repairs
+from stratagem.secret_bindings import binding_variables, bindings_from_env
 from stratagem.store import OutputStore, default_store, hydrate
 from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolCatalog, ToolRegistry
@@ -31,7 +32,7 @@ class PlanningActivities:
 
     @activity.defn(name=activity_io.DESCRIBE_TOOLS)
     async def describe_tools(self) -> ToolCatalog:
-        return _with_notify(self._registry.catalog())
+        return _as_served(self._registry.catalog())
 
     @activity.defn(name=activity_io.PLAN)
     async def plan(self, request: activity_io.PlanningInput) -> activity_io.PlanningOutput:
@@ -174,16 +175,25 @@ def _spent_before(checkpoint: Checkpoint) -> list[CallUsage]:
         return []
 
 
-# The catalogue with the other `notify`, one per catalogue: every run gets the same object, as
-# the registry's own, so its payload is written once (stratagem.payloads).
-_renotified: ByIdentity[ToolCatalog, ToolCatalog] = ByIdentity(limit=8)
+# The catalogue as this worker serves it, one object per catalogue and configuration: every run
+# gets the same object, as the registry's own, so its payload is written once (stratagem.payloads).
+_served: ByIdentity[ToolCatalog, dict[tuple[bool, tuple[tuple[str, str], ...]], ToolCatalog]] = ByIdentity(limit=8)
 
 
-def _with_notify(catalog: ToolCatalog) -> ToolCatalog:
-    """The catalogue, saying whether this worker has channels to notify people on."""
-    if catalog.notify == NotifyConfig.from_env().configured:
-        return catalog
-    return _renotified.get(catalog, lambda c: c.model_copy(update={"notify": not c.notify}))
+def _as_served(catalog: ToolCatalog) -> ToolCatalog:
+    """The catalogue, saying whether this worker has channels to notify people on, and where
+    each of its secrets may be sent (so plan validation refuses a secret sent elsewhere). Read
+    from the environment for every run (19 us, 10 of them the notification channels'), so a
+    change applies; the catalogue is worked out once per configuration."""
+    key = (NotifyConfig.from_env().configured, binding_variables())
+    variants = _served.get(catalog, lambda _: {})
+    served = variants.get(key)
+    if served is None:
+        if len(variants) >= 8:
+            variants.clear()  # only a worker whose environment keeps changing (the tests) comes here
+        secrets = bindings_from_env(dict(key[1]))
+        served = variants[key] = catalog.model_copy(update={"notify": key[0], "secrets": secrets})
+    return served
 
 
 def describe_tools_here(registry: ToolRegistry | None) -> Callable[[], Awaitable[ToolCatalog | None]]:
@@ -194,6 +204,6 @@ def describe_tools_here(registry: ToolRegistry | None) -> Callable[[], Awaitable
 
     @activity.defn(name=activity_io.DESCRIBE_TOOLS_HERE)
     async def describe_here() -> ToolCatalog | None:
-        return _with_notify(registry.catalog()) if registry is not None else None
+        return _as_served(registry.catalog()) if registry is not None else None
 
     return describe_here

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from .compact import CompactModel
 from .plan import Risk
+from .secret_bindings import SecretBinding
 
 
 class ToolSpec(CompactModel):
@@ -54,6 +55,13 @@ class ToolCatalog(CompactModel):
         default=False,
         description="The worker has channels to tell people a run waits for them (stratagem.notify); runs at "
         "level 5 then send a notification per pending decision.",
+    )
+    secrets: dict[str, SecretBinding] | None = Field(
+        default=None,
+        description="Where each of the worker's secrets may be sent (names, hosts, headers: never values; "
+        "stratagem.secret_bindings), so plan validation refuses `${secret:NAME}` in a request to a host NAME is "
+        "not bound to. None: the worker did not say (runs recorded before bindings existed), and only the "
+        "check when the request is sent applies; {}: no secret is bound.",
     )
 
     def get(self, name: str) -> ToolSpec | None:

@@ -23,6 +23,7 @@ from .identity_cache import ByIdentity
 from .plan import PlanDraft, Step, StepKind
 from .references import find_references, references_in
 from .risk import raised
+from .secret_bindings import SecretBinding, binding_refusal, literal_target, secret_names
 
 
 def plan_problems(
@@ -57,6 +58,8 @@ def plan_problems(
             problems.extend(_output_schema_problems(step))
         if credentials:
             problems.extend(_credential_problems(step))
+        if catalog.secrets is not None:  # None: a catalogue recorded before workers said where secrets go
+            problems.extend(_secret_problems(step, catalog.secrets))
         if step.approvers:
             problems.extend(_approver_problems(step, approvers, groups or {}))
         if step.kind is StepKind.llm and not has_executor and step.tier is None:
@@ -154,10 +157,26 @@ def _credential_problems(step: Step) -> list[str]:
         return []
     return [
         f"step '{step.id}': header '{name}' holds a literal credential, which would be stored with the plan; "
-        f"write ${{secret:NAME}} and set STRATAGEM_SECRET_NAME on the workers"
+        f"write ${{secret:NAME}} and set STRATAGEM_SECRET_NAME and STRATAGEM_SECRET_NAME_HOSTS on the workers"
         for name, value in headers.items()
         if str(name).lower() in CREDENTIAL_HEADERS and isinstance(value, str) and "${" not in value
     ]
+
+
+def _secret_problems(step: Step, bindings: Mapping[str, SecretBinding]) -> list[str]:
+    """`${secret:NAME}` only in a header and to a host the worker bound NAME to. A URL whose host
+    comes from a reference is checked when the request is sent (and at each redirect)."""
+    headers = step.args.get("headers") if step.kind is StepKind.tool else None
+    if not isinstance(headers, dict):
+        return []
+    url = step.args.get("url")
+    target = literal_target(url) if isinstance(url, str) else None
+    problems = []
+    for header, value in headers.items():
+        for name in dict.fromkeys(secret_names(value) if isinstance(value, str) else []):
+            if refusal := binding_refusal(name, bindings.get(name), str(header), target):
+                problems.append(f"step '{step.id}': header '{header}': {refusal}")
+    return problems
 
 
 def _kind_problems(step: Step, catalog: ToolCatalog) -> list[str]:

@@ -28,6 +28,7 @@ from .interceptors import SharedQueues
 from .plugin import worker_plugins
 from .roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
 from .run_types import STATUS_SEARCH_ATTRIBUTE
+from .secret_bindings import unbound_secrets
 from .signing import DecisionPolicy
 from .store import OutputStore
 from .telemetry import configure_tracing, flush_telemetry, metrics_runtime
@@ -120,6 +121,13 @@ def build_worker(
     if layout is QueueLayout.shared and set(roles) != set(ALL_ROLES):
         raise ConfigError("a shared queue layout needs a worker that serves every role; drop --role or the layout")
     protect_address(client.service_client.config.target_host)  # steps may never call it (http_request)
+    # A malformed STRATAGEM_SECRET_*_HOSTS is refused now, not at a step's request.
+    if unbound := unbound_secrets():
+        logger.warning(
+            "secrets bound to no host, which steps may not use: %s; set STRATAGEM_SECRET_<NAME>_HOSTS to the hosts "
+            "each may be sent to",
+            ", ".join(unbound),
+        )
     by_role = activities_by_role(registry, workspace, store, roles)
     limits = rate_limits or {}
     extra_interceptors = list(worker_options.pop("interceptors", []))

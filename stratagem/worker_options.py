@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 from .roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
+from .secret_bindings import bindings_from_env
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ def check_worker_args(args: argparse.Namespace) -> WorkerOptions:
         raise ConfigError("--max-concurrent must be at least 1")
     if args.processes < 1:
         raise ConfigError("--processes must be at least 1")
+    bindings_from_env()  # where the worker's secrets may go (STRATAGEM_SECRET_*_HOSTS), before connecting
     roles = roles_from(args)
     return WorkerOptions(
         tools=tuple(args.tools),

@@ -11,10 +11,13 @@ import base64
 import json
 import socket
 import uuid
+from urllib.parse import quote
 
 import pytest
 from conftest import STATUS_KEY, harness_for
+from support.hosts import serving
 from support.plans import step
+from support.signing import send_signed
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
@@ -56,6 +59,7 @@ async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(u
     # The operator listed the UI's address explicitly (the worst case), and the README's bare form too.
     monkeypatch.setenv("STRATAGEM_HTTP_ALLOWLIST", f"127.0.0.1,127.0.0.1:{ui_port},localhost:{ui_port}")
     monkeypatch.setenv("STRATAGEM_SECRET_CSRF", "_csrf=forged")  # the double-submit cookie, forged
+    monkeypatch.setenv("STRATAGEM_SECRET_CSRF_HOSTS", f"127.0.0.1:{ui_port}")  # bound there, even
     async with harness_for(env, tmp_path) as harness:
         victim = await harness.start(
             {
@@ -250,6 +254,70 @@ def test_a_plan_too_large_for_a_workflow_task_is_refused_before_it_starts():
     with pytest.raises(ValidationError, match="at most 10000 items"):
         PlanDraft.model_validate({"goal": "g", "steps": steps})
     assert len(PlanDraft.model_validate({"goal": "g", "steps": steps[:-1]}).steps) == MAX_PLAN_STEPS
+
+
+# --- a secret goes only to the hosts it is bound to (#35 item 4) -------------------------------------
+
+CRM_TOKEN = "crm-token-9d8c7b6a5f4e"
+
+
+@pytest.fixture
+def crm_and_logs(monkeypatch):
+    """Two loopback hosts, both allowlisted; the CRM token is bound to the first only. Each host's
+    request log is the effect counter."""
+    with serving("127.0.0.1") as crm, serving("127.0.0.2") as logs:
+        monkeypatch.setenv("STRATAGEM_HTTP_ALLOWLIST", f"{crm.entry},{logs.entry}")
+        monkeypatch.setenv("STRATAGEM_SECRET_CRM", CRM_TOKEN)
+        monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", crm.entry)
+        yield crm, logs
+
+
+def send_token(id: str, url: str, depends_on: list[str] = ()) -> dict:
+    headers = {"X-Api-Key": "${secret:crm}"}  # a header httpx keeps across redirects
+    return tool_step(id, "http_request", depends_on, args={"method": "POST", "url": url, "headers": headers})
+
+
+async def failed_run(harness, plan: dict):
+    run = await harness.start(plan, auto_approve=True, max_replans=0)
+    with pytest.raises(WorkflowFailureError):
+        await run.result()
+    assert CRM_TOKEN not in json.dumps((await run.handle.fetch_history()).to_json_dict())
+    return run
+
+
+async def test_a_plan_cannot_send_a_secret_to_another_allowlisted_host(harness, crm_and_logs):
+    crm, logs = crm_and_logs
+    run = await failed_run(harness, {"goal": "sync deals", "steps": [send_token("push", logs.url("/ingest"))]})
+    status = await run.status()
+    assert f"secret 'CRM' may be sent only to {crm.entry}, not to '{logs.entry}'" in (status.reason or "")
+    assert not (await run.ledger()).steps  # refused when validated: nothing ran
+    assert logs.log == [] and crm.log == []
+
+
+async def test_a_secret_sent_to_a_url_from_a_steps_output_is_refused_when_sent(harness, crm_and_logs):
+    crm, logs = crm_and_logs
+    plan = {
+        "goal": "sync deals",
+        "steps": [
+            tool_step("where", "record", args={"label": logs.url("/ingest")}),
+            send_token("push", "${where}", ["where"]),
+        ],
+    }
+    run = await failed_run(harness, plan)
+    steps = (await run.ledger()).steps
+    assert steps["where"].status is StepStatus.succeeded  # the plan passed validation
+    assert steps["push"].status is StepStatus.failed and f"not to '{logs.entry}'" in (steps["push"].error or "")
+    assert logs.log == [] and crm.log == []
+
+
+async def test_a_bound_host_cannot_redirect_a_secret_to_another_host(harness, crm_and_logs):
+    crm, logs = crm_and_logs
+    away = crm.url("/redirect?to=" + quote(logs.url("/ingest"), safe=""))
+    run = await failed_run(harness, {"goal": "sync deals", "steps": [send_token("push", away)]})
+    push = (await run.ledger()).steps["push"]
+    assert push.status is StepStatus.failed and f"not to '{logs.entry}'" in (push.error or "")
+    assert crm.saw(CRM_TOKEN)  # sent where it is bound: the attack was real
+    assert logs.log == []
 
 
 # --- secrets in errors (item 9) ---------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The built-in tools, called the way the worker calls them: through `ToolRegistry.invoke`."""
 
 import asyncio
+import base64
 import csv
 import io
 import json
@@ -13,9 +14,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+from support.hosts import serving
 
 from stratagem.errors import ToolArgumentsError, ToolError
 from stratagem.tools.builtin import csv_rows, guard
@@ -586,6 +589,7 @@ async def test_an_overlong_file_name_is_one_clear_refusal_without_the_workers_pa
 async def test_a_plan_names_a_secret_and_the_worker_fills_it_in(registry, ctx, server, monkeypatch):
     monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     monkeypatch.setenv("STRATAGEM_SECRET_CRM_TOKEN", "tok-0123456789")
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM_TOKEN_HOSTS", f"127.0.0.1:{server.port}")
     args = {
         "method": "GET",
         "url": server.url("/echo-headers"),
@@ -593,10 +597,93 @@ async def test_a_plan_names_a_secret_and_the_worker_fills_it_in(registry, ctx, s
     }
     result = await registry.invoke("http_request", args, ctx)
     assert server.received[0].headers["authorization"] == ["Bearer tok-0123456789"]  # sent
-    assert "tok-0123456789" not in json.dumps(result) and result["json"] == {"authorization": "Bearer [redacted]"}
+    assert "tok-0123456789" not in json.dumps(result) and result["json"] == {"authorization": "[redacted]"}
     monkeypatch.delenv("STRATAGEM_SECRET_CRM_TOKEN")
     error = await _refused(registry, "http_request", args, ctx)
     assert "STRATAGEM_SECRET_CRM_TOKEN" in str(error) and len(server.received) == 1
+
+
+# --- secrets go only where they are bound (#35) ---------------------------------------------------
+
+TOKEN = "crm-token-5f3a9c1e7b"
+
+
+def bind_crm(monkeypatch: pytest.MonkeyPatch, hosts: str, headers: str | None = None) -> None:
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM", TOKEN)
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", hosts)
+    if headers is not None:
+        monkeypatch.setenv("STRATAGEM_SECRET_CRM_HEADERS", headers)
+
+
+async def test_a_secret_bound_to_no_host_is_refused_saying_how_to_bind_it(registry, ctx, monkeypatch):
+    with serving() as crm:
+        monkeypatch.setenv(ALLOWLIST, crm.entry)
+        monkeypatch.setenv("STRATAGEM_SECRET_CRM", TOKEN)
+        args = {"method": "GET", "url": crm.url("/"), "headers": {"X-Api-Key": "${secret:crm}"}}
+        error = await _refused(registry, "http_request", args, ctx)
+    assert crm.log == []
+    assert "bound to no host" in str(error) and "set STRATAGEM_SECRET_CRM_HOSTS" in str(error)
+    assert "\n" not in str(error) and error.retryable is False
+
+
+async def test_a_secret_goes_only_to_its_hosts_and_in_its_headers(registry, ctx, monkeypatch):
+    with serving("127.0.0.1") as crm, serving("127.0.0.2") as other:
+        monkeypatch.setenv(ALLOWLIST, f"{crm.entry},{other.entry}")
+        bind_crm(monkeypatch, crm.entry, headers="Authorization")
+        args = {"method": "GET", "url": crm.url("/"), "headers": {"Authorization": "Bearer ${secret:crm}"}}
+        await registry.invoke("http_request", args, ctx)
+        elsewhere = await _refused(registry, "http_request", {**args, "url": other.url("/")}, ctx)
+        in_another_header = await _refused(
+            registry, "http_request", {**args, "headers": {"X-Debug": "${secret:crm}"}}, ctx
+        )
+    assert len(crm.log) == 1 and crm.saw(TOKEN)  # the bound host got it, once
+    assert other.log == []
+    assert f"may be sent only to {crm.entry}, not to '{other.entry}'" in str(elsewhere)
+    assert "STRATAGEM_SECRET_CRM_HOSTS" in str(elsewhere)
+    assert "only in Authorization, not in 'X-Debug'" in str(in_another_header)
+
+
+async def test_a_redirect_cannot_carry_a_secret_to_a_host_it_is_not_bound_to(registry, ctx, monkeypatch):
+    """httpx drops Authorization on a redirect to another origin, and keeps every other header."""
+    with serving("127.0.0.1") as crm, serving("127.0.0.2") as other:
+        monkeypatch.setenv(ALLOWLIST, f"{crm.entry},{other.entry}")
+        bind_crm(monkeypatch, crm.entry)
+        away = crm.url("/redirect?to=" + quote(other.url("/collect"), safe=""))
+        args = {"method": "GET", "url": away, "headers": {"X-Api-Key": "${secret:crm}"}}
+        error = await _refused(registry, "http_request", args, ctx)
+        assert crm.saw(TOKEN) and other.log == []
+        assert f"not to '{other.entry}'" in str(error)
+        # Authorization is dropped at that hop, so the redirect is followed, without it.
+        await registry.invoke("http_request", {**args, "headers": {"Authorization": "Bearer ${secret:crm}"}}, ctx)
+        assert len(other.log) == 1 and not other.saw(TOKEN)
+
+
+async def test_credentials_an_upstream_echoes_in_an_error_never_reach_the_step(registry, ctx, monkeypatch):
+    """An executor model writes its calls' headers itself, so a literal credential can reach the
+    tool; the upstream's 401 page echoes every header it got."""
+    literal, session = "lit-0a9b8c7d6e5f", "sess-77e1c2d3f4"
+    basic = base64.b64encode(b"ops:pa55-w0rd-x9").decode()
+    headers = {
+        "Authorization": f"Bearer {literal}",
+        "Cookie": f"lang=en; session={session}",
+        "Proxy-Authorization": f"Basic {basic}",
+        "X-Api-Key": "${secret:crm}",
+        "X-Note": "shown-as-is",
+    }
+    with serving() as upstream:
+        monkeypatch.setenv(ALLOWLIST, upstream.entry)
+        bind_crm(monkeypatch, upstream.entry)
+        args = {"method": "GET", "url": upstream.url("/echo-401"), "headers": headers}
+        error = await _refused(registry, "http_request", args, ctx)
+        output = await registry.invoke("http_request", {**args, "url": upstream.url("/echo")}, ctx)
+    assert upstream.saw(literal) and upstream.saw(TOKEN)  # sent as written
+    message = str(error)
+    assert "returned 401" in message and "x-note: shown-as-is" in message.lower()  # the echo is in the excerpt
+    for secret in (literal, session, basic, "pa55-w0rd-x9", TOKEN):
+        assert secret not in message
+    assert message.count("[redacted]") >= 4 and error.retryable is False
+    assert "shown-as-is" in output["text"] and "[redacted]" in output["text"]
+    assert not any(secret in json.dumps(output) for secret in (literal, session, basic, TOKEN))
 
 
 def test_the_deadline_survives_the_switch_to_tls(tmp_path):

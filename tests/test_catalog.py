@@ -132,3 +132,35 @@ async def test_a_run_below_level_3_still_asks_the_tools_role(dev_harness):
     history = await handle.fetch_history()
     assert local_catalogue_markers(history) == 0
     assert len(scheduled(history, activity_io.DESCRIBE_TOOLS)) == 1
+
+
+async def test_the_catalogue_a_run_records_says_where_secrets_go_and_never_their_values(dev_env, tmp_path, monkeypatch):
+    """Plan validation inside the run refuses a secret sent elsewhere only from what the run
+    recorded: the bindings travel in the catalogue, the values stay in the worker's environment."""
+    import base64
+    import json
+
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM", "crm-value-never-recorded")
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", "crm.example.com")
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM_HEADERS", "Authorization")
+    queue = f"catalog-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
+    async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
+        run = await start_run(dev_env.client, run_input(), task_queue=queue)
+        await asyncio.wait_for(run.result(), timeout=60)
+    payloads = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "metadata" in node and isinstance(node.get("data"), str):
+                payloads.append(base64.b64decode(node["data"]).decode(errors="replace"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk((await run.handle.fetch_history()).to_json_dict())
+    [catalogue] = [json.loads(p) for p in payloads if '"tools"' in p and '"secrets"' in p]
+    assert catalogue["secrets"] == {"CRM": {"hosts": ["crm.example.com"], "headers": ["Authorization"]}}
+    assert not any("crm-value-never-recorded" in p for p in payloads)

@@ -127,7 +127,9 @@ def test_a_worker_with_notify_channels_hands_every_run_one_catalogue(monkeypatch
     registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
     describe = describe_tools_here(registry)
     plain = asyncio.run(describe())
-    assert plain is registry.catalog() and plain.notify is False
+    # The registry's catalogue, saying where the worker's secrets go (here: nowhere).
+    assert plain is asyncio.run(describe()) and plain.tools is registry.catalog().tools
+    assert plain.notify is False and plain.secrets == {}
     monkeypatch.setenv(SLACK_ENV, "https://hooks.example/T0")
     first, second = asyncio.run(describe()), asyncio.run(describe())
     assert first.notify is True and first is second and first.tools == plain.tools

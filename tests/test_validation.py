@@ -8,8 +8,9 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
-from stratagem.errors import PlanValidationError
+from stratagem.errors import ConfigError, PlanValidationError
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind, plan_draft_json_schema
+from stratagem.secret_bindings import SecretBinding, bindings_from_env, unbound_secrets
 from stratagem.tools import ToolCatalog, ToolRegistry
 from stratagem.validation import plan_problems, validate_plan
 
@@ -481,3 +482,95 @@ def test_a_literal_credential_in_headers_is_refused_and_a_secret_reference_is_no
     [problem] = plan_problems(plan("Bearer sk-live-0123456789"), catalog)
     assert "header 'Authorization' holds a literal credential" in problem and "${secret:NAME}" in problem
     assert plan_problems(plan("Bearer ${secret:CRM_TOKEN}"), catalog) == []
+
+
+def http_plan(url: str, headers: dict[str, str], *, source: bool = False) -> PlanDraft:
+    steps: list[dict[str, Any]] = []
+    if source:
+        steps.append({"id": "where", "title": "t", "tool": "render_template", "args": {"template": "x", "values": {}}})
+    steps.append(
+        {
+            "id": "call",
+            "title": "t",
+            "tool": "http_request",
+            "args": {"method": "GET", "url": url, "headers": headers},
+            "depends_on": ["where"] if source else [],
+        }
+    )
+    return PlanDraft.model_validate({"goal": "g", "steps": steps})
+
+
+def test_a_secret_is_refused_in_a_request_to_a_host_the_worker_did_not_bind_it_to():
+    plain = ToolRegistry.from_modules([]).catalog()
+    bound = plain.model_copy(
+        update={
+            "secrets": {
+                "CRM": SecretBinding(hosts=["crm.example.com", "api.crm.example.com:8443"]),
+                "BILLING": SecretBinding(hosts=["*.billing.example"], headers=["Authorization"]),
+            }
+        }
+    )
+    crm = {"Authorization": "Bearer ${secret:crm}"}
+    assert plan_problems(http_plan("https://crm.example.com/v1/deals", crm), bound) == []
+    assert plan_problems(http_plan("https://api.crm.example.com:8443/x?q=${where}", crm, source=True), bound) == []
+    assert plan_problems(http_plan("https://eu.billing.example/", {"authorization": "${secret:billing}"}), bound) == []
+
+    [elsewhere] = plan_problems(http_plan("https://logs.example.com/ingest", crm), bound)
+    assert elsewhere == (
+        "step 'call': header 'Authorization': secret 'CRM' may be sent only to crm.example.com, "
+        "api.crm.example.com:8443, not to 'logs.example.com' (STRATAGEM_SECRET_CRM_HOSTS)"
+    )
+    # A port the binding does not name, and a userinfo trick that leads elsewhere.
+    assert plan_problems(http_plan("https://crm.example.com:8443/", crm), bound)
+    assert plan_problems(http_plan("https://crm.example.com@logs.example.com/", crm), bound)
+    [header] = plan_problems(http_plan("https://eu.billing.example/", {"X-Debug": "${secret:billing}"}), bound)
+    assert "may be sent only in Authorization, not in 'X-Debug'" in header
+    [unbound] = plan_problems(http_plan("https://crm.example.com/", {"X-Api-Key": "${secret:other}"}), bound)
+    assert "secret 'OTHER' is bound to no host; set STRATAGEM_SECRET_OTHER_HOSTS on the workers" in unbound
+    [reserved] = plan_problems(http_plan("https://crm.example.com/", {"X-Api-Key": "${secret:crm_hosts}"}), bound)
+    assert "reserved for bindings" in reserved
+
+    # A host that comes from a step's output is known only when the request is sent.
+    assert plan_problems(http_plan("${where}/v1", crm, source=True), bound) == []
+    assert plan_problems(http_plan("https://${where}/v1", crm, source=True), bound) == []
+    # A worker that binds nothing refuses every secret; a catalogue recorded before bindings
+    # existed (no field: None) leaves secrets to the check when the request is sent.
+    nothing = plain.model_copy(update={"secrets": {}})
+    assert plan_problems(http_plan("https://crm.example.com/", crm), nothing)
+    assert plain.secrets is None and plan_problems(http_plan("https://logs.example.com/", crm), plain) == []
+
+
+def test_a_catalogue_recorded_before_bindings_reads_as_the_worker_not_saying():
+    old = ToolCatalog.model_validate_json('{"tools": [], "notify": true}')
+    assert old.secrets is None
+    said = ToolCatalog(secrets={})
+    assert ToolCatalog.model_validate_json(said.model_dump_json()).secrets == {}
+
+
+def test_bindings_come_from_the_environment_and_a_malformed_one_is_one_line():
+    env = {
+        "STRATAGEM_SECRET_CRM": "the value, never read here",
+        "STRATAGEM_SECRET_CRM_HOSTS": " crm.example.com , API.crm.example.com:8443,[::1]:9000",
+        "STRATAGEM_SECRET_CRM_HEADERS": "Authorization",
+        "STRATAGEM_SECRET_LOOSE": "held but bound nowhere",
+    }
+    bindings = bindings_from_env(env)
+    assert bindings == {
+        "CRM": SecretBinding(
+            hosts=["crm.example.com", "api.crm.example.com:8443", "[::1]:9000"], headers=["Authorization"]
+        )
+    }
+    assert "the value" not in ToolCatalog(secrets=bindings).model_dump_json()
+    assert unbound_secrets(env) == ["LOOSE"]
+    hosts = {"STRATAGEM_SECRET_X_HOSTS": "x.example"}
+    for malformed, expected in [
+        ({"STRATAGEM_SECRET_X_HOSTS": "https://x.example/"}, "is not a host"),
+        ({"STRATAGEM_SECRET_X_HOSTS": "x.example:99999"}, "is not a host"),
+        ({"STRATAGEM_SECRET_X_HEADERS": "Authorization"}, "STRATAGEM_SECRET_X_HOSTS is not"),
+        ({**hosts, "STRATAGEM_SECRET_X_HEADERS": " , "}, "names no header"),
+        ({**hosts, "STRATAGEM_SECRET_X_HEADERS": "Bad Header"}, "is not a header name"),
+        ({"STRATAGEM_SECRET_x_HOSTS": "x.example"}, "in capitals"),
+    ]:
+        with pytest.raises(ConfigError, match=expected) as refused:
+            bindings_from_env(malformed)
+        assert "\n" not in str(refused.value)

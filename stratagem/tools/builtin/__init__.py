@@ -9,11 +9,12 @@ module holds, so every tool is imported here; in the order the single module def
 which is the order `load_module` reports them in.
 """
 
+from ...secret_bindings import SECRET_ENV_PREFIX
 from .allowlist import HTTP_ALLOWLIST_ENV
 from .csv_rows import append_csv_row
 from .files import MAX_READ_FILE_BYTES, list_files, read_file, write_file
 from .guard import HTTP_DENY_ENV, protect_address
-from .http import MAX_RESPONSE_BYTES, MAX_RESPONSE_TEXT_CHARS, SECRET_ENV_PREFIX, http_request
+from .http import MAX_RESPONSE_BYTES, MAX_RESPONSE_TEXT_CHARS, http_request
 from .text import render_template
 from .workspace import MAX_NAME_BYTES, RESERVED_DIR
 

@@ -1,12 +1,12 @@
 """Which hosts `http_request` may call, by name: the operator's allowlist, checked against a URL
 before anything is sent. Where a name leads is checked again at connect time (guard.py)."""
 
-import ipaddress
 import os
 
 import httpx
 
 from ...errors import ToolError
+from ...hosts import host_and_port, is_ip
 
 HTTP_ALLOWLIST_ENV = "STRATAGEM_HTTP_ALLOWLIST"
 
@@ -20,20 +20,6 @@ def http_allowlist() -> list[tuple[str, int | None]]:
             continue
         entries.append(host_and_port(entry))
     return entries
-
-
-def host_and_port(entry: str) -> tuple[str, int | None]:
-    """`host`, `host:port`, `[v6]` or `[v6]:port` -> (host, port or None)."""
-    host, port = entry, None
-    if entry.startswith("["):  # [ipv6] or [ipv6]:port
-        host, _, rest = entry[1:].partition("]")
-        if rest.startswith(":") and rest[1:].isdigit():
-            port = int(rest[1:])
-    elif entry.count(":") == 1:
-        name, _, maybe_port = entry.partition(":")
-        if maybe_port.isdigit():
-            host, port = name, int(maybe_port)
-    return host.rstrip("."), port
 
 
 def check_allowed(url: httpx.URL, allowlist: list[tuple[str, int | None]]) -> None:
@@ -66,11 +52,3 @@ def check_allowed(url: httpx.URL, allowlist: list[tuple[str, int | None]]) -> No
 
 def _default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
-
-
-def is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

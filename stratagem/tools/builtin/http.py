@@ -5,8 +5,6 @@ Which hosts are allowed lives in allowlist.py, where a connection may go in guar
 """
 
 import json
-import os
-import re
 import time
 from typing import Any, Literal
 
@@ -16,6 +14,7 @@ from ...errors import ToolError
 from ...models.base import without_secrets
 from ..registry import ToolContext, tool
 from .allowlist import check_allowed, http_allowlist
+from .credentials import fill_secrets
 from .guard import guarded_transport
 
 MAX_RESPONSE_TEXT_CHARS = 100_000
@@ -44,7 +43,8 @@ def http_request(
     `Idempotency-Key` header unique to this step, so a retried request can be recognised by the
     server. Redirects are followed only to allowed hosts. A header value may name a credential the
     worker holds as `${secret:NAME}` (for example "Authorization": "Bearer ${secret:CRM_TOKEN}");
-    plans never contain the credential itself.
+    plans never contain the credential itself, and the worker sends it only to the hosts it is
+    bound to.
 
     Returns {"status": HTTP status code, "headers": {"content-type": ...}, "json": the parsed body
     when the response is JSON (else null), "text": the body as text (at most 100000 characters)}.
@@ -61,13 +61,16 @@ def http_request(
     allowlist = http_allowlist()
     check_allowed(target, allowlist)
 
-    request_headers, secrets = _with_secrets(headers)
+    filled = fill_secrets(headers, target)
+    request_headers = filled.headers
     if method != "GET" and not any(name.lower() == "idempotency-key" for name in request_headers):
         request_headers["Idempotency-Key"] = ctx.idempotency_key
 
     def check_each_request(request: httpx.Request) -> None:
-        # Runs for the first request and for every redirect, so a redirect cannot leave the allowlist.
+        # Runs for the first request and for every redirect, so a redirect can neither leave the
+        # allowlist nor carry a secret to a host it is not bound to.
         check_allowed(request.url, allowlist)
+        filled.check(request.url, request.headers)
 
     deadline = time.monotonic() + timeout_seconds
     transport = guarded_transport(allowlist, deadline)
@@ -102,8 +105,11 @@ def http_request(
         raise ToolError(f"http_request: {method} {url}: cannot decode the response: {exc}", retryable=False) from None
 
     text = raw.decode(response.encoding or "utf-8", errors="replace")
-    if secrets:  # a server that echoes the request must not put a secret into the step's output
-        text = without_secrets(text, secrets)
+    # A server that echoes the request, in a body or an error page, must not put a credential
+    # into the step's output or error: the secrets filled in, and any literal one (an executor
+    # model writes its calls' headers itself; no plan validation stands between).
+    if redactions := filled.redactions():
+        text = without_secrets(text, redactions)
         raw = text.encode()
     status = response.status_code
     if status == 429 or status >= 500:
@@ -118,32 +124,6 @@ def http_request(
         "json": _parse_json(raw) if _is_json(content_type) else None,
         "text": text[:MAX_RESPONSE_TEXT_CHARS],
     }
-
-
-_SECRET_REFERENCE = re.compile(r"\$\{secret:([A-Za-z_][A-Za-z0-9_]*)\}")
-SECRET_ENV_PREFIX = "STRATAGEM_SECRET_"
-
-
-def _with_secrets(headers: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Headers with `${secret:NAME}` replaced by the worker's STRATAGEM_SECRET_NAME, and the values used.
-
-    A plan names a credential; the worker supplies it when the request is sent. The value never
-    enters the plan, the history or the step's output.
-    """
-    used: list[str] = []
-
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1).upper()
-        secret = os.environ.get(SECRET_ENV_PREFIX + name)
-        if not secret:
-            raise ToolError(
-                f"http_request: secret '{match.group(1)}' is not set on the worker ({SECRET_ENV_PREFIX}{name})",
-                retryable=False,
-            )
-        used.append(secret)
-        return secret
-
-    return {name: _SECRET_REFERENCE.sub(value, str(text)) for name, text in headers.items()}, used
 
 
 def _read_capped(response: httpx.Response) -> bytes:
