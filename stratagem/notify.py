@@ -15,11 +15,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import time
 from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
+
+from .visible_text import visible
 
 SLACK_ENV = "STRATAGEM_NOTIFY_SLACK_URL"
 WEBHOOK_ENV = "STRATAGEM_NOTIFY_WEBHOOK_URL"
@@ -78,6 +81,39 @@ class NotifyConfig:
 
 
 def message(goal: str, run_id: str, waiting: str, prompt: str, link: str | None) -> dict[str, Any]:
-    """The text people read: what waits, on which run, and where to decide."""
-    where = f"\n<{link}|Decide in the console>" if link else f"\n(stratagem status {run_id})"
-    return {"text": f"Run {run_id} ({goal[:200]}) waits for {waiting}: {prompt[:500]}{where}"}
+    """The Slack message people read: what waits, on which run, and where to decide.
+
+    All but the link comes from the run (its id, goal and questions: whoever started it or its
+    planner wrote them), so each is `untrusted` text: it can neither mention anyone nor link
+    anywhere, and the one link is the console's. Slack does not unfurl it either."""
+    where = f"\n<{_slack_url(link)}|Decide in the console>" if link else f"\n(stratagem status {untrusted(run_id)})"
+    text = f"Run {untrusted(run_id)} ({untrusted(goal, 200)}) waits for {untrusted(waiting)}: {untrusted(prompt, 500)}"
+    return {"text": text + where, "unfurl_links": False, "unfurl_media": False}
+
+
+# What a chat service turns into a link or a mention in plain text: a scheme, a dot between
+# the labels of a name (Slack links a bare "evil.example"), and an @ that starts a word
+# (Slack-compatible services such as Mattermost mention on a bare @name or @channel).
+_SCHEME = re.compile(r"://")
+_NAME_DOT = re.compile(r"(?<=[A-Za-z0-9-])\.(?=[A-Za-z][A-Za-z0-9-])")
+_MENTION = re.compile(r"(?<![A-Za-z0-9])@")
+
+
+def untrusted(text: str, limit: int | None = None) -> str:
+    """Text a run wrote, made safe for a Slack message: invisible characters dropped, on one line,
+    cut to `limit`, Slack's control characters escaped (`&`, `<`, `>`: so no `<!channel>`,
+    `<@U123>` or `<https://...|...>` survives), and URLs, names and @s defanged so nothing links
+    or mentions: `https://evil.example` becomes `https[:]//evil[.]example`."""
+    text = " ".join(visible(text).split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = text.replace("](", "] (")  # a Markdown link, for services that render Markdown
+    text = _SCHEME.sub("[:]//", text)
+    text = _NAME_DOT.sub("[.]", text)
+    return _MENTION.sub("[at]", text)
+
+
+def _slack_url(link: str) -> str:
+    """The console's link, unable to end Slack's <url|label> early whatever the configured URL holds."""
+    return link.replace("|", "%7C").replace("<", "%3C").replace(">", "%3E")

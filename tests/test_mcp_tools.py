@@ -8,17 +8,19 @@ something: the idempotency key in `_meta`, annotations, failures, a server that 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
 import sys
+import unicodedata
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from conftest import harness_for
+from conftest import harness_for, keyed_home
 from support import FIXTURE_TOOLS
 from support.cli import acli, cli, one_line_error, write_plan
 from support.mcp_server import SCRIPT, serving_http
@@ -264,6 +266,68 @@ async def test_failures_and_large_outputs(http_server):
     flood = await registry.invoke("flood", {"size": MAX_OUTPUT_BYTES + 10}, context())
     assert len(flood) < MAX_OUTPUT_BYTES + 100 and flood.endswith(f"[cut: {MAX_OUTPUT_BYTES + 10:,} characters in all]")
     await registry.aclose()
+
+
+@starts_servers
+async def test_characters_a_server_hides_in_descriptions_reach_no_planner_catalogue_or_executor(time_env, tmp_path):
+    """A stdio server whose tool and parameter descriptions carry bidi controls, zero-width and
+    tag characters, and C0/C1 controls (tests/support/mcp_server.py, HIDDEN)."""
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS, f"{TEST_SERVER} --hidden"])
+    try:
+        pay = registry.catalog().get("pay_invoice")
+        assert pay is not None and pay.description == "Pay an invoice.[2J Amounts are in cents."
+        described = {name: p["description"] for name, p in pay.parameters["properties"].items()}
+        assert described == {"invoice": "The invoice id[2J", "amount": "Cents, never euros"}
+        async with harness_for(time_env, tmp_path, registry) as harness:
+            model = harness.script(
+                "pay.yaml",
+                {
+                    "planner": [{"plan": {"goal": "pay", "steps": [llm("pay", ["pay_invoice"])]}}],
+                    "executor": {
+                        "pay": [{"call": {"tool": "pay_invoice", "args": {"invoice": "INV-7"}}}, {"text": "ok"}]
+                    },
+                },
+            ).replace("scripted:", "mcp-recording:")
+            run = await harness.start(goal="pay INV-7", planner=model, executor=model, auto_approve=True)
+            assert (await run.result()).outputs == {"pay": "ok"}
+            recorded = payload_texts((await run.handle.fetch_history()).to_json_dict())
+    finally:
+        await registry.aclose()
+    told = json.dumps([r.model_dump(mode="json") for r in SEEN["plan"] + SEEN["pay"]], ensure_ascii=False)
+    assert "Pay an invoice." in told and any("Pay an invoice." in p for p in recorded)  # both were looked at
+    for text in (told, *recorded):
+        hidden = sorted({hex(ord(c)) for c in text if unicodedata.category(c) in ("Cf", "Cc") and c not in "\n\t"})
+        assert hidden == [], hidden
+
+
+def test_a_parameter_name_with_hidden_characters_is_refused_in_one_line():
+    """A name cannot be cleaned like a description: the server expects it as it wrote it."""
+    from mcp.types import Tool
+
+    from stratagem.tools.mcp_tools import tools_of
+
+    source = parse_source("mcp:http:http://127.0.0.1:9/mcp")
+    schema = {"type": "object", "properties": {"payee": {"type": "string"}, "amount\u202e": {"type": "integer"}}}
+    with pytest.raises(ToolRegistrationError) as refused:
+        tools_of(source, [Tool(name="pay", description="Pay.", inputSchema=schema)])
+    message = str(refused.value)
+    assert "tool 'pay' has a parameter whose name holds invisible characters ('amount')" in message
+    assert "\n" not in message and "\u202e" not in message
+
+
+def payload_texts(node: object) -> list[str]:
+    """Every payload of a history, decoded: what the run recorded (its catalogue among them)."""
+    if isinstance(node, dict):
+        if "metadata" in node and isinstance(node.get("data"), str):
+            text = base64.b64decode(node["data"]).decode(errors="replace")
+            try:  # as characters, whether the converter wrote them so or as \u escapes
+                return [json.dumps(json.loads(text), ensure_ascii=False)]
+            except ValueError:
+                return [text]
+        return [text for value in node.values() for text in payload_texts(value)]
+    if isinstance(node, list):
+        return [text for value in node for text in payload_texts(value)]
+    return []
 
 
 # ------------------------------------------------------------------ sessions

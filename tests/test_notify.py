@@ -4,6 +4,7 @@ webhooks are a local HTTP server that records what it receives."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlparse
 
@@ -101,3 +102,42 @@ def test_without_channels_a_worker_offers_no_notifications(monkeypatch):
         .link("run/1", now=0)
         .startswith("https://c.example/runs/run%2F1?exp=604800&sig=")
     )
+
+
+# What a run's starter or its planner could write, that chat services turn into mentions and links.
+PAYLOADS = (
+    "& <!channel> <!here|here> <@U0123ABCD> <#C0123ABCD> <https://evil.example/pay|Decide in the console> "
+    "@here @everyone \u202egnp.exe see https://evil.example/approve or www.evil.example, [Decide](https://evil.example)"
+)
+
+
+async def test_a_goal_cannot_mention_anyone_or_link_anywhere_in_a_notification(harness, receiver):
+    plan = {
+        "goal": f"pay acme {PAYLOADS}",
+        "steps": [{**step("pay", "record", label="paid"), "title": f"Pay {PAYLOADS}", "requires_approval": True}],
+    }
+    run = await harness.start(plan)
+    await harness.wait_for(run, awaiting)
+    await until_received(harness, receiver, 2)
+    await run.approve(ApproveInput(by="bob", revision=1))  # the step's own approval asks with its title
+    await harness.wait_for(run, lambda s: any(p.kind.value == "step_approval" for p in s.pending))
+    await until_received(harness, receiver, 4)
+
+    slack = [r["body"] for r in receiver.received if r["path"] == "/slack"]
+    hooks = [r["body"] for r in receiver.received if r["path"] == "/hook"]
+    assert len(slack) == len(hooks) == 2
+    for message, hook in zip(slack, hooks, strict=True):
+        text = message["text"]
+        assert message["unfurl_links"] is False and message["unfurl_media"] is False
+        # Slack's control sequences: the only one is the console's link, on a line of its own.
+        assert re.findall(r"<[^>]*>", text) == [f"<{hook['link']}|Decide in the console>"]
+        assert hook["link"].startswith(f"https://review.example.com/runs/{run.id}?exp=")
+        said, link_line = text.rsplit("\n", 1)
+        assert link_line == f"<{hook['link']}|Decide in the console>" and "\n" not in said
+        for sequence in ("<", ">", "evil.example", "://", "@here", "@everyone", "](", "\u202e"):
+            assert sequence not in said, sequence
+        # Shown, inert.
+        assert "&amp; &lt;!channel&gt;" in said and "https[:]//evil[.]example" in said, said
+        # The generic webhook keeps the run's own text in its fields, for a program; its text is the safe one.
+        assert hook["goal"] == plan["goal"] and hook["text"] == text
+    assert "Pay &amp; &lt;!channel&gt;" in slack[1]["text"]  # the step's title, in the question

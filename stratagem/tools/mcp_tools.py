@@ -1,9 +1,10 @@
 """What an MCP server's tools and results become in this worker: catalogue entries with the
 source's options applied, and step outputs.
 
-What a server says is untrusted: its descriptions and schemas are cut to size before a planner
-reads them, its annotations can raise a tool's risk but never lower what the worker's operator
-set, and its output is bounded before it enters a run.
+What a server says is untrusted: its descriptions and schemas lose their invisible characters
+(bidi controls, zero-width characters: stratagem.visible_text) and are cut to size before a
+planner, the catalogue or a reviewer sees them, its annotations can raise a tool's risk but
+never lower what the worker's operator set, and its output is bounded before it enters a run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mcp.types import CallToolResult, ImageContent, TextContent, Tool, ToolAnnot
 from ..errors import ToolError, ToolRegistrationError
 from ..plan import Risk
 from ..risk import RISK_ORDER
+from ..visible_text import visible
 from .mcp_sources import McpSource
 
 MAX_DESCRIPTION = 1024
@@ -31,7 +33,6 @@ gives way to its text, or is an error when there is none."""
 MAX_ERROR_CHARS = 2000
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """What every model provider accepts as a function name."""
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,11 @@ def _parameters(source: McpSource, name: str, schema: dict[str, Any]) -> dict[st
             f"MCP server '{source.label}': tool '{name}' takes {schema.get('type')}, not an object"
         )
     cleaned = _clean_schema(schema)
+    if hidden := _hidden_names(cleaned):
+        raise ToolRegistrationError(
+            f"MCP server '{source.label}': tool '{name}' has a parameter whose name holds invisible characters "
+            f"({clean(hidden, 80)!r}); leave it out with mcp[only=...]:..."
+        )
     cleaned.setdefault("type", "object")
     cleaned.pop("title", None)
     try:
@@ -141,6 +147,21 @@ def _clean_schema(node: Any) -> Any:
     if isinstance(node, list):
         return [_clean_schema(v) for v in node]
     return node
+
+
+def _hidden_names(node: Any) -> str | None:
+    """A parameter name with characters a reviewer cannot see, anywhere in a schema: it cannot be
+    cleaned like a description, since the server expects the name as it wrote it."""
+    if isinstance(node, dict):
+        properties = node.get("properties")
+        if isinstance(properties, dict):
+            for key in properties:
+                if visible(key) != key:
+                    return key
+        return next((found for value in node.values() if (found := _hidden_names(value))), None)
+    if isinstance(node, list):
+        return next((found for value in node if (found := _hidden_names(value))), None)
+    return None
 
 
 def tool_output(result: CallToolResult) -> Any:
@@ -183,5 +204,6 @@ def _text(result: CallToolResult) -> str:
 
 
 def clean(text: str, limit: int) -> str:
-    text = _CONTROL.sub("", text).strip()
+    """A server's text as a planner and a person are shown it: visible characters only, cut to `limit`."""
+    text = visible(text).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"

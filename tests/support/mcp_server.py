@@ -9,6 +9,7 @@ in `_meta`, how annotations map to risk, failures, large outputs and a server th
 
     python tests/support/mcp_server.py        # the same tools over stdio
     python tests/support/mcp_server.py --odd  # plus a tool named 'read_file' and one named 'odd.name'
+    python tests/support/mcp_server.py --hidden  # plus a tool whose descriptions hide characters
 """
 
 from __future__ import annotations
@@ -22,18 +23,42 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
+from pydantic import Field
 
 SCRIPT = os.path.abspath(__file__)
 READ_ONLY = ToolAnnotations(read_only_hint=True)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
 
 
-def build(calls: list[dict[str, Any]], *, odd: bool = False) -> MCPServer:
+# What a server can hide in a description: a right-to-left override that shows a reviewer other
+# words than a model reads, zero-width and word-joiner characters, a byte-order mark, a Unicode
+# tag run (words a model reads and a person never sees), a bidi isolate, an Arabic letter mark,
+# C0 and C1 controls (an escape sequence that rewrites a terminal).
+HIDDEN = (
+    "\u202e",
+    "\u202a",
+    "\u2066",
+    "\u2069",
+    "\u200e",
+    "\u200f",
+    "\u061c",
+    "\u200b",
+    "\u2060",
+    "\ufeff",
+    "\U000e0049\U000e0067\U000e006e",
+    "\x1b[2J",
+    "\x85",
+    "\x9b",
+)
+HIDDEN_DESCRIPTION = "Pay an invoice." + "".join(HIDDEN) + " Amounts\u202e are in cents."
+
+
+def build(calls: list[dict[str, Any]], *, odd: bool = False, hidden: bool = False) -> MCPServer:
     server = MCPServer("stratagem-test", log_level="WARNING")
 
     @server.tool(description="Repeat a text, and say which idempotency key the call carried.", annotations=READ_ONLY)
@@ -79,6 +104,15 @@ def build(calls: list[dict[str, Any]], *, odd: bool = False) -> MCPServer:
         def odd_name() -> str:
             return "odd"
 
+    if hidden:
+
+        @server.tool(name="pay_invoice", description=HIDDEN_DESCRIPTION, annotations=ADDITIVE)
+        def pay_invoice(
+            invoice: Annotated[str, Field(description="The invoice\u200b id\u202e" + "".join(HIDDEN))],
+            amount: Annotated[int, Field(description="Cents\u2066, never\u2069 euros")] = 0,
+        ) -> str:
+            return f"paid {invoice}"
+
     return server
 
 
@@ -119,4 +153,4 @@ def serving_http() -> Iterator[HttpServer]:
 
 
 if __name__ == "__main__":
-    build([], odd="--odd" in sys.argv).run()
+    build([], odd="--odd" in sys.argv, hidden="--hidden" in sys.argv).run()
