@@ -15,6 +15,7 @@ import sys
 
 from stratagem.config import Settings
 from stratagem.errors import StratagemError
+from stratagem.signing import DecisionPolicy
 from stratagem.worker import run_worker
 from stratagem.worker_options import add_worker_arguments, check_worker_args, child_argv, describe_worker, run_processes
 
@@ -29,12 +30,13 @@ def main(argv: list[str] | None = None) -> int:
         options = check_worker_args(args)
         if options.processes > 1:
             return run_processes(child_argv(options), options.processes)
+        policy = DecisionPolicy.from_env()
         print(
             f"stratagem worker: {settings.address} namespace={settings.namespace} task_queue={settings.task_queue}; "
-            f"{describe_worker(options, settings.task_queue)}",
+            f"{describe_worker(options, settings.task_queue)}\n{policy.describe()}",
             flush=True,
         )
-        asyncio.run(run_worker(settings, options))
+        asyncio.run(run_worker(settings, options, policy))
     except KeyboardInterrupt:
         return 130
     except StratagemError as exc:

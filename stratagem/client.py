@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import getpass
 import time
 import uuid
 import weakref
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -31,7 +32,7 @@ from .catalog import ToolCatalog
 from .config import Settings
 from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .ledger import EventArchive, Ledger, LedgerEvent
-from .plan import Plan
+from .plan import AuthorKind, Plan
 from .plugin import StratagemPlugin
 from .run_types import (
     AWAITING_APPROVAL,
@@ -40,6 +41,7 @@ from .run_types import (
     WORKFLOW_NAME,
     AnswerInput,
     ApproveInput,
+    AutoApproval,
     BudgetInput,
     DecisionOutcome,
     EventPage,
@@ -51,8 +53,9 @@ from .run_types import (
     RunInput,
     RunResult,
     RunStatus,
+    start_digest,
 )
-from .signing import Signer
+from .signing import AUTO_APPROVE_KIND, Keyring, Signer
 from .store import OutputStore, default_store, load_value
 
 
@@ -111,12 +114,15 @@ class RunHandle:
         rpc_timeout: timedelta | None = None,
         store: OutputStore | None = None,
         signer: Signer | None = None,
+        keyring: Keyring | None = None,
     ):
         self.handle = handle
         self.rpc_timeout = rpc_timeout
         self.store = store
-        # Signs every decision (stratagem.signing); default: the key in STRATAGEM_SIGNING_KEY, if any.
+        # Signs every decision (stratagem.signing): this key; else the one in STRATAGEM_SIGNING_KEY;
+        # else the deciding person's key in `keyring` (default: the home's), made on first use.
         self.signer = signer
+        self.keyring = keyring
 
     async def _archived(self, archive: EventArchive) -> list[LedgerEvent]:
         store = self.store or default_store()
@@ -148,11 +154,10 @@ class RunHandle:
         return await self._decide(handlers.REPAIR, decision)
 
     async def _decide(self, update: str, decision: Any) -> DecisionOutcome:
-        """Send a decision as an update, signed when there is a key. A refusal raises
-        DecisionRefusedError with the run's reason."""
-        signer = self.signer or Signer.from_env()
-        if signer is not None:
-            decision = signer.sign(self.id, update, decision)
+        """Send a decision as an update, signed (`decision_signer`) unless it already is. A refusal
+        raises DecisionRefusedError with the run's reason."""
+        if decision.signature is None:
+            decision = decision_signer(decision.by, self.signer, self.keyring).sign(self.id, update, decision)
         try:
             return await self.handle.execute_update(
                 update, decision, result_type=DecisionOutcome, rpc_timeout=self.rpc_timeout
@@ -265,6 +270,37 @@ class RunHandle:
         await self.handle.cancel()
 
 
+def decision_signer(by: str, signer: Signer | None = None, keyring: Keyring | None = None) -> Signer:
+    """The key a decision by `by` is signed with: `signer`; else STRATAGEM_SIGNING_KEY's; else
+    `by`'s own key in `keyring` (default: the home's), made the first time they decide."""
+    return signer or Signer.from_env() or (keyring or Keyring.of_home()).signer(by)
+
+
+def sign_auto_approval(
+    run: RunInput,
+    run_id: str,
+    *,
+    signer: Signer | None = None,
+    keyring: Keyring | None = None,
+    by: str | None = None,
+    now: datetime | None = None,
+) -> RunInput:
+    """`run` with its auto_approve signed, for exactly this input and run id, now (`now`: the
+    server's clock where it differs, as on the time-skipping test server). `by`: who lets it
+    approve itself (default: the key's name, else the plan's author, else the login)."""
+    configured = signer or Signer.from_env()
+    if by is None:
+        if configured is not None:
+            by = configured.name
+        elif run.author is not None and run.author.kind is AuthorKind.human:
+            by = run.author.name
+        else:
+            by = getpass.getuser()
+    key = configured or (keyring or Keyring.of_home()).signer(by)
+    unsigned = AutoApproval(by=by, digest=start_digest(run), signed_at=now or datetime.now(UTC))
+    return run.model_copy(update={"auto_approval": key.sign(run_id, AUTO_APPROVE_KIND, unsigned)})
+
+
 async def execution_histories(client: Client, run_id: str) -> list[WorkflowHistory]:
     """The history of every execution of a run, oldest first: a run that continued as new
     has several, linked from each to the one before."""
@@ -367,11 +403,15 @@ async def start_run(
     run_id: str | None = None,
     memo: dict[str, Any] | None = None,
     rpc_timeout: timedelta | None = None,
+    signer: Signer | None = None,
+    keyring: Keyring | None = None,
+    signed_at: datetime | None = None,
 ) -> RunHandle:
     """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary.
     Where the namespace has the StratagemStatus search attribute, the run keeps its status
     there (`stratagem list --status awaiting-approval` queries it). `rpc_timeout`: the handle's
-    (RunHandle)."""
+    (RunHandle). A run that approves itself (`auto_approve`) starts signed by the person who
+    lets it (`sign_auto_approval`, with `signer` or `keyring`), unless it already is."""
     workflow_id = run_id or run.run_id or new_run_id()
     goal = run.goal or (run.plan.goal if run.plan else "")
     search_attributes = None
@@ -381,6 +421,8 @@ async def start_run(
         run = run.model_copy(update={"level": RUN_LEVEL})
     if run.options.status_search_attribute:
         search_attributes = TypedSearchAttributes([SearchAttributePair(STATUS_KEY, "planning")])
+    if run.state is None and run.options.auto_approve and run.auto_approval is None:
+        run = sign_auto_approval(run, workflow_id, signer=signer, keyring=keyring, now=signed_at)
     try:
         handle = await client.start_workflow(
             WORKFLOW_NAME,
@@ -394,7 +436,7 @@ async def start_run(
         )
     except WorkflowAlreadyStartedError:
         raise DecisionRefusedError(f"a run with id '{workflow_id}' is already running; choose another id") from None
-    return RunHandle(handle, rpc_timeout=rpc_timeout)
+    return RunHandle(handle, rpc_timeout=rpc_timeout, signer=signer, keyring=keyring)
 
 
 def get_run(client: Client, run_id: str, *, rpc_timeout: timedelta | None = None) -> RunHandle:

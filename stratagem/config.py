@@ -12,31 +12,19 @@ rest. So Temporal Cloud and mTLS clusters need configuration, not code.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .paths import stratagem_home as stratagem_home  # where it always was, for callers
 
 DEFAULT_ADDRESS = "localhost:7233"
 # On a worker: folders under which a run may name its own workspace (RunOptions.workspace).
 WORKSPACE_ROOTS_ENV = "STRATAGEM_WORKSPACE_ROOTS"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_TASK_QUEUE = "stratagem"
-
-
-def stratagem_home() -> Path:
-    """`STRATAGEM_HOME`, or the user's data directory (XDG on Linux, Application Support on macOS)."""
-    configured = os.environ.get("STRATAGEM_HOME")
-    if configured:
-        return Path(configured).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "stratagem"
-    if sys.platform == "win32":
-        return Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local")) / "stratagem"
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "stratagem"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from temporalio.worker import (
 from . import activity_io
 from .handlers import DECISION_SIGNALS, DECISION_UPDATES
 from .roles import is_role_queue
-from .run_types import DecisionInput, RunInput
+from .run_types import DecisionInput, RunInput, start_digest
 from .signing import DecisionPolicy, Verdict
 
 
@@ -62,8 +62,9 @@ class VerifyDecisions(Interceptor):
 
     An update that fails is rejected in its validator (it never reaches history); a signal that
     fails reaches the workflow marked refused, which records it as ignored. The verdict rides
-    on the decision as a private attribute, which no payload can set. With keys configured, runs
-    that would approve themselves (`auto_approve`) are refused at their start.
+    on the decision as a private attribute, which no payload can set. A run that would approve
+    itself (`auto_approve`) starts only with a trusted person's signature over its input (level 7;
+    below it, only where no key is configured), unless the worker accepts unsigned decisions.
     """
 
     def __init__(self, policy: DecisionPolicy):
@@ -75,13 +76,19 @@ class VerifyDecisions(Interceptor):
         return self._inbound
 
 
+def _legacy() -> bool:
+    """Whether this run keeps the rule it started under before signing was the default
+    (`StratagemRun.signed_decisions`, worked out in its __init__, before any handler runs)."""
+    return not getattr(workflow.instance(), "signed_decisions", True)
+
+
 class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
     policy: DecisionPolicy
 
     def _judge(self, kind: str | None, args: Sequence[Any]) -> Verdict | None:
         if kind is None or not args or not isinstance(args[0], DecisionInput):
             return None
-        verdict = self.policy.verify(workflow.info().workflow_id, kind, args[0])
+        verdict = self.policy.verify(workflow.info().workflow_id, kind, args[0], legacy=_legacy())
         args[0]._verdict = verdict
         return verdict
 
@@ -102,13 +109,22 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         run = input.args[0] if input.args else None
         first = workflow.info().continued_run_id is None
-        if first and self.policy.requires_signatures and isinstance(run, RunInput) and run.options.auto_approve:
-            raise ApplicationError(
-                "this deployment accepts only signed decisions, so a run may not approve itself (auto_approve)",
-                type="DecisionRefused",
-                non_retryable=True,
-            )
+        if first and isinstance(run, RunInput) and run.options.auto_approve:
+            refused = self._auto_approve_refused(run)
+            if refused:
+                raise ApplicationError(refused, type="DecisionRefused", non_retryable=True)
         return await super().execute_workflow(input)
+
+    def _auto_approve_refused(self, run: RunInput) -> str | None:
+        if _legacy():  # the rule such runs started under
+            if self.policy.legacy_unsigned:
+                return None
+            return "this deployment accepts only signed decisions, so a run may not approve itself (auto_approve)"
+        info = workflow.info()
+        verdict = self.policy.verify_start(info.workflow_id, run.auto_approval, start_digest(run), info.start_time)
+        if run.auto_approval is not None:
+            run.auto_approval._verdict = verdict
+        return verdict.refused
 
 
 # What a host has no tools to run. The catalogue's local activity is not among them: a host

@@ -18,7 +18,7 @@ from .compact import CompactModel
 from .ledger import EventArchive, Ledger, LedgerEvent
 from .model_settings import Capabilities, capabilities_for
 from .plan import MAX_SECONDS, Author, Plan, PlanDraft, Step
-from .signing import Verdict
+from .signing import Verdict, input_digest
 from .usage import Budget, Price, UsageTotals
 
 WORKFLOW_NAME = "StratagemRun"
@@ -188,7 +188,10 @@ class RunOptions(CompactModel):
 # criteria_unmet replans), negotiated endpoints, failover tiers, escalation and the final check.
 # Their fields in activity inputs would be ignored by an older worker, which would then run a step
 # without checking it: a level-6 run waits for a level-6 worker.
-RUN_LEVEL = 6
+# Level 7 (stratagem.signing.SIGNED_LEVEL): unsigned decisions are refused unless the worker sets
+# STRATAGEM_ALLOW_UNSIGNED=1, and auto_approve needs a signed start; answers follow the run's
+# approver list; a fork's carried outputs are read from the source run's own ledger.
+RUN_LEVEL = 7
 
 
 class Fork(BaseModel):
@@ -198,12 +201,18 @@ class Fork(BaseModel):
     revision: int = Field(ge=1, description="The revision of that run the fork starts from.")
     outputs: dict[str, Any] = Field(
         default_factory=dict,
-        description="Outputs of steps that succeeded in that run and are unchanged in the fork's plan, by step id.",
+        description="Runs below level 7 only: the outputs the starter carried over. From level 7 a fork reads "
+        "them from the source run's own ledger, and a start that brings any is refused.",
     )
 
 
 class RunInput(BaseModel):
     run_id: str | None = Field(default=None, description="Filled by the workflow from its id when empty.")
+    auto_approval: AutoApproval | None = Field(
+        default=None,
+        description="With options.auto_approve: a trusted person's signature over this input, letting the run "
+        "approve itself (stratagem.signing). Unsigned, only a worker with STRATAGEM_ALLOW_UNSIGNED=1 runs it.",
+    )
     level: int = Field(default=0, ge=0, description="The workflow version that started the run (RUN_LEVEL).")
     goal: str | None = None
     plan: PlanDraft | None = Field(default=None, description="A plan written by a person; skips planning.")
@@ -329,9 +338,6 @@ class RunState(BaseModel):
         return None
 
 
-RunInput.model_rebuild()
-
-
 NAME_LIMIT = 200
 TEXT_LIMIT = 4000
 
@@ -353,10 +359,29 @@ class DecisionInput(BaseModel):
         return self._verdict
 
 
+class AutoApproval(DecisionInput):
+    """A person's signed consent that a run approves its own plans and gated steps (auto_approve):
+    for one input (`digest`, see `start_digest`), at one time (`signed_at`), on one run id."""
+
+    digest: str = Field(min_length=64, max_length=64, description="SHA-256 of the run's input, as start_digest.")
+    signed_at: datetime
+
+
+def start_digest(run: RunInput) -> str:
+    """What a signed auto_approve covers: the whole input a run starts with, but the signature."""
+    return input_digest(run.model_dump(mode="json", exclude={"auto_approval", "state"}, exclude_defaults=True))
+
+
 class ApproveInput(DecisionInput):
     revision: int | None = Field(default=None, description="Refuse if the pending revision is not this one.")
     step_id: str | None = Field(default=None, description="Approve one gated step instead of the plan.")
     call_id: str | None = Field(default=None, max_length=20, description="Approve one tool call of the step.")
+    digest: str | None = Field(
+        default=None,
+        max_length=64,
+        description="A tool call's approval: the digest of the arguments shown (PendingDecision.call.digest); "
+        "refused as stale if the call waiting differs.",
+    )
     comment: str = Field(default="", max_length=TEXT_LIMIT)
 
 

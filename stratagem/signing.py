@@ -20,20 +20,28 @@ checks it before the workflow sees the decision (`VerifyDecisions`, a workflow i
 update that fails is rejected, a signal that fails is recorded as ignored, and the ledger keeps
 `signed_by` on every decision (an issuer's name for an issued one, the person staying in `by`).
 
-A worker with no keys accepts unsigned decisions (the local, embedded default); a worker with
-keys refuses them unless STRATAGEM_ALLOW_UNSIGNED=1. Keys are the worker's own configuration,
-never part of a run's input. `stratagem keygen NAME` makes a pair; the CLI signs with the key
-in STRATAGEM_SIGNING_KEY.
+Signing is the default, not an option. A home (STRATAGEM_HOME) keeps its people's keys
+(`Keyring`: keys/NAME.key, made on first use as ssh-keygen does, and keys/issuers/NAME.key for a
+console), the CLI and the Python client sign every decision with the key of the person deciding,
+and every worker and workflow host trusts its home's keys plus the ones the operator configures.
+A worker refuses unsigned decisions unless the operator sets STRATAGEM_ALLOW_UNSIGNED=1. Runs
+started before signing became the default (below SIGNED_LEVEL) keep the rule they started under:
+unsigned decisions count when no key is configured, so their histories replay as they ran
+(`SIGNED_PATCH`).
+Keys are the worker's own configuration, never part of a run's input.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +51,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import BaseModel
 
 from .errors import ConfigError
+from .paths import stratagem_home
 
 # Imported here, with the module, not where they are used: verification runs inside workflow
 # tasks, and Temporal's sandbox cannot import cryptography's native code there.
@@ -51,6 +60,21 @@ APPROVER_KEYS_ENV = "STRATAGEM_APPROVER_KEYS"
 ISSUER_KEYS_ENV = "STRATAGEM_ISSUER_KEYS"
 ALLOW_UNSIGNED_ENV = "STRATAGEM_ALLOW_UNSIGNED"
 SIGNING_KEY_ENV = "STRATAGEM_SIGNING_KEY"
+# The run level from which unsigned decisions are refused unless STRATAGEM_ALLOW_UNSIGNED=1
+# (stratagem.run_types.RUN_LEVEL). Runs below it that started before (their histories hold no
+# SIGNED_PATCH marker) keep the rule they were started under; a new run without a level (a start
+# by hand) takes the patch, so leaving the level out cannot switch signing off.
+SIGNED_LEVEL = 7
+SIGNED_PATCH = "signed-decisions-by-default"
+# What a start that lets a run approve itself (auto_approve) is signed as, and for how long after
+# it was signed the start may happen: a signed start seen in one run's history cannot start
+# another run with the same id later.
+AUTO_APPROVE_KIND = "auto_approve"
+AUTO_APPROVE_SECONDS = 15 * 60
+HOW_TO_SIGN = (
+    "the stratagem CLI and Python client sign with the keys in STRATAGEM_HOME; a worker accepts unsigned "
+    "decisions only with STRATAGEM_ALLOW_UNSIGNED=1"
+)
 # Decision updates and the signals that carry the same decisions.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 _SIGNATURE_FIELDS = frozenset({"signer", "signature"})
@@ -114,10 +138,13 @@ class Signer:
     def private_line(self) -> str:
         return f"{self.name}:{base64.b64encode(self.seed).decode()}"
 
+    @property
+    def public_key(self) -> bytes:
+        return Ed25519PrivateKey.from_private_bytes(self.seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
     def public_line(self) -> str:
         """The entry for the workers' STRATAGEM_APPROVER_KEYS (or, for an issuer, STRATAGEM_ISSUER_KEYS)."""
-        public = Ed25519PrivateKey.from_private_bytes(self.seed).public_key()
-        return f"{self.name}:{base64.b64encode(public.public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()}"
+        return f"{self.name}:{base64.b64encode(self.public_key).decode()}"
 
     def sign(self, run_id: str, kind: str, decision: BaseModel) -> Any:
         """`decision` with `signer` and `signature` filled in (a copy). Its `by` is signed as it is,
@@ -184,45 +211,165 @@ def _read_keys(env: Any, variable: str) -> dict[str, bytes]:
     return keys
 
 
+# --- a home's keys ----------------------------------------------------------------------------------
+
+
+class Keyring:
+    """The keys a home (STRATAGEM_HOME) keeps: `keys/NAME.key` for each person who decided from it,
+    `keys/issuers/NAME.key` for a review console. A person's key is made the first time they decide,
+    as ssh-keygen makes one (the folder readable by its owner only, each file written once, mode
+    600), so the quickstart signs without anyone setting anything up. A file counts only under its
+    own name: `keys/alice.key` must hold alice's key."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    @classmethod
+    def of_home(cls, home: Path | None = None) -> Keyring:
+        return cls((home or stratagem_home()) / "keys")
+
+    def signer(self, name: str, *, create: bool = True) -> Signer:
+        """The person's key, made now if missing (`create`). A name that cannot be a key's name
+        (letters, digits, . _ @ -) is a ConfigError."""
+        return self._key(self.folder, name, create)
+
+    def issuer(self, name: str = "console", *, create: bool = True) -> Signer:
+        return self._key(self.folder / "issuers", name, create)
+
+    def has(self, name: str) -> bool:
+        return (self.folder / f"{name}.key").is_file()
+
+    def approver_keys(self) -> dict[str, bytes]:
+        return self._public(self.folder)
+
+    def issuer_keys(self) -> dict[str, bytes]:
+        return self._public(self.folder / "issuers")
+
+    def _key(self, folder: Path, name: str, create: bool) -> Signer:
+        path = folder / f"{_check_name(name, 'a signing key')}.key"
+        if path.is_file() or not create:
+            return Signer.from_file(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        for made in (self.folder, folder):
+            made.chmod(0o700)
+        signer = Signer.generate(name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it meanwhile: theirs is the key
+            return Signer.from_file(path)
+        except OSError as exc:
+            raise ConfigError(f"cannot write the signing key {path}: {exc.strerror}") from None
+        with os.fdopen(fd, "w") as file:
+            file.write(signer.private_line() + "\n")
+        return signer
+
+    @staticmethod
+    def _public(folder: Path) -> dict[str, bytes]:
+        """The public keys of a folder's key files; a file that is not a key of its own name is
+        left out, never trusted."""
+        keys: dict[str, bytes] = {}
+        try:
+            paths = sorted(folder.glob("*.key"))
+        except OSError:
+            return keys
+        for path in paths:
+            try:
+                signer = Signer.from_file(path)
+            except ConfigError:
+                continue
+            if signer.name == path.stem:
+                keys[signer.name] = signer.public_key
+        return keys
+
+
+# --- verifying (the worker's side) -------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class DecisionPolicy:
     """The worker's trusted keys, and whether unsigned decisions are accepted.
 
     `keys` are approvers', each signing only for its own name; `issuer_keys` are issuers', which
-    sign for the people they authenticated. A name is one or the other.
+    sign for the people they authenticated. A name is one or the other. `keyring`: the home whose
+    keys are trusted too; a decision signed by a key not known yet reads it again, so a person's
+    first decision from that home counts at once. `legacy_unsigned`: whether runs below
+    SIGNED_LEVEL accept unsigned decisions (the rule they started under: no key configured).
     """
 
     keys: dict[str, bytes] = field(default_factory=dict)
-    allow_unsigned: bool = True
+    allow_unsigned: bool = False
     issuer_keys: dict[str, bytes] = field(default_factory=dict)
+    legacy_unsigned: bool = True
+    keyring: Keyring | None = None
 
     @property
     def requires_signatures(self) -> bool:
         return not self.allow_unsigned
 
     @classmethod
-    def from_env(cls, env: Any = None) -> DecisionPolicy:
+    def from_env(cls, env: Mapping[str, str] | None = None, *, home: Path | None = None) -> DecisionPolicy:
+        """The keys the operator configured, plus those of the home: `home`, else the home of
+        `env` (STRATAGEM_HOME; the process's own when `env` is not given). A mapping without
+        STRATAGEM_HOME trusts configured keys only."""
+        given = env
         env = env if env is not None else os.environ
-        keys = _read_keys(env, APPROVER_KEYS_ENV)
+        configured = _read_keys(env, APPROVER_KEYS_ENV)
         issuers = _read_keys(env, ISSUER_KEYS_ENV)
-        both = sorted(keys.keys() & issuers.keys())
+        both = sorted(configured.keys() & issuers.keys())
         if both:
             raise ConfigError(
                 f"{', '.join(both)[:200]} listed in both {APPROVER_KEYS_ENV} and {ISSUER_KEYS_ENV}: "
                 "a key signs either for its own name (approver) or for the people it authenticates (issuer)"
             )
         allow = env.get(ALLOW_UNSIGNED_ENV, "").strip().lower() in ("1", "true", "yes")
-        return cls(keys=keys, allow_unsigned=allow or not (keys or issuers), issuer_keys=issuers)
+        if home is None and (given is None or env.get("STRATAGEM_HOME")):
+            home = Path(env["STRATAGEM_HOME"]).expanduser() if env.get("STRATAGEM_HOME") else stratagem_home()
+        policy = cls(
+            keys=dict(configured),
+            allow_unsigned=allow,
+            issuer_keys=dict(issuers),
+            legacy_unsigned=allow or not (configured or issuers),
+            keyring=Keyring.of_home(home) if home is not None else None,
+        )
+        policy.reload()
+        return policy
 
-    def verify(self, run_id: str, kind: str, decision: Any) -> Verdict:
+    def reload(self) -> None:
+        """Trust the home's keys as they are now (a configured name keeps its configured key)."""
+        if self.keyring is None:
+            return
+        for table, found in ((self.keys, self.keyring.approver_keys()), (self.issuer_keys, self.keyring.issuer_keys())):
+            for name, key in found.items():
+                if name not in self.keys and name not in self.issuer_keys:
+                    table[name] = key
+
+    def describe(self) -> str:
+        """The mode, in one line, for a worker to say at its start."""
+        if self.allow_unsigned:
+            return "decisions: unsigned ones are accepted (STRATAGEM_ALLOW_UNSIGNED=1); signed ones are checked"
+        home = f" and the keys of {self.keyring.folder}" if self.keyring is not None else ""
+        trusted = sorted(self.keys) + [f"{name} (issuer)" for name in sorted(self.issuer_keys)]
+        names = ", ".join(trusted)[:300] or "none yet"
+        return f"decisions: signed only; trusting {names}{home}"
+
+    def verify(self, run_id: str, kind: str, decision: Any, *, legacy: bool = False) -> Verdict:
+        """Whether `decision` may be applied to the run `run_id` as `kind`. `legacy`: the run
+        started before signing was the default, and keeps that rule (`legacy_unsigned`)."""
         signer = getattr(decision, "signer", None)
         signature = getattr(decision, "signature", None)
         if not signer and not signature:
-            if self.allow_unsigned:
+            if self.allow_unsigned or (legacy and self.legacy_unsigned):
                 return Verdict()
-            return Verdict(refused="this deployment accepts only signed decisions (set STRATAGEM_SIGNING_KEY)")
+            return Verdict(refused=f"this deployment accepts only signed decisions ({HOW_TO_SIGN})")
+        if signer and signer not in self.keys and signer not in self.issuer_keys:
+            # A person's first decision from the home: their key was made after this worker started.
+            # A verdict once given stays (updates are not validated again on replay), so reading
+            # the folder here cannot change what a history replays to, only what a new one records.
+            self.reload()
         issued = bool(signer) and signer in self.issuer_keys
         key = self.issuer_keys.get(signer or "") if issued else self.keys.get(signer or "")
+        if key is None and self.allow_unsigned:
+            return Verdict()  # as good as unsigned, which this worker accepts (a home key it does not know)
         if key is None or not signature or not signer:
             return Verdict(refused=f"the decision is signed by '{str(signer)[:64]}', a key this worker does not trust")
         by = getattr(decision, "by", None)
@@ -237,3 +384,27 @@ class DecisionPolicy:
         except (InvalidSignature, binascii.Error, ValueError):
             return Verdict(refused=f"the signature of '{signer}' does not match this decision on this run")
         return Verdict(signer=signer, on_behalf_of=by if issued else None)
+
+    def verify_start(self, run_id: str, approval: Any, digest: str, started: datetime) -> Verdict:
+        """Whether a start that lets the run approve itself (auto_approve) was signed by a trusted
+        person, for exactly this input (`digest`), no longer ago than AUTO_APPROVE_SECONDS before
+        the run `started`."""
+        if approval is None:
+            if self.allow_unsigned:
+                return Verdict()
+            return Verdict(
+                refused="this deployment accepts only signed decisions, so a run may approve itself (auto_approve) "
+                f"only when a trusted person signed its start ({HOW_TO_SIGN})"
+            )
+        if approval.digest != digest:
+            return Verdict(refused="the signed auto_approve is for another input than the one this run started with")
+        signed_at = approval.signed_at
+        if not (signed_at.timestamp() - 60 <= started.timestamp() <= signed_at.timestamp() + AUTO_APPROVE_SECONDS):
+            return Verdict(refused="the signed auto_approve is out of date; start the run again")
+        return self.verify(run_id, AUTO_APPROVE_KIND, approval)
+
+
+def input_digest(document: Any) -> str:
+    """A SHA-256 over a JSON document in canonical form (sorted keys, no spaces)."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -182,9 +182,12 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return False
 
 
-async def run_worker(settings: Settings, options: WorkerOptions | None = None) -> None:
+async def run_worker(
+    settings: Settings, options: WorkerOptions | None = None, decision_policy: DecisionPolicy | None = None
+) -> None:
     """Serve `options.roles` until SIGTERM or SIGINT, with traces and metrics where the OTEL_*
-    environment asks."""
+    environment asks. `decision_policy`: the keys decisions are checked against (default: the
+    configured ones and the home's, stratagem.signing)."""
     options = options or WorkerOptions()
     limit_malloc_arenas()
     tool_modules = options.tools
@@ -211,6 +214,7 @@ async def run_worker(settings: Settings, options: WorkerOptions | None = None) -
         layout=options.layout,
         rate_limits=options.rate_limits,
         max_concurrent_activities=options.max_concurrent,
+        decision_policy=decision_policy,
     )
     gauge = asyncio.create_task(_count_waiting_runs(client, runtime)) if runtime is not None and has_status else None
     try:

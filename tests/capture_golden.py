@@ -24,17 +24,21 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from conftest import harness_for  # noqa: E402
+from conftest import SESSION_HOME, harness_for  # noqa: E402
 from support.golden_scenarios import SCENARIOS  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from stratagem.binaries import temporal_test_server  # noqa: E402
 from stratagem.client import execution_histories  # noqa: E402
 from stratagem.payloads import stratagem_data_converter  # noqa: E402
+from stratagem.signing import Keyring, Signer  # noqa: E402
 
 GOLDEN = HERE / "golden"
 # The generation today's code writes; name a new one when a change adds or alters commands.
-GENERATION = "2026-11-24-level6"
+GENERATION = "2026-11-27-level7"
+# From level 7 decisions are signed (stratagem.signing): the public keys of the home the captures
+# signed with are kept beside them, and the replays trust exactly those.
+KEYS_FILE = "approver-keys"
 
 
 async def capture(names: list[str], force: bool, generation: str = GENERATION) -> None:
@@ -63,6 +67,17 @@ async def capture(names: list[str], force: bool, generation: str = GENERATION) -
                 print(f"{name}: wrote {path.relative_to(HERE.parent)} ({len(history.events)} events)")
     finally:
         await env.shutdown()
+    keep_keys(target)
+
+
+def keep_keys(target: Path) -> None:
+    """Add the public keys the captures signed with to the generation's key file (never private keys)."""
+    path = target / KEYS_FILE
+    lines = set(path.read_text().split()) if path.exists() else set()
+    keyring = Keyring.of_home(SESSION_HOME)
+    for key in sorted(keyring.folder.glob("*.key")):
+        lines.add(Signer.from_file(key).public_line())
+    path.write_text("".join(f"{line}\n" for line in sorted(lines)))
 
 
 def main() -> int:

@@ -94,6 +94,13 @@ os.environ["TEMPORAL_CONFIG_FILE"] = str(Path(__file__).with_name("no-temporal-p
 # it fails every test (and every replay of a test's history) that reaches it. Production workers
 # pass it through instead (stratagem/worker.py, WORKFLOW_MODULES); test_worker.py runs that way.
 os.environ[STRICT_SANDBOX_ENV] = "1"
+# Decisions are signed by default (stratagem.signing): every test process, worker and CLI shares one
+# home's keys, made in a folder of the session's own, so a person's key made by a CLI process is
+# trusted by the in-process workers (cli_environment links each CLI home's keys here).
+SESSION_HOME = Path(tempfile.mkdtemp(prefix="stratagem-tests-home-"))
+os.environ["STRATAGEM_HOME"] = str(SESSION_HOME)
+SESSION_KEYS = SESSION_HOME / "keys"
+SESSION_KEYS.mkdir(mode=0o700)
 # Tests write scripted model files under pytest's temporary folders; the examples live in the repo.
 os.environ["STRATAGEM_SCRIPTED_DIRS"] = os.pathsep.join(
     [tempfile.gettempdir(), str(Path(__file__).resolve().parent.parent)]
@@ -231,8 +238,15 @@ class Harness:
         return await self.start_input(run)
 
     async def start_input(self, run: RunInput) -> RunHandle:
-        """Start a run from a whole RunInput (a fork, say), on this harness's worker."""
-        started = await start_run(self.client, run, task_queue=self.task_queue, run_id=f"test-{uuid.uuid4().hex[:10]}")
+        """Start a run from a whole RunInput (a fork, say), on this harness's worker. An auto_approve
+        run is signed at the server's time: the time-skipping server's clock runs ahead of ours."""
+        started = await start_run(
+            self.client,
+            run,
+            task_queue=self.task_queue,
+            run_id=f"test-{uuid.uuid4().hex[:10]}",
+            signed_at=await self.env.get_current_time() if run.options.auto_approve else None,
+        )
         started.store = self.store  # where this worker archives a long run's events
         self.runs.append(started)
         return started
@@ -334,8 +348,20 @@ async def cli_env(dev_env, tmp_path):
         yield {**cli_environment(dev_env, harness, tmp_path / "home"), "CLI_CWD": str(tmp_path)}, harness
 
 
+def keyed_home(home: Path) -> str:
+    """A STRATAGEM_HOME for a CLI process whose keys are the session's: a key it makes, the
+    in-process workers trust, and it trusts theirs when it hosts a run's workflow (a host that did
+    not know the key that signed a run's start could not replay it)."""
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "keys").exists():
+        (home / "keys").symlink_to(SESSION_KEYS, target_is_directory=True)
+    return str(home)
+
+
 def cli_environment(env: WorkflowEnvironment, harness: Harness, home: Path) -> dict[str, str]:
-    """What a CLI process needs to use `harness`'s server, task queue, workspace and store."""
+    """What a CLI process needs to use `harness`'s server, task queue, workspace and store. Its
+    home's keys are the session's, which the in-process workers trust."""
+    keyed_home(home)
     return {
         **os.environ,
         "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,

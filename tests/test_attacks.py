@@ -189,7 +189,7 @@ async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
     executor = harness.script("never-called.yaml", {"executor": {"research": "never asked"}})
     run = await harness.start(plan, by="[/]", executor=executor)
     await harness.wait_for(run, lambda s: bool(s.pending))
-    await run.handle.signal("approve_signal", {"by": "[/]", "revision": 9})  # refused: a stale revision
+    await run.handle.signal("approve_signal", {"by": "[/]", "revision": 9})  # refused: unsigned, and stale
     await harness.wait_for(run, lambda s: bool(s.pending))
 
     status = await acli("status", run.id, env=env)
@@ -466,7 +466,7 @@ async def test_an_executors_gated_call_cannot_be_approved_by_a_plan_a_signal_or_
     await run.approve(ApproveInput(by="bob", revision=1))
     await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.tool_call_approval for p in s.pending))
     forged = ApproveInput(by="mallory", step_id="settle", call_id="0")
-    await run.handle.signal("approve_signal", forged)
+    await send_signed(run, "approve_signal", forged)  # signed: the approver list is what refuses it
     await asyncio.sleep(1)
     status = await run.status()
     assert [p.kind for p in status.pending] == [DecisionKind.tool_call_approval]

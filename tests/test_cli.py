@@ -12,6 +12,7 @@ import sys
 import time
 
 import yaml
+from conftest import keyed_home
 from support import FIXTURE_TOOLS
 from support.cli import TOOLS, acli, cli, one_line_error, write_plan
 from support.plans import step
@@ -457,7 +458,7 @@ async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activit
         **os.environ,
         "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
         "TEMPORAL_TASK_QUEUE": queue,
-        "STRATAGEM_HOME": str(tmp_path / "home"),
+        "STRATAGEM_HOME": keyed_home(tmp_path / "home"),
         "CLI_CWD": str(tmp_path),
     }
     shown = await acli("status", finished.id, "--json", env=env)
@@ -489,7 +490,7 @@ def test_runs_started_from_two_folders_write_into_their_own_workspaces(tmp_path)
     env = {
         **{k: v for k, v in os.environ.items() if k != "STRATAGEM_WORKSPACE"},
         "TEMPORAL_ADDRESS": f"127.0.0.1:{port}",
-        "STRATAGEM_HOME": str(tmp_path / "home"),
+        "STRATAGEM_HOME": keyed_home(tmp_path / "home"),
         "TEMPORAL_TASK_QUEUE": "cli-two-folders",
     }
     pids: list[int] = []
@@ -660,6 +661,8 @@ async def test_a_tool_call_is_approved_from_the_command_line(cli_env, tmp_path):
     assert harness.calls() == []
     approved = await acli("approve", "cli-call", "--step", "settle", "--call", call["call_id"], "--by", "dana", env=env)
     assert approved.returncode == 0, approved.stderr
+    # What it approved is shown in full, and bound to by its digest (the run would refuse another call).
+    assert 'approving wire_funds({"amount": 7, "to": "acme"})' in approved.stdout
     waited = await acli("wait", "cli-call", "--json", env=env)
     assert json.loads(waited.stdout)["outputs"] == {"settle": "ok"}
     assert [c["tool"] for c in harness.calls()] == ["wire_funds"]

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import yaml
+from conftest import keyed_home
 from support.cli import TOOLS, acli, cli, one_line_error, write_plan
 from support.ports import free_port_pair, wait_listening
 
@@ -98,7 +99,7 @@ def test_a_configuration_file_reports_every_mistake_in_one_line(tmp_path):
     )
     env = {
         **os.environ,
-        "STRATAGEM_HOME": str(tmp_path / "home"),
+        "STRATAGEM_HOME": keyed_home(tmp_path / "home"),
         "TEMPORAL_ADDRESS": "127.0.0.1:1",
         "CLI_CWD": str(tmp_path),
     }

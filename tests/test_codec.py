@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import keyed_home
 from google.protobuf.message import Message
 from support import FIXTURE_TOOLS
 from support.plans import step
@@ -370,7 +371,7 @@ async def test_histories_hold_only_ciphertext(dev_env: WorkflowEnvironment, tmp_
             assert any(SECRET_FAILURE in m for m in messages), messages
 
     # A listing from a shell without the key still lists the runs, saying it cannot read them.
-    env = {**os.environ, "TEMPORAL_ADDRESS": target(dev_env), "STRATAGEM_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "TEMPORAL_ADDRESS": target(dev_env), "STRATAGEM_HOME": keyed_home(tmp_path / "home")}
     listed = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-m", "stratagem.cli", "list", "--json"],

@@ -10,13 +10,14 @@ import json
 from pathlib import Path
 
 import pytest
-from capture_golden import GENERATION
+from capture_golden import GENERATION, KEYS_FILE
 from support.golden_scenarios import SCENARIOS
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from stratagem.payloads import stratagem_data_converter
 from stratagem.plugin import StratagemPlugin
+from stratagem.signing import APPROVER_KEYS_ENV, DecisionPolicy
 from stratagem.workflows import StratagemRun
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -40,6 +41,11 @@ def test_every_scenario_has_a_golden_history():
 async def test_golden_history_replays(path):
     data = json.loads(path.read_text())
     history = WorkflowHistory.from_json(data["workflow_id"], data["history"])
-    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
+    # A generation that signed its decisions replays trusting the keys it signed with, as a worker
+    # must keep a retired key listed while runs it decided on are open.
+    keys = path.parent / KEYS_FILE
+    policy = DecisionPolicy.from_env({APPROVER_KEYS_ENV: f"@{keys}"}) if keys.exists() else None
+    plugin = StratagemPlugin(stratagem_data_converter, decision_policy=policy)
+    replayer = Replayer(workflows=[StratagemRun], plugins=[plugin])
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name} no longer replays: {result.replay_failure}"

@@ -436,7 +436,7 @@ async def test_the_command_line_runs_a_plan_with_a_stdio_server(cli_env, tmp_pat
 
 
 def test_the_command_line_refuses_a_bad_source_in_one_line(tmp_path):
-    env = {**os.environ, "STRATAGEM_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "STRATAGEM_HOME": keyed_home(tmp_path / "home")}
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("now", "get_current_time", timezone="UTC")]})
     one_line_error(
         cli("run", "--plan", plan, "--tools", "mcp:stdio:no-such-mcp-server", env=env), "was not found on PATH"

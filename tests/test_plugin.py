@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from support import FIXTURE_TOOLS
 from support.plans import awaiting
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
@@ -86,8 +87,13 @@ async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployme
             if awaiting(await run.status()):
                 break
             await asyncio.sleep(0.05)
-        with pytest.raises(DecisionRefusedError, match="only signed decisions"):
-            await run.approve(ApproveInput(by="alice", revision=1))  # a claim, not a signature
+        with pytest.raises(WorkflowUpdateFailedError) as claim:  # a claim, not a signature
+            await run.handle.execute_update("approve", ApproveInput(by="alice", revision=1))
+        assert "only signed decisions" in str(claim.value.cause)
+        with pytest.raises(
+            DecisionRefusedError, match="does not match"
+        ):  # the home's own alice is not the deployment's
+            await run.approve(ApproveInput(by="alice", revision=1))
         assert (await run.status()).phase is Phase.awaiting_approval
         signed = await run.approve(ALICE.sign(run.id, "approve", ApproveInput(by="alice", revision=1)))
         assert signed.phase is Phase.running

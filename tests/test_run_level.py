@@ -13,6 +13,7 @@ from support.plans import step
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
+from stratagem.client import sign_auto_approval
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run_types import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
 
@@ -43,15 +44,19 @@ def kinds(history) -> list[int]:
 
 
 async def start_by_hand(harness, plan: dict, level: int):
-    """What an older client, or the plain Temporal API, sends: RunInput as it is, no stamping."""
+    """What an older client, or the plain Temporal API, sends: RunInput as it is, no stamping
+    (but its auto_approve signed)."""
     run = RunInput(
         plan=PlanDraft.model_validate(plan),
         author=Author(kind=AuthorKind.human, name="mallory"),
         options=RunOptions(auto_approve=True),
         level=level,
     )
+    run_id = f"test-{uuid.uuid4().hex[:10]}"
+    # Signed, as a run that approves itself must be (stratagem.signing): what is tested is the rest.
+    run = sign_auto_approval(run, run_id, now=await harness.env.get_current_time())
     return await harness.client.start_workflow(
-        WORKFLOW_NAME, run, id=f"test-{uuid.uuid4().hex[:10]}", task_queue=harness.task_queue, result_type=RunResult
+        WORKFLOW_NAME, run, id=run_id, task_queue=harness.task_queue, result_type=RunResult
     )
 
 

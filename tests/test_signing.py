@@ -8,20 +8,25 @@ import asyncio
 import json
 import os
 import subprocess
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from conftest import harness_for
+from temporalio.client import WorkflowUpdateFailedError
 
 from stratagem.binaries import temporal_cli
-from stratagem.client import RunHandle
+from stratagem.client import RunHandle, sign_auto_approval, start_run
 from stratagem.errors import ConfigError, DecisionRefusedError
 from stratagem.ledger import EventKind
-from stratagem.run_types import ApproveInput
-from stratagem.signing import DecisionPolicy, Signer, Verdict
+from stratagem.plan import PlanDraft
+from stratagem.run_types import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
+from stratagem.signing import DecisionPolicy, Keyring, Signer, Verdict
 
 ALICE = Signer.generate("alice")
-MALLORY = Signer.generate("mallory")
+# A key no home of the tests holds (the session home has a "mallory" of its own).
+MALLORY = Signer.generate("mallory-outside")
 CONSOLE = Signer.generate("console")  # a review console: it authenticates people and signs for them
 
 
@@ -128,14 +133,56 @@ def test_issuer_keys_are_a_setting_of_their_own():
         verdict = plain.verify("r", "approve", ALICE.sign("r", "approve", ApproveInput(by="alice")))
         assert verdict == Verdict(signer="alice") and not verdict.issuer
         assert "does not trust" in plain.verify("r", "approve", issued).refused
-    assert DecisionPolicy.from_env({"STRATAGEM_ISSUER_KEYS": ""}).requires_signatures is False
+    empty = DecisionPolicy.from_env({"STRATAGEM_ISSUER_KEYS": ""})
+    assert empty.requires_signatures and empty.legacy_unsigned
 
 
-def test_no_keys_means_unsigned_decisions_are_accepted_and_said_to_be():
-    open_policy = DecisionPolicy.from_env({})
-    verdict = open_policy.verify("r", "approve", ApproveInput(by="anyone"))
-    assert verdict.refused is None and verdict.signer is None
-    assert policy(ALICE, allow_unsigned=True).verify("r", "approve", ApproveInput(by="x")).refused is None
+def test_signing_is_the_default_and_only_the_operator_can_turn_it_off():
+    # No key configured: unsigned decisions are refused all the same, saying how to sign.
+    default = DecisionPolicy.from_env({})
+    refused = default.verify("r", "approve", ApproveInput(by="anyone")).refused
+    assert refused and "only signed decisions" in refused and "STRATAGEM_HOME" in refused
+    # Runs from before the default keep the rule they started under (no key configured: accepted).
+    assert default.verify("r", "approve", ApproveInput(by="anyone"), legacy=True) == Verdict()
+    assert "only signed" in policy(ALICE).verify("r", "approve", ApproveInput(by="x"), legacy=True).refused
+    # The operator's switch, said at the worker's start.
+    opened = policy(ALICE, allow_unsigned=True)
+    assert opened.verify("r", "approve", ApproveInput(by="x")).refused is None
+    assert "unsigned ones are accepted" in opened.describe()
+    assert "signed only; trusting alice" in policy(ALICE).describe()
+
+
+def test_a_home_trusts_the_keys_it_makes_even_after_the_worker_started(tmp_path: Path):
+    home = tmp_path / "home"
+    worker = DecisionPolicy.from_env({"STRATAGEM_HOME": str(home)})
+    assert worker.keyring is not None and not worker.keys
+    # Bob decides for the first time from this home: his key is made then, as ssh-keygen would.
+    keyring = Keyring.of_home(home)
+    bob = keyring.signer("bob")
+    assert (home / "keys" / "bob.key").stat().st_mode & 0o777 == 0o600
+    assert (home / "keys").stat().st_mode & 0o777 == 0o700
+    assert keyring.signer("bob") == bob  # made once, then read
+    signed = bob.sign("r", "approve", ApproveInput(by="bob"))
+    assert worker.verify("r", "approve", signed).signer == "bob"  # read again on an unknown signer
+    # A key file under another person's name is never trusted for either of them.
+    (home / "keys" / "carol.key").write_text(Signer.generate("mallory").private_line())
+    mallory = Signer.from_file(home / "keys" / "carol.key")
+    assert (
+        "does not trust"
+        in worker.verify("r", "approve", mallory.sign("r", "approve", ApproveInput(by="mallory"))).refused
+    )
+    # A configured key keeps its name: the home cannot replace alice's.
+    (home / "keys" / "alice.key").write_text(Signer.generate("alice").private_line())
+    configured = DecisionPolicy.from_env({"STRATAGEM_HOME": str(home), "STRATAGEM_APPROVER_KEYS": ALICE.public_line()})
+    assert configured.keys["alice"] == ALICE.public_key
+    forged = Signer.from_file(home / "keys" / "alice.key").sign("r", "approve", ApproveInput(by="alice"))
+    assert "does not match" in configured.verify("r", "approve", forged).refused
+    # Issuers of the home (a console's key) sign for the people they authenticate.
+    console = keyring.issuer()
+    issued = console.issue("r", "approve", ApproveInput(by="x"), by="dana")
+    assert worker.verify("r", "approve", issued).on_behalf_of == "dana"
+    with pytest.raises(ConfigError, match="not a key name"):
+        keyring.signer("Dana Smith")
 
 
 def test_key_configuration_errors_are_one_line(tmp_path: Path):
@@ -218,10 +265,11 @@ async def test_a_console_approves_for_the_person_it_authenticated_and_nobody_els
     async with harness_for(dev_env, tmp_path) as harness:
         run = await harness.start(PAY)
         await harness.wait_for(run, lambda s: bool(s.pending))
-        handle = RunHandle(run.handle)  # sends decisions as they are: no key of its own
+        handle = RunHandle(run.handle)  # sends signed decisions as they are
 
-        with pytest.raises(DecisionRefusedError, match="only signed decisions"):
-            await handle.approve(ApproveInput(by="alice", revision=1))
+        with pytest.raises(WorkflowUpdateFailedError) as unsigned:  # as any client could send it
+            await run.handle.execute_update("approve", ApproveInput(by="alice", revision=1))
+        assert "only signed decisions" in str(unsigned.value.cause)
         with pytest.raises(DecisionRefusedError, match="signed by 'alice'"):  # an approver is no issuer
             await handle.approve(ALICE.sign(run.id, "approve", ApproveInput(by="bob", revision=1)))
         issued = CONSOLE.issue(run.id, "approve", ApproveInput(by="-", revision=1), by="alice")
@@ -236,14 +284,61 @@ async def test_a_console_approves_for_the_person_it_authenticated_and_nobody_els
         assert [c["label"] for c in harness.calls()] == ["paid"]
 
 
-async def test_a_run_cannot_approve_itself_where_decisions_are_signed(dev_env, tmp_path, monkeypatch):
+async def test_a_run_approves_itself_only_with_a_trusted_persons_signed_start(dev_env, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATAGEM_APPROVER_KEYS", ALICE.public_line())
     async with harness_for(dev_env, tmp_path) as harness:
-        run = await harness.start(PAY, auto_approve=True)
+        plan = PlanDraft.model_validate(PAY)
+        signed = RunInput(plan=plan, options=RunOptions(auto_approve=True), level=RUN_LEVEL)
+        # Unsigned, as a start through the frontend by anyone would be.
+        bare = await start_run(harness.client, signed, task_queue=harness.task_queue, signer=ALICE)
+        bare_input = signed.model_copy(update={"auto_approval": None})
+        raw = await harness.client.start_workflow(
+            WORKFLOW_NAME, bare_input, id=f"{bare.id}-raw", task_queue=harness.task_queue, result_type=RunResult
+        )
         with pytest.raises(Exception) as caught:
-            await run.result()
-        assert "may not approve itself" in str(caught.value.__cause__ or caught.value)
-        assert harness.calls() == []
+            await raw.result()
+        assert "only when a trusted person signed its start" in str(caught.value.__cause__ or caught.value)
+        # Alice's signature lifted onto another input (a payee swapped): refused.
+        swapped = RunInput.model_validate(
+            {**signed.model_dump(), "plan": {**PAY, "steps": [{**PAY["steps"][0], "args": {"label": "mallory"}}]}}
+        )
+        lifted_id = f"lifted-{uuid.uuid4().hex[:6]}"
+        lifted = sign_auto_approval(signed, lifted_id, signer=ALICE)
+        theft = await harness.client.start_workflow(
+            WORKFLOW_NAME,
+            swapped.model_copy(update={"auto_approval": lifted.auto_approval}),
+            id=lifted_id,
+            task_queue=harness.task_queue,
+            result_type=RunResult,
+        )
+        with pytest.raises(Exception) as caught:
+            await theft.result()
+        assert "for another input" in str(caught.value.__cause__ or caught.value)
+        # Signed by a key the workers do not trust, or long ago: refused.
+        mallory = await start_run(
+            harness.client,
+            signed,
+            task_queue=harness.task_queue,
+            signer=MALLORY,
+            run_id=f"by-mallory-{uuid.uuid4().hex[:6]}",
+        )
+        stale = await start_run(
+            harness.client,
+            signed,
+            task_queue=harness.task_queue,
+            signer=ALICE,
+            run_id=f"stale-{uuid.uuid4().hex[:6]}",
+            signed_at=datetime.now(UTC) - timedelta(hours=1),
+        )
+        for handle, why in ((mallory, "does not trust"), (stale, "out of date")):
+            with pytest.raises(Exception) as caught:
+                await handle.result()
+            assert why in str(caught.value.__cause__ or caught.value)
+        # Alice's own signed start runs (once: no other start paid), and the ledger says who let it.
+        result = await bare.result()
+        assert result.status.value == "succeeded" and [c["label"] for c in harness.calls()] == ["paid"]
+        started = next(e for e in (await bare.ledger()).events if e.kind is EventKind.run_started)
+        assert started.data["auto_approve_by"] == "alice"
 
 
 async def test_the_cli_signs_with_the_key_keygen_wrote(dev_env, tmp_path, monkeypatch):
@@ -265,16 +360,19 @@ async def test_the_cli_signs_with_the_key_keygen_wrote(dev_env, tmp_path, monkey
             STRATAGEM_STORE=str(harness.store.root),
             STRATAGEM_APPROVER_KEYS=keys["approver_key"],
         )
-        unsigned = await acli("approve", run.id, "--revision", "1", "--by", "alice", env=env)
-        assert unsigned.returncode != 0 and "only signed decisions" in unsigned.stderr
+        # Bob decides from this home for the first time: his key is made and signs, but the workers
+        # were told to trust alice's key only.
+        bob = await acli("approve", run.id, "--revision", "1", "--by", "bob-outside", env=env)
+        assert "made a signing key for bob-outside" in bob.stdout + bob.stderr
+        assert bob.returncode != 0 and "a key this worker does not trust" in bob.stderr
         mismatch = await acli(
             "approve", run.id, "--by", "bob", env={**env, "STRATAGEM_SIGNING_KEY": keys["private_key_file"]}
         )
         assert mismatch.returncode == 2 and "does not match the signing key's name 'alice'" in mismatch.stderr
-        done = await acli(
-            "approve", run.id, "--revision", "1", env={**env, "STRATAGEM_SIGNING_KEY": keys["private_key_file"]}
-        )
+        # Alice's key is the one keygen wrote in the home: `--by alice` signs with it, no variable needed.
+        done = await acli("approve", run.id, "--revision", "1", "--by", "alice", env=env)
         assert done.returncode == 0, done.stderr
+        assert "made a signing key" not in done.stdout + done.stderr
         await run.result()
         status = await acli("status", run.id, env=env)
         assert "approve revision 1 by alice (signed by alice, via update)" in status.stdout

@@ -59,6 +59,7 @@ async def test_a_reused_run_id_gets_fresh_idempotency_keys(harness):
             ),
             task_queue=harness.task_queue,
             run_id=run_id,
+            signed_at=await harness.env.get_current_time(),  # the time-skipping server's clock runs ahead
         )
         harness.runs.append(run)
         outputs.append((await run.result()).outputs["log"])

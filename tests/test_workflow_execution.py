@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from support.plans import GREETING, awaiting, diamond, step
+from support.signing import send_signed
 from temporalio.client import WorkflowFailureError
 
 from stratagem.errors import DecisionRefusedError
@@ -88,7 +89,7 @@ async def test_human_step_takes_an_answer_by_update_or_signal(harness):
     with pytest.raises(DecisionRefusedError, match="step 'done' is not waiting for an answer"):
         await run.answer(AnswerInput(step_id="done", answer="x", by="zed"))
     await run.answer(AnswerInput(step_id="ask_budget", answer={"amount": 1200}, by="fin"))
-    await run.handle.signal("answer_signal", AnswerInput(step_id="ask_owner", answer="Grace", by="ops"))
+    await send_signed(run, "answer_signal", AnswerInput(step_id="ask_owner", answer="Grace", by="ops"))
     result = await run.result()
     assert result.outputs == {"done": "1200 by Grace"}
     ledger = await run.ledger()
@@ -111,7 +112,7 @@ async def test_a_wrong_typed_answer_is_refused_and_the_step_keeps_waiting(harnes
     with pytest.raises(DecisionRefusedError, match=r"refused the answer: the answer: 'ok' is not of type 'object'"):
         await run.answer(AnswerInput(step_id="review", answer="ok", by="fin"))
     # A signal cannot be refused: it is recorded as ignored, and nothing else happens.
-    await run.handle.signal("answer_signal", AnswerInput(step_id="review", answer={"status": "maybe"}, by="ops"))
+    await send_signed(run, "answer_signal", AnswerInput(step_id="review", answer={"status": "maybe"}, by="ops"))
     for _ in range(100):  # the signal is taken in the workflow's next task
         ledger = await run.ledger()
         ignored = [e.message for e in ledger.events if e.kind is EventKind.signal_ignored]

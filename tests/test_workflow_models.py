@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from support.plans import awaiting, step
+from support.signing import send_signed
 from temporalio.client import WorkflowFailureError
 
 from stratagem.errors import DecisionRefusedError
@@ -311,7 +312,7 @@ async def test_a_person_may_stop_a_run_at_its_budget(harness):
     await harness.wait_for(run, lambda s: bool(s.pending))
     with pytest.raises(DecisionRefusedError, match="a stop takes no limits"):
         await run.budget(BudgetInput(by="carol", stop=True, model_calls=10))
-    await run.handle.signal("budget_signal", BudgetInput(by="carol", stop=True, reason="enough"))
+    await send_signed(run, "budget_signal", BudgetInput(by="carol", stop=True, reason="enough"))
     result = await run.result()
     assert result.status is Phase.rejected
     assert result.reason == "stopped by carol when the budget ran out: enough"

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from support.plans import GREETING, SIDE_EFFECT, awaiting, step
+from support.signing import send_signed
 from temporalio.api.enums.v1 import EventType
 
 from stratagem.errors import DecisionRefusedError
@@ -177,8 +178,8 @@ async def test_invalid_supplied_plan_fails_before_anything_runs(harness):
 async def test_decisions_arrive_as_signals_too(harness):
     run = await harness.start(SIDE_EFFECT)
     await harness.wait_for(run, awaiting)
-    await run.handle.signal("approve_signal", ApproveInput(by="bob", revision=9))  # stale: ignored, recorded
-    await run.handle.signal("approve_signal", ApproveInput(by="bob", revision=1))
+    await send_signed(run, "approve_signal", ApproveInput(by="bob", revision=9))  # stale: ignored, recorded
+    await send_signed(run, "approve_signal", ApproveInput(by="bob", revision=1))
     result = await run.result()
     assert result.status is Phase.succeeded
     ledger = await run.ledger()
@@ -276,7 +277,7 @@ async def test_only_listed_approvers_decide(harness):
     assert "not on this run's approver list" in await refused(run.reject(RejectInput(by="mallory", reason="no")))
     draft = PlanDraft.model_validate(SIDE_EFFECT)
     assert "not on this run's approver list" in await refused(run.revise(ReviseInput(by="mallory", plan=draft)))
-    await run.handle.signal("approve_signal", ApproveInput(by="mallory"))
+    await send_signed(run, "approve_signal", ApproveInput(by="mallory"))
     assert await update_events(run) == 0  # refused updates leave no trace in history
 
     await run.approve(ApproveInput(by="bob", revision=status.revision))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
@@ -35,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         RunState,
     )
     from stratagem.scheduling import Reconciliation, sink_steps
+    from stratagem.signing import SIGNED_LEVEL, SIGNED_PATCH
     from stratagem.usage import price_for
 
 from .activity_options import PLANNING_RETRY, PLANNING_TIMEOUT
@@ -68,6 +70,10 @@ class StratagemRun(Messages):
                 level=input.level,
             )
         super().__init__(carried)
+        # Worked out here, before any handler runs: whether decisions must be signed (the worker's
+        # VerifyDecisions reads it). Runs from before signing was the default keep their rule;
+        # a new run without a level takes the patch, so leaving the level out cannot switch it off.
+        self.signed_decisions = carried.level >= SIGNED_LEVEL or workflow.patched(SIGNED_PATCH)
 
     # ------------------------------------------------------------------ the loop
 
@@ -128,12 +134,17 @@ class StratagemRun(Messages):
     async def _start(self, input: RunInput) -> None:
         ledger = self.state.ledger
         self.state.started_at = self._now()
+        consent: dict[str, Any] = {}
+        if input.auto_approval is not None and input.auto_approval.verdict is not None:
+            if input.auto_approval.verdict.signer:  # who let the run approve itself, as signed
+                consent["auto_approve_by"] = input.auto_approval.by
         ledger.record(
             EventKind.run_started,
             self._now(),
             message=self.state.goal,
             auto_approve=self.state.options.auto_approve,
             mode=self.state.options.mode.value,
+            **consent,
         )
         try:
             self.state.catalog = await self._catalog()

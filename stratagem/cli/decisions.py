@@ -15,17 +15,19 @@ from temporalio.client import WorkflowExecutionStatus
 
 from ..answers import json_problem
 from ..config import stratagem_home
+from ..errors import ConfigError
 from ..plan_files import load_plan_file
 from ..run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
+    DecisionOutcome,
     RejectInput,
     RepairAction,
     RepairInput,
     ReviseInput,
 )
-from ..signing import SIGNING_KEY_ENV, Signer
+from ..signing import SIGNING_KEY_ENV, Keyring, Signer
 from . import render
 from .errors import CliError
 from .listing import EXECUTION_STATUS
@@ -33,10 +35,23 @@ from .session import find_run, hosted_run, open_client, settings
 
 
 def reviewer(args: argparse.Namespace) -> str:
-    """Who decides: the signing key's name when one is set (STRATAGEM_SIGNING_KEY), else --by or the login."""
+    """Who decides: the signing key's name when one is set (STRATAGEM_SIGNING_KEY), else --by or the
+    login, whose key in the home signs (made now, the first time, as ssh-keygen makes one)."""
     signer = Signer.from_env()
     if signer is None:
-        return args.by or getpass.getuser()
+        by: str = args.by or getpass.getuser()
+        keyring = Keyring.of_home()
+        if not keyring.has(by):
+            try:
+                keyring.signer(by)
+            except ConfigError as exc:
+                raise CliError(f"{exc}; choose another name with --by") from None
+            render.note(
+                f"made a signing key for {by} ({keyring.folder / (by + '.key')}); your decisions are signed with it, "
+                "and workers started from this home trust it",
+                json_mode=bool(getattr(args, "json", False)),
+            )
+        return by
     if args.by and args.by != signer.name:
         raise CliError(
             f"--by {args.by} does not match the signing key's name '{signer.name}' ({SIGNING_KEY_ENV}); drop --by"
@@ -47,10 +62,14 @@ def reviewer(args: argparse.Namespace) -> str:
 async def _decide(args: argparse.Namespace, decision: str, payload: object) -> int:
     async with hosted_run(args.run_id) as run:
         outcome = await getattr(run, decision)(payload)
+    return _done(args, run.id, outcome)
+
+
+def _done(args: argparse.Namespace, run_id: str, outcome: DecisionOutcome) -> int:
     if args.json:
         render.emit_json(outcome.model_dump(mode="json"))
     else:
-        render.console.print(f"{run.id}: {outcome.message} (revision {outcome.revision}, {outcome.phase.value})")
+        render.console.print(f"{run_id}: {outcome.message} (revision {outcome.revision}, {outcome.phase.value})")
     return 0
 
 

@@ -10,6 +10,7 @@ import signal
 
 from ..config import stratagem_home
 from ..server import is_listening
+from ..signing import DecisionPolicy
 from ..tools import ToolRegistry
 from ..worker import run_worker
 from ..worker_options import check_worker_args, child_argv, describe_worker, run_processes
@@ -33,10 +34,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if options.processes > 1:
         render.note(f"starting {options.processes} worker processes")
         return run_processes(child_argv(options), options.processes)
+    policy = DecisionPolicy.from_env()  # a malformed key list fails here, in one line
     render.note(
         f"worker on {config.address}, namespace {config.namespace}; {describe_worker(options, config.task_queue)}"
     )
-    asyncio.run(run_worker(config, options))
+    render.note(policy.describe())
+    asyncio.run(run_worker(config, options, policy))
     return 0
 
 

@@ -38,6 +38,10 @@ WORKER_ENV = (
     "STRATAGEM_ENCRYPTION_OLD_KEYS",
     "STRATAGEM_STORE",
     "STRATAGEM_INLINE_LIMIT",
+    # Which decisions count (stratagem.signing): the keys the operator lists, and unsigned ones.
+    "STRATAGEM_APPROVER_KEYS",
+    "STRATAGEM_ISSUER_KEYS",
+    "STRATAGEM_ALLOW_UNSIGNED",
     *TELEMETRY_ENV,
 )
 

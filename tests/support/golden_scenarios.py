@@ -26,6 +26,7 @@ from stratagem.run_types import (
     RunOptions,
 )
 from support.plans import GREETING, SIDE_EFFECT, awaiting, diamond, step
+from support.signing import send_signed
 
 
 async def approval(h: Harness) -> list:
@@ -94,7 +95,7 @@ async def human(h: Harness) -> list:
     }
     run = await h.start(plan, auto_approve=True)
     await h.wait_for(run, lambda s: bool(s.pending))
-    await run.handle.signal("answer_signal", AnswerInput(step_id="ask", answer="1200", by="finance"))
+    await send_signed(run, "answer_signal", AnswerInput(step_id="ask", answer="1200", by="finance"))
     await run.result()
     return [run]
 
@@ -150,8 +151,8 @@ async def repair(h: Harness) -> list:
     await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
     await run.repair(RepairInput(by="alice", action=RepairAction.retry, step_id="a", args={"label": "A2"}))
     await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair and p.step_id == "b" for p in s.pending))
-    await run.handle.signal(
-        "repair_signal", RepairInput(by="bob", action=RepairAction.skip, step_id="b", output="manual")
+    await send_signed(
+        run, "repair_signal", RepairInput(by="bob", action=RepairAction.skip, step_id="b", output="manual")
     )
     await run.result()
     return [run]
@@ -180,8 +181,9 @@ async def call_approval(h: Harness) -> list:
     await run.approve(ApproveInput(by="alice", revision=1))
     await h.wait_for(run, lambda s: any(p.call is not None and p.call.call_id == "0" for p in s.pending))
     await run.reject(RejectInput(by="dana", step_id="settle", call_id="0", reason="too much"))
-    await h.wait_for(run, lambda s: any(p.call is not None and p.call.call_id == "1" for p in s.pending))
-    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="1"))
+    status = await h.wait_for(run, lambda s: any(p.call is not None and p.call.call_id == "1" for p in s.pending))
+    [call] = [p.call for p in status.pending if p.call is not None]
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="1", digest=call.digest))
     await run.result()
     return [run]
 
@@ -209,7 +211,8 @@ async def partial_review(h: Harness) -> list:
 
 
 async def fork(h: Harness) -> list:
-    """Level 4: a run forked from another carries a step's output over."""
+    """Level 4: a run forked from another carries a step's output over (level 7: read from the
+    source run's own ledger by an activity)."""
     source = await h.start(SIDE_EFFECT, auto_approve=True)
     await source.result()
     edited = PlanDraft.model_validate(
@@ -223,7 +226,7 @@ async def fork(h: Harness) -> list:
             plan=edited,
             author=Author(kind=AuthorKind.human, name="erin"),
             options=RunOptions(auto_approve=True),
-            fork=Fork(run_id=source.id, revision=1, outputs={"first": "one"}),
+            fork=Fork(run_id=source.id, revision=1),
         )
     )
     await forked.result()
