@@ -12,6 +12,7 @@ from stratagem.tools import ToolRegistry
 
 from .archive import ArchiveActivities
 from .execution import ExecutionActivities
+from .forks import ForkActivities
 from .notify import NotifyActivities
 from .planning import PlanningActivities, describe_tools_here
 
@@ -27,6 +28,7 @@ def activities_by_role(
     execution = ExecutionActivities(registry, workspace, store)
     archive = ArchiveActivities(store)
     notify = NotifyActivities(store)
+    forks = ForkActivities()
     return {
         # The workflow role keeps the run's own bookkeeping (archiving its events).
         Role.workflow: [
@@ -38,6 +40,7 @@ def activities_by_role(
             execution.run_llm,
             archive.archive_events,
             notify.notify,
+            forks.read_fork,
             describe_tools_here(registry if Role.tools in roles else None),
         ],
         Role.planner: [planning.plan, planning.synthesize, planning.check_goal],
@@ -49,6 +52,7 @@ def activities_by_role(
 __all__ = [
     "ArchiveActivities",
     "ExecutionActivities",
+    "ForkActivities",
     "NotifyActivities",
     "PlanningActivities",
     "activities_by_role",

@@ -140,8 +140,12 @@ async def decide(run: RunHandle, pending: PendingDecision, answers: dict[str, An
     if pending.kind is DecisionKind.repair:
         return await repair(run, pending, repairs)
     if pending.kind is DecisionKind.tool_call_approval and pending.call is not None:
-        print(f"  -> approving call {pending.call.call_id} of step '{pending.step_id}' as '{REVIEWER}'")
-        await run.approve(ApproveInput(by=REVIEWER, step_id=pending.step_id, call_id=pending.call.call_id))
+        call = pending.call
+        print(
+            f"  -> approving call {call.call_id} of step '{pending.step_id}' as '{REVIEWER}': {call.tool}({call.arguments})"
+        )
+        # The approval names the digest of the arguments shown: a different call would be refused.
+        await run.approve(ApproveInput(by=REVIEWER, step_id=pending.step_id, call_id=call.call_id, digest=call.digest))
         return True
     if pending.kind is DecisionKind.plan_approval:
         print(f"  -> approving revision {pending.revision} as reviewer '{REVIEWER}'")

@@ -27,6 +27,7 @@ SYNTHESIZE = "stratagem.synthesize"
 CHECK_GOAL = "stratagem.check_goal"
 ARCHIVE_EVENTS = "stratagem.archive_events"
 NOTIFY = "stratagem.notify"
+READ_FORK = "stratagem.read_fork"
 
 # Errors another attempt cannot fix. They fail the step (or the planning) at once.
 NON_RETRYABLE_ERRORS = [
@@ -98,6 +99,9 @@ class CallDecision(CompactModel):
     approved: bool
     by: str
     reason: str = ""
+    digest: str | None = Field(
+        default=None, description="The digest of the arguments the person approved (AwaitedCall.digest)."
+    )
 
 
 class AwaitedCall(CompactModel):
@@ -105,7 +109,12 @@ class AwaitedCall(CompactModel):
 
     call_id: str = Field(description="The call's position in the step's conversation, as text.")
     tool: str
-    arguments: str = Field(description="The exact arguments as JSON (credentials redacted, cut at 2,000 characters).")
+    arguments: str = Field(description="The exact arguments as JSON, every one of them (credentials redacted).")
+    digest: str = Field(
+        default="",
+        description="SHA-256 of `arguments`: an approval names it, so it approves exactly what was shown "
+        "(empty for calls paused before level 7).",
+    )
 
 
 class LlmStepInput(CompactModel):
@@ -219,3 +228,18 @@ class NotifyInput(BaseModel):
 class ArchiveEventsInput(BaseModel):
     run_id: str
     events: list[LedgerEvent] = Field(description="Routine events to move to the output store, in seq order.")
+
+
+class ReadForkInput(BaseModel):
+    """A fork asks its source run what it carries over: read from the source's own ledger."""
+
+    source_run_id: str
+    revision: int
+    draft: PlanDraft
+
+
+class ForkCarried(CompactModel):
+    """What a fork carries over, as the source run's ledger recorded it."""
+
+    outputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the carried steps, by step id.")
+    rerun: list[str] = Field(default_factory=list, description="The fork's steps that run again.")

@@ -92,24 +92,43 @@ def check_step_approver(state: RunState, by: str, step_id: str) -> None:
         raise DecisionRefusedError(f"{by} may not decide on step '{step_id}': its approvers are {named}{expanded}")
 
 
-def check_approve(state: RunState, decision: ApproveInput) -> None:
+def check_approve(state: RunState, decision: ApproveInput, *, rejecting: bool = False) -> None:
+    """Whether an approval (or, `rejecting`, a rejection) of the plan, a step or a call may be taken."""
     check_open(state)
     check_approver(state, decision.by)
     check_revision(state, decision.revision)
     if decision.call_id is not None:
         if decision.step_id is None:
             raise DecisionRefusedError("a tool call is approved with its step: give --step as well as --call")
-        if pending_call(state, decision.step_id, decision.call_id) is None:
+        waiting = pending_call(state, decision.step_id, decision.call_id)
+        if waiting is None or waiting.call is None:
             raise DecisionRefusedError(
                 f"step '{decision.step_id}' has no tool call {decision.call_id} waiting for approval"
             )
         check_step_approver(state, decision.by, decision.step_id)
+        if not rejecting and state.level >= 7 and waiting.call.digest:
+            check_call_digest(decision, waiting.call.digest)
     elif decision.step_id is not None:
         if pending_for(state, DecisionKind.step_approval, decision.step_id) is None:
             raise DecisionRefusedError(f"step '{decision.step_id}' is not waiting for approval")
         check_step_approver(state, decision.by, decision.step_id)
     elif state.phase is not Phase.awaiting_approval:
         raise DecisionRefusedError(f"no plan is waiting for approval (the run is {state.phase.value})")
+
+
+def check_call_digest(decision: ApproveInput, digest: str) -> None:
+    """A tool call is approved as it was shown: the approval names the digest of its arguments."""
+    if decision.digest is None:
+        raise DecisionRefusedError(
+            f"approve call {decision.call_id} with the digest of the arguments you saw (digest "
+            f"{digest[:12]}...): `stratagem approve --step {decision.step_id} --call {decision.call_id}`, the "
+            "console and the terminal prompt show the arguments and send it"
+        )
+    if decision.digest != digest:
+        raise DecisionRefusedError(
+            f"the arguments of call {decision.call_id} differ from the ones approved (digest {decision.digest[:12]}... "
+            f"was shown, {digest[:12]}... waits): look at the call again"
+        )
 
 
 def pending_call(state: RunState, step_id: str, call_id: str) -> PendingDecision | None:
@@ -130,6 +149,7 @@ def check_reject(state: RunState, decision: RejectInput) -> None:
     check_approve(
         state,
         ApproveInput(by=decision.by, revision=decision.revision, step_id=decision.step_id, call_id=decision.call_id),
+        rejecting=True,
     )
 
 
@@ -177,8 +197,12 @@ def check_answer(state: RunState, answer: AnswerInput) -> None:
     check_open(state)
     if pending_for(state, DecisionKind.human_answer, answer.step_id) is None:
         raise DecisionRefusedError(f"step '{answer.step_id}' is not waiting for an answer")
-    if step_approvers(state, answer.step_id) is not None:
+    # Who may answer is who may decide (level 7): the run's approver list, then the step's own.
+    # Below it, the run's list applied only to steps that name approvers, as those runs decided.
+    named = step_approvers(state, answer.step_id) is not None
+    if named or state.level >= 7:
         check_approver(state, answer.by)
+    if named:
         check_step_approver(state, answer.by, answer.step_id)
     schema = _answer_schema(state, answer.step_id)
     if schema is not None and (problem := answer_problem(answer.answer, schema)):
@@ -336,11 +360,21 @@ def plan_approval_request(
         prompt += ": " + "; ".join(why)
     if notes := plan_notes(plan, state.catalog):
         prompt += ". " + "; ".join(notes)
+    carried: dict[str, Any] | None = None
     if state.forked_from is not None and plan.revision == 1:
-        carried = [s.id for s in plan.steps if state.ledger.steps[s.id].status is StepStatus.succeeded]
-        prompt += f". Carried over from run {state.forked_from.run_id}, not run here: {', '.join(carried) or 'none'}"
+        done = [s.id for s in plan.steps if state.ledger.steps[s.id].status is StepStatus.succeeded]
+        source = state.forked_from
+        prompt += f". Carried over from run {source.run_id} (revision {source.revision}), not run here: "
+        prompt += ", ".join(done) or "none"
+        if state.level >= 7:  # what the approver sees is what the run goes on with
+            carried = {sid: state.ledger.steps[sid].output for sid in done}
     return PendingDecision(
-        kind=DecisionKind.plan_approval, revision=plan.revision, since=now, prompt=prompt, changes=changes
+        kind=DecisionKind.plan_approval,
+        revision=plan.revision,
+        since=now,
+        prompt=prompt,
+        changes=changes,
+        carried=carried,
     )
 
 
@@ -574,6 +608,7 @@ def request_call_approval(state: RunState, step_id: str, call: Any, now: datetim
         step_id=step_id,
         message=f"{call.tool}({call.arguments})",
         call=call.call_id,
+        **({"digest": call.digest} if call.digest else {}),
     )
 
 
@@ -584,7 +619,8 @@ def decide_call(state: RunState, decision: ApproveInput | RejectInput, *, via: s
     approved, comment = _decide_on_step(state, decision, kinds, via=via, now=now, call=decision.call_id)
     state.ledger.decisions[-1].call_id = decision.call_id
     paused = state.paused_calls[decision.step_id]
-    paused.decisions[decision.call_id] = CallDecision(approved=approved, by=decision.by, reason=comment)
+    digest = decision.digest if isinstance(decision, ApproveInput) else None
+    paused.decisions[decision.call_id] = CallDecision(approved=approved, by=decision.by, reason=comment, digest=digest)
     paused.decided = True
     state.pending = [
         p

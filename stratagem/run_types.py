@@ -278,6 +278,11 @@ class PendingDecision(CompactModel):
         description="A plan approval's diff against the approved revision: added, changed and removed step ids. "
         "None: the whole plan is under review.",
     )
+    carried: dict[str, Any] | None = Field(
+        default=None,
+        description="A fork's plan approval: the outputs carried over from the source run (not run here), by step id, "
+        "as that run's ledger recorded them.",
+    )
 
 
 class PausedCall(CompactModel):
@@ -529,3 +534,7 @@ def progress_markdown(state: RunState, max_rows: int = 40) -> str:
         if len(plan.steps) > max_rows:
             lines.append(f"| … {len(plan.steps) - max_rows} more | | | |")
     return "\n".join(lines)
+
+
+# RunInput names models defined after it (RunState, AutoApproval).
+RunInput.model_rebuild()

@@ -4,6 +4,8 @@ the activity stores its progress, and a later dispatch with the decision goes on
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,12 @@ def executor(
     )
 
 
+def shown(call_id: str, tool: str, arguments: str) -> activity_io.AwaitedCall:
+    """A paused call as the approver sees it: every argument, and the digest an approval names."""
+    digest = hashlib.sha256(arguments.encode()).hexdigest()
+    return activity_io.AwaitedCall(call_id=call_id, tool=tool, arguments=arguments, digest=digest)
+
+
 def tool_results(progress: ExecutorProgress) -> dict[str, str]:
     return {m.tool_call_id or "": m.content for m in progress.messages if m.role == "tool"}
 
@@ -99,7 +107,7 @@ async def test_a_gated_call_without_a_decision_pauses_before_it_runs(tmp_path):
     progress = ExecutorProgress()
     with pytest.raises(AwaitingApproval) as paused:
         await executor(tmp_path, model, progress, effects).run()
-    assert paused.value.awaited == activity_io.AwaitedCall(call_id="1", tool="pay", arguments='{"amount": 100}')
+    assert paused.value.awaited == shown("1", "pay", '{"amount": 100}')
     # The call before it ran and is answered; the paused one and the one after it did not run.
     assert effects == [("note", "a", "r/e/work/r1/c0")]
     assert list(tool_results(progress)) == ["call_0_0"]
@@ -159,7 +167,7 @@ async def test_each_gated_call_waits_for_its_own_decision(tmp_path):
     with pytest.raises(AwaitingApproval) as second:
         await executor(tmp_path, model, progress, effects, {"0": APPROVED}).run()
     # The decision on call 0 does not carry over to the next call of the same tool.
-    assert second.value.awaited == activity_io.AwaitedCall(call_id="1", tool="pay", arguments='{"amount": 2}')
+    assert second.value.awaited == shown("1", "pay", '{"amount": 2}')
     assert effects == [("pay", 1, "r/e/work/r1/c0")]
 
     progress = progress.resumed()
@@ -224,7 +232,7 @@ async def test_a_paused_dispatch_stores_its_progress_and_the_next_reports_only_i
 
     paused = await dispatch(request(model))
     assert paused.output is None and paused.transcript is None
-    assert paused.awaiting == activity_io.AwaitedCall(call_id="1", tool="pay", arguments='{"amount": 100}')
+    assert paused.awaiting == shown("1", "pay", '{"amount": 100}')
     assert is_stored(paused.resume)  # always out of history, however small
     assert [c.input_tokens for c in paused.calls] == [50]
     assert [t.tool for t in paused.tool_calls] == ["note"]
@@ -301,14 +309,32 @@ async def test_an_unreadable_paused_progress_fails_the_step_for_good(tmp_path):
     assert failed.value.non_retryable and "is missing from" in failed.value.message
 
 
-async def test_the_paused_arguments_are_redacted_and_cut(tmp_path):
+async def test_the_paused_arguments_are_redacted_and_never_cut(tmp_path):
     secret = "sk-" + "a1B2" * 12
-    model = script(tmp_path, calls(("pay", {"amount": 1, "memo": f"key {secret} " + "x" * 3000})))
+    model = script(tmp_path, calls(("pay", {"amount": 1, "memo": f"key {secret} " + "x" * 3000, "to": "Tomás"})))
     # `memo` is not a parameter of pay: the person decides on what the model asked, as it asked it.
     with pytest.raises(AwaitingApproval) as paused:
         await executor(tmp_path, model, ExecutorProgress(), []).run()
-    assert secret not in paused.value.awaited.arguments and "[redacted]" in paused.value.awaited.arguments
     shown = paused.value.awaited.arguments
-    assert shown.endswith(" [cut: 3,040 characters in all]") and len(shown) == 2000 + len(
-        " [cut: 3,040 characters in all]"
-    )
+    assert secret not in shown and "[redacted]" in shown
+    # Every argument, the last one too, in its own letters: a person must see all that will run.
+    assert json.loads(shown) == {"amount": 1, "memo": "key [redacted] " + "x" * 3000, "to": "Tomás"}
+    assert paused.value.awaited.digest == hashlib.sha256(shown.encode()).hexdigest()
+
+
+async def test_an_approval_given_for_other_arguments_does_not_run_the_call(tmp_path):
+    """The approval names the digest of the arguments shown; a call at that position with any other
+    arguments (a conversation that went another way after a restart, say) is asked about anew."""
+    model = script(tmp_path, calls(("pay", {"amount": 100})), "done")
+    effects: list = []
+    progress = ExecutorProgress()
+    with pytest.raises(AwaitingApproval) as paused:
+        await executor(tmp_path, model, progress, effects).run()
+    other = shown("0", "pay", '{"amount": 1}').digest  # what an approver saw elsewhere
+    approved_elsewhere = activity_io.CallDecision(approved=True, by="dana", digest=other)
+    with pytest.raises(AwaitingApproval) as again:
+        await executor(tmp_path, model, progress.resumed(), effects, {"0": approved_elsewhere}).run()
+    assert again.value.awaited == paused.value.awaited and effects == []
+    approved = activity_io.CallDecision(approved=True, by="dana", digest=paused.value.awaited.digest)
+    assert await executor(tmp_path, model, progress.resumed(), effects, {"0": approved}).run() == "done"
+    assert [e[:2] for e in effects] == [("pay", 100)]

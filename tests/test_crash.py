@@ -596,7 +596,9 @@ async def test_a_worker_killed_while_a_call_approval_and_a_repair_wait(dev_env, 
         # The new worker picks both runs up where they waited: nothing ran meanwhile.
         assert not effect_rows(workspace, wire.id)
         [call] = [p for p in waiting.pending if p.call is not None]
-        await wire.approve(ApproveInput(by="dana", step_id="settle", call_id=call.call.call_id))
+        await wire.approve(
+            ApproveInput(by="dana", step_id="settle", call_id=call.call.call_id, digest=call.call.digest)
+        )
         await repair.repair(RepairInput(by="ops", action=RepairAction.retry, step_id="check"))
         wired, repaired = await asyncio.wait_for(asyncio.gather(wire.result(), repair.result()), timeout=60)
     finally:

@@ -113,8 +113,16 @@ async def test_an_llm_steps_call_to_a_gated_tool_waits_with_its_arguments(harnes
         run.approve(ApproveInput(by="dana", step_id="settle", call_id="7"))
     )
     assert "give --step" in await refused(run.approve(ApproveInput(by="dana", call_id="0")))
+    # An approval names the arguments it approves: without their digest, or with another, it is refused.
+    assert "with the digest of the arguments you saw" in await refused(
+        run.approve(ApproveInput(by="dana", step_id="settle", call_id="0"))
+    )
+    assert "differ from the ones approved" in await refused(
+        run.approve(ApproveInput(by="dana", step_id="settle", call_id="0", digest="0" * 64))
+    )
 
-    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0", comment="invoice 42"))
+    shown = waiting.call.digest
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0", digest=shown, comment="invoice 42"))
     result = await run.result()
     assert result.outputs == {"settle": "done"}
     [call] = harness.calls()
@@ -144,7 +152,7 @@ async def test_a_rejected_call_is_told_to_the_model_and_never_runs(harness):
     # The model tries a smaller amount: a new call, asked about again.
     status = await harness.wait_for(run, lambda s: any(p.call is not None and p.call.call_id == "1" for p in s.pending))
     assert '"amount": 90' in status.pending[0].call.arguments
-    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="1"))
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="1", digest=status.pending[0].call.digest))
     assert (await run.result()).status is Phase.succeeded
     assert [(c["tool"], c["amount"]) for c in harness.calls()] == [("wire_funds", 90)]
     record = (await run.ledger()).steps["settle"]
@@ -383,7 +391,7 @@ async def test_a_fork_runs_again_only_what_changed(harness):
         plan=edited,
         author=Author(kind=AuthorKind.human, name="erin"),
         options=RunOptions(auto_approve=True),
-        fork=Fork(run_id=run.id, revision=1, outputs=carry.outputs),
+        fork=Fork(run_id=run.id, revision=1),  # the fork reads what it carries from the run itself
     )
     forked = await harness.start_input(fork)
     result = await forked.result()
@@ -431,10 +439,11 @@ async def test_a_paused_call_survives_a_continue_as_new(dev_harness):
     await harness.wait_for(run, awaiting)
     await run.approve(ApproveInput(by="bob", revision=1))
     before = await harness.wait_for(run, pending_kind("tool_call_approval"))
-    await harness.wait_for(
+    later = await harness.wait_for(
         run, lambda s: s.continued > before.continued and s.steps.succeeded == 1 and any(p.call for p in s.pending)
     )
-    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0"))
+    [call] = [p.call for p in later.pending if p.call is not None]
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0", digest=call.digest))
     result = await run.result()
     assert result.outputs == {"after": "done"}
     assert sorted(c["tool"] for c in harness.calls()) == ["record", "slow", "wire_funds"]
@@ -528,7 +537,8 @@ async def test_a_paused_call_outlives_a_repair_of_another_step(harness):
     await harness.wait_for(run, pending_kind("tool_call_approval"))
     status = await harness.wait_for(run, phase("awaiting_repair"))
     assert {p.kind for p in status.pending} == {DecisionKind.tool_call_approval, DecisionKind.repair}
-    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0"))
+    [call] = [p.call for p in status.pending if p.call is not None]
+    await run.approve(ApproveInput(by="dana", step_id="settle", call_id="0", digest=call.digest))
     await run.repair(RepairInput(by="bob", action=RepairAction.retry, step_id="other"))
     assert (await run.result()).status is Phase.succeeded
     wires = [c for c in harness.calls() if c["tool"] == "wire_funds"]

@@ -40,6 +40,11 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 # A notification: a few quick HTTP posts, retried for a while (a chat service may be down).
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_RETRY = RetryPolicy(maximum_attempts=8, maximum_interval=timedelta(minutes=1))
+# Reading a fork's source run (a describe and a query): a missing source fails at once.
+FORK_TIMEOUT = timedelta(minutes=1)
+FORK_RETRY = RetryPolicy(
+    maximum_attempts=5, maximum_interval=timedelta(seconds=10), non_retryable_error_types=["ForkSourceError"]
+)
 ARCHIVE_TIMEOUT = timedelta(minutes=1)
 ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
 

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.roles import Role
-    from stratagem.run_types import JOINT_STEP_ID, DecisionKind, Phase
+    from stratagem.run_types import JOINT_STEP_ID, DecisionKind, Fork, Phase
     from stratagem.scheduling import Reconciliation, reconcile
     from stratagem.usage import CallUsage, price_for
     from stratagem.validation import plan_problems
@@ -26,6 +26,8 @@ with workflow.unsafe.imports_passed_through():
 from .activity_options import (
     CATALOG_RETRY,
     CATALOG_TIMEOUT,
+    FORK_RETRY,
+    FORK_TIMEOUT,
     LOCAL_CATALOG_RETRY,
     LOCAL_CATALOG_TIMEOUT,
     PLANNING_RETRY,
@@ -259,3 +261,64 @@ class Planning(Budgets):
         assert options.executor is not None
         self._adopt(Reconciliation(draft=draft), Author(kind=AuthorKind.model, name=options.executor), draft.reason)
         state.phase = Phase.awaiting_approval
+
+    # ------------------------------------------------------------------ forks
+
+    async def _fork(self, fork: Fork, draft: PlanDraft) -> bool:
+        """Carry over what the run this one was forked from did (stratagem.forks). From level 7
+        the outputs are read from the source run's own ledger by an activity: a start request that
+        brings its own outputs is refused, as is a source that does not exist. False if the run
+        failed for it."""
+        outputs = fork.outputs
+        if self.state.level >= 7:
+            if fork.outputs:
+                self._fail("the run's input brings a fork's outputs; a fork reads them from the run it was forked from")
+                return False
+            try:
+                carried = await workflow.execute_activity(
+                    activity_io.READ_FORK,
+                    activity_io.ReadForkInput(source_run_id=fork.run_id, revision=fork.revision, draft=draft),
+                    result_type=activity_io.ForkCarried,
+                    start_to_close_timeout=FORK_TIMEOUT,
+                    retry_policy=FORK_RETRY,
+                    summary=f"read what run {fork.run_id} did"[:200],
+                )
+            except ActivityError as exc:
+                if is_cancelled_exception(exc):
+                    raise
+                self._fail(f"cannot fork from run {fork.run_id}: {cause_message(exc)}")
+                return False
+            outputs = carried.outputs
+        self._carry_fork(fork, outputs)
+        return True
+
+    def _carry_fork(self, fork: Fork, outputs: dict[str, Any]) -> None:
+        """The carried steps count as done and never run here. (What ran there keeps its effects
+        there; the idempotency keys here are this run's own, so whatever runs again is a new call.)"""
+        state = self.state
+        assert state.plan is not None
+        state.forked_from = fork.model_copy(update={"outputs": {}})
+        state.ledger.record(
+            EventKind.step_carried,
+            self._now(),
+            revision=state.plan.revision,
+            message=f"forked from run {fork.run_id} at revision {fork.revision}",
+            source=fork.run_id,
+            source_revision=fork.revision,
+            steps=sorted(outputs),
+        )
+        for sid, output in outputs.items():
+            record = state.ledger.steps.get(sid)
+            if record is None:
+                continue  # a step the plan lacks carries nothing
+            record.output, record.attempts = output, 0
+            record.revision = state.plan.revision
+            self._close_step(record, StepStatus.succeeded, None)
+            state.ledger.record(
+                EventKind.step_carried,
+                self._now(),
+                revision=state.plan.revision,
+                step_id=sid,
+                message=f"output carried from run {fork.run_id} (revision {fork.revision})",
+                source=fork.run_id,
+            )

@@ -158,8 +158,8 @@ class StratagemRun(Messages):
             if problems:
                 return self._fail("the supplied plan is invalid: " + "; ".join(problems))
             self._adopt(Reconciliation(draft=input.plan), author, input.plan.reason or "supplied plan")
-            if input.fork is not None:
-                self._carry_fork(input)
+            if input.fork is not None and not await self._fork(input.fork, input.plan):
+                return
             # The ledger holds the steps now. The input lives as long as this execution (run()'s
             # argument): left here, it would keep every step alive past the continue-as-new that
             # hands the state on (_release), while the next execution reads its copy in.
@@ -171,38 +171,6 @@ class StratagemRun(Messages):
         planned = await self._call_planner(current=None)
         if planned is not None:
             self.state.phase = Phase.awaiting_approval
-
-    def _carry_fork(self, input: RunInput) -> None:
-        """A fork starts with the outputs its starter carried over from the run it was forked from:
-        those steps count as done and never run here. (What ran there keeps its effects there; the
-        idempotency keys here are this run's own, so whatever runs again is a new call.)"""
-        fork, state = input.fork, self.state
-        assert fork is not None and state.plan is not None
-        state.forked_from = fork.model_copy(update={"outputs": {}})
-        state.ledger.record(
-            EventKind.step_carried,
-            self._now(),
-            revision=state.plan.revision,
-            message=f"forked from run {fork.run_id} at revision {fork.revision}",
-            source=fork.run_id,
-            source_revision=fork.revision,
-            steps=sorted(fork.outputs),
-        )
-        for sid, output in fork.outputs.items():
-            record = state.ledger.steps.get(sid)
-            if record is None:
-                continue  # validated by the client; a step the plan lacks carries nothing
-            record.output, record.attempts = output, 0
-            record.revision = state.plan.revision
-            self._close_step(record, StepStatus.succeeded, None)
-            state.ledger.record(
-                EventKind.step_carried,
-                self._now(),
-                revision=state.plan.revision,
-                step_id=sid,
-                message=f"output carried from run {fork.run_id} (revision {fork.revision})",
-                source=fork.run_id,
-            )
 
     # ------------------------------------------------------------------ review gate
 

@@ -83,7 +83,19 @@ async def cmd_approve(args: argparse.Namespace) -> int:
     decision = ApproveInput(
         by=reviewer(args), revision=args.revision, step_id=args.step, call_id=_call(args), comment=args.comment
     )
-    return await _decide(args, "approve", decision)
+    if decision.call_id is None:
+        return await _decide(args, "approve", decision)
+    async with hosted_run(args.run_id) as run:
+        waiting = next(
+            (p.call for p in await run.pending() if p.step_id == args.step and p.call and p.call.call_id == args.call),
+            None,
+        )
+        if waiting is not None:
+            # The approval names the arguments it approves, shown here in full (folded, never cut).
+            render.note(f"approving {waiting.tool}({waiting.arguments})", json_mode=args.json)
+            decision.digest = waiting.digest or None
+        outcome = await run.approve(decision)
+    return _done(args, run.id, outcome)
 
 
 async def cmd_reject(args: argparse.Namespace) -> int:

@@ -48,7 +48,8 @@ async def cmd_fork(args: argparse.Namespace) -> int:
     by = reviewer(args)
     reason = f"forked from run {source.id} at revision {revision}" + (f" and edited ({args.plan})" if args.plan else "")
     draft = draft.model_copy(update={"reason": draft.reason or reason})
-    fork = Fork(run_id=source.id, revision=revision, outputs=carry.outputs)
+    # What it carries is read from the source run by the fork itself (a start cannot bring its own).
+    fork = Fork(run_id=source.id, revision=revision)
     run_input = RunInput(
         goal=draft.goal,
         plan=draft,

@@ -72,7 +72,10 @@ class Prompter:
 
 def question(pending: PendingDecision, schema: dict[str, Any] | None = None) -> str:
     if pending.kind is DecisionKind.plan_approval:
-        return f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: "
+        return (
+            render.carried_text(pending)
+            + f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: "
+        )
     if pending.kind is DecisionKind.step_approval:
         return f"{pending.prompt}? [y]es / [n]o / [l]ater: "
     if pending.kind is DecisionKind.tool_call_approval:
@@ -175,7 +178,9 @@ async def respond(
             assert pending.call is not None
             call = pending.call.call_id
             if choice.startswith("y"):
-                await run.approve(ApproveInput(by=by, step_id=pending.step_id, call_id=call))
+                # Bound to the arguments shown above: if the call changed meanwhile, the run refuses it.
+                digest = pending.call.digest or None
+                await run.approve(ApproveInput(by=by, step_id=pending.step_id, call_id=call, digest=digest))
             elif choice.startswith("n"):
                 reason = await _reason(prompter)
                 await run.reject(RejectInput(by=by, step_id=pending.step_id, call_id=call, reason=reason))

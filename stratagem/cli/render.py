@@ -87,16 +87,17 @@ def plan_table(
 ) -> Table:
     """The plan in dependency order: what each step does, after what, at what risk (the tool's
     floor counted, when the run's `catalog` is known)."""
-    table = Table(title=title, title_justify="left", show_lines=False)
-    # fold: a long word wraps onto the next line instead of ending in "…"
-    table.add_column("step", overflow="fold")
-    table.add_column("kind")
-    table.add_column("does", overflow="fold")
-    table.add_column("after", overflow="fold")
-    table.add_column("risk")
+    table = Table(title=title, title_justify="left", show_lines=False, expand=True)
+    # fold: a long word wraps onto the next line instead of ending in "…", in every column (at 40
+    # columns the risk read "appr…"); what a step does takes most of the width.
+    table.add_column("step", overflow="fold", ratio=2)
+    table.add_column("kind", overflow="fold")
+    table.add_column("does", overflow="fold", ratio=6)
+    table.add_column("after", overflow="fold", ratio=2)
+    table.add_column("risk", overflow="fold")
     if ledger is not None:
-        table.add_column("status")
-        table.add_column("usage")
+        table.add_column("status", overflow="fold")
+        table.add_column("usage", overflow="fold", ratio=1)
     order = topological_order({s.id: s.depends_on for s in plan.steps})
     by_id = {s.id: s for s in plan.steps}
     for step_id in order:
@@ -181,9 +182,19 @@ def decision_line(decision: Decision) -> str:
     return f"decision: {what} by {decision.by} ({proof}, via {decision.via})"
 
 
+def carried_text(pending: PendingDecision) -> str:
+    """A fork's carried outputs, each in full: the approver sees what the run goes on with."""
+    if not pending.carried:
+        return ""
+    lines = ["carried over from the source run, not run here:"]
+    for step_id, value in pending.carried.items():
+        lines.append(f"  {step_id} = {describe(value) if is_stored(value) else readable(value)}")
+    return "\n".join(lines) + "\n"
+
+
 def decision_hint(run_id: str, pending: PendingDecision) -> str:
     if pending.kind.value == "plan_approval":
-        return (
+        return carried_text(pending) + (
             f"waiting for approval of revision {pending.revision}: "
             f"stratagem approve {run_id} --revision {pending.revision}  (or reject / revise)"
         )

@@ -142,8 +142,8 @@ def pay(amount: int, to: str, ctx: ToolContext) -> dict:
 
 
 @tool(requires_approval=True)
-def wire_funds(amount: int, to: str, ctx: ToolContext) -> str:
-    """Wire money (every use needs a person's approval)."""
+def wire_funds(amount: int, to: str, ctx: ToolContext, memo: str = "") -> str:
+    """Wire money (every use needs a person's approval), with a memo for the payee."""
     _log(ctx, {"tool": "wire_funds", "amount": amount, "to": to})
     return f"wired {amount} to {to}"
 

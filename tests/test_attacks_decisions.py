@@ -1,0 +1,318 @@
+"""Attacks on who decides (issue #35, the second attack pass), performed against real servers.
+
+Each test does what the attacker did and proves the effect did not happen: the fixture tools'
+own counter (calls.jsonl, written by the tool when it runs) and the run's state, read back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from support import FIXTURE_TOOLS
+from support.cli import ROOT, acli
+from support.signing import send_signed
+
+from stratagem.binaries import temporal_cli
+from stratagem.client import get_run, start_run
+from stratagem.errors import DecisionRefusedError
+from stratagem.ledger import EventKind, StepStatus
+from stratagem.plan import Author, AuthorKind, PlanDraft
+from stratagem.run_types import AnswerInput, ApproveInput, Fork, Phase, RejectInput, RunInput, RunOptions
+
+PAY = {
+    "goal": "pay the vendor",
+    "steps": [{"id": "pay", "title": "Pay", "tool": "record", "args": {"label": "paid"}, "risk": "high"}],
+}
+
+
+async def temporal(env, *args: str) -> subprocess.CompletedProcess[str]:
+    """The plain Temporal CLI, as anyone who reaches the frontend could run it."""
+    address = env.client.service_client.config.target_host
+    command = [str(temporal_cli()), *args, "--address", address, "--namespace", env.client.namespace]
+    return await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60)
+
+
+def calls(workspace: Path) -> list[dict]:
+    log = workspace / "calls.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+async def wait_until(run, predicate, timeout: float = 30):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await run.status()
+        if predicate(status):
+            return status
+        assert asyncio.get_running_loop().time() < deadline, status
+        await asyncio.sleep(0.1)
+
+
+# --- item 8: unsigned decisions are refused by default ------------------------------------------
+
+
+async def test_a_worker_from_a_home_without_keys_refuses_what_the_plain_temporal_cli_sends(dev_env, tmp_path):
+    home, workspace = tmp_path / "home", tmp_path / "ws"
+    task_queue = f"signed-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "TEMPORAL_TASK_QUEUE": task_queue,
+        "STRATAGEM_HOME": str(home),  # a home of its own: no key in it, none configured
+        "STRATAGEM_WORKSPACE": str(workspace),
+    }
+    for name in ("STRATAGEM_APPROVER_KEYS", "STRATAGEM_ISSUER_KEYS", "STRATAGEM_ALLOW_UNSIGNED"):
+        env.pop(name, None)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "stratagem.cli", "worker", "--tools", FIXTURE_TOOLS],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        plan = PlanDraft.model_validate(PAY)
+        started = await start_run(
+            dev_env.client,
+            RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="alice")),
+            task_queue=task_queue,
+        )
+        run = get_run(dev_env.client, started.id)
+        await wait_until(run, lambda s: bool(s.pending))
+        claim = json.dumps({"by": "alice", "revision": 1})
+        update = await temporal(
+            dev_env, "workflow", "update", "execute", "--workflow-id", run.id, "--name", "approve", "--input", claim
+        )
+        assert update.returncode != 0 and "only signed decisions" in update.stdout + update.stderr
+        signal = await temporal(
+            dev_env, "workflow", "signal", "--workflow-id", run.id, "--name", "approve_signal", "--input", claim
+        )
+        assert signal.returncode == 0, signal.stderr
+        for _ in range(100):
+            ledger = await run.ledger()
+            if any(e.kind is EventKind.signal_ignored for e in ledger.events):
+                break
+            await asyncio.sleep(0.1)
+        [ignored] = [e for e in ledger.events if e.kind is EventKind.signal_ignored]
+        assert ignored.message.startswith("not verified: this deployment accepts only signed decisions")
+        assert not ledger.decisions and (await run.status()).phase is Phase.awaiting_approval
+        assert calls(workspace) == []
+
+        # The person, from the same home: their key is made on first use, signs, and is trusted at once.
+        cli_env = {**env, "CLI_CWD": str(tmp_path)}
+        plan_ok = await acli("approve", run.id, "--revision", "1", "--by", "alice", env=cli_env)
+        assert plan_ok.returncode == 0, plan_ok.stderr
+        assert "made a signing key for alice" in plan_ok.stdout + plan_ok.stderr
+        # The high-risk payment waits for its own approval; forged, it stays waiting.
+        await wait_until(run, lambda s: [p.step_id for p in s.pending] == ["pay"])
+        forged = json.dumps({"by": "alice", "step_id": "pay"})
+        update = await temporal(
+            dev_env, "workflow", "update", "execute", "--workflow-id", run.id, "--name", "approve", "--input", forged
+        )
+        assert update.returncode != 0 and calls(workspace) == []
+        step_ok = await acli("approve", run.id, "--step", "pay", "--by", "alice", env=cli_env)
+        assert step_ok.returncode == 0, step_ok.stderr
+        assert (await asyncio.wait_for(started.result(), 60)).status is Phase.succeeded
+        assert [c["label"] for c in calls(workspace)] == ["paid"]
+        approvals = (await run.ledger()).decisions
+        assert [d.signed_by for d in approvals] == ["alice", "alice"]
+    finally:
+        worker.terminate()
+        output, _ = worker.communicate(timeout=30)
+    assert "decisions: signed only" in output  # the worker says which mode it is in
+
+
+async def test_a_worker_says_when_the_operator_lets_unsigned_decisions_in(dev_env, tmp_path):
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "TEMPORAL_TASK_QUEUE": f"open-{uuid.uuid4().hex[:8]}",
+        "STRATAGEM_HOME": str(tmp_path / "home"),
+        "STRATAGEM_ALLOW_UNSIGNED": "1",
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "stratagem.cli", "worker"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        await asyncio.sleep(3)
+    finally:
+        worker.terminate()
+        output, _ = worker.communicate(timeout=30)
+    assert "unsigned ones are accepted (STRATAGEM_ALLOW_UNSIGNED=1)" in output
+
+
+# --- item 7: answers follow who may decide -------------------------------------------------------
+
+
+async def test_an_answer_follows_the_runs_approver_list(harness):
+    plan = {
+        "goal": "pay who the finance lead names",
+        "steps": [
+            {"id": "payee", "title": "Who is paid?", "kind": "human", "instructions": "Name the payee."},
+            {"id": "pay", "title": "Pay", "tool": "record", "args": {"label": "pay ${payee}"}, "depends_on": ["payee"]},
+        ],
+    }
+    run = await harness.start(plan, approvers=["dana"])
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["payee"])
+    # Mallory is no approver of this run, and the step names none: she may not answer it either.
+    try:
+        await run.answer(AnswerInput(step_id="payee", answer="mallory", by="mallory"))
+        raise AssertionError("a person off the approver list answered")
+    except DecisionRefusedError as exc:
+        assert "mallory is not on this run's approver list (dana)" in str(exc)
+    await send_signed(run, "answer_signal", AnswerInput(step_id="payee", answer="mallory", by="mallory"))
+    ledger = await run.ledger()
+    for _ in range(100):
+        if any(e.kind is EventKind.signal_ignored for e in ledger.events):
+            break
+        await asyncio.sleep(0.05)
+        ledger = await run.ledger()
+    assert any(e.kind is EventKind.signal_ignored and e.actor == "mallory" for e in ledger.events)
+    assert harness.calls() == []
+    await run.answer(AnswerInput(step_id="payee", answer="acme", by="dana"))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == ["pay acme"]
+
+
+# --- item 2: a fork's carried outputs come from the source run -----------------------------------
+
+GATED = {
+    "goal": "pay who the finance lead names",
+    "steps": [
+        {
+            "id": "payee",
+            "title": "Who is paid?",
+            "kind": "human",
+            "instructions": "Name the payee.",
+            "approvers": ["dana"],
+        },
+        {
+            "id": "pay",
+            "title": "Pay",
+            "tool": "record",
+            "args": {"label": "pay ${payee}"},
+            "depends_on": ["payee"],
+            "risk": "high",
+        },
+        {"id": "tell", "title": "Tell", "tool": "record", "args": {"label": "told"}, "depends_on": ["pay"]},
+    ],
+}
+
+
+async def test_a_fork_cannot_bring_its_own_outputs_or_name_a_run_that_does_not_exist(harness):
+    forged = {"payee": "mallory", "pay": {"label": "pay mallory"}}
+    for fork in (
+        Fork(run_id="no-such-run", revision=1, outputs=forged),  # outputs brought by the starter
+        Fork(run_id="no-such-run", revision=1),  # a source that does not exist
+    ):
+        run = await harness.start_input(
+            RunInput(
+                plan=PlanDraft.model_validate(GATED),
+                author=Author(kind=AuthorKind.human, name="mallory"),
+                options=RunOptions(approvers=["dana"]),
+                fork=fork,
+            )
+        )
+        try:
+            await run.result()
+            raise AssertionError("a forged fork ran")
+        except Exception:
+            pass
+        status = await run.status()
+        assert status.phase is Phase.failed and not status.pending
+        if fork.outputs:
+            assert "brings a fork's outputs" in (status.reason or "")
+        else:
+            assert "there is no run no-such-run to fork from" in (status.reason or "")
+        ledger = await run.ledger()
+        assert all(r.status is not StepStatus.succeeded for r in ledger.steps.values())
+    assert harness.calls() == []
+
+
+async def test_a_fork_carries_only_what_the_source_run_recorded_and_shows_every_value(harness):
+    source = await harness.start(GATED, approvers=["dana"])
+    await harness.wait_for(source, lambda s: bool(s.pending))
+    await source.approve(ApproveInput(by="dana", revision=1))
+    await harness.wait_for(source, lambda s: [p.step_id for p in s.pending] == ["payee"])
+    await source.approve(ApproveInput(by="dana", step_id="payee"))  # it names its approver: asked first
+    await harness.wait_for(source, lambda s: [p.kind.value for p in s.pending] == ["human_answer"])
+    await source.answer(AnswerInput(step_id="payee", answer="acme", by="dana"))
+    await harness.wait_for(source, lambda s: [p.step_id for p in s.pending] == ["pay"])
+    await source.reject(RejectInput(by="dana", step_id="pay", reason="not today"))  # never paid
+    await asyncio.wait_for(_settled(source), 30)
+    assert harness.calls() == []
+
+    # A fork of it: only the answer dana gave there is carried; the payment, which never
+    # succeeded there, runs again here under its own gate.
+    fork = await harness.start_input(
+        RunInput(
+            plan=PlanDraft.model_validate(GATED),
+            author=Author(kind=AuthorKind.human, name="erin"),
+            options=RunOptions(approvers=["dana"]),
+            fork=Fork(run_id=source.id, revision=1),
+        )
+    )
+    status = await harness.wait_for(fork, lambda s: bool(s.pending))
+    [review] = status.pending
+    assert review.carried == {"payee": "acme"}  # every carried value, as the source recorded it
+    assert f"Carried over from run {source.id} (revision 1)" in review.prompt
+    await fork.approve(ApproveInput(by="dana", revision=1))
+    await harness.wait_for(fork, lambda s: [p.step_id for p in s.pending] == ["pay"])
+    assert harness.calls() == []
+    await fork.approve(ApproveInput(by="dana", step_id="pay"))
+    assert (await fork.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == ["pay acme", "told"]
+
+
+async def _settled(run) -> None:
+    try:
+        await run.result()
+    except Exception:
+        pass
+
+
+# --- item 3: a per-call approval shows every argument and binds to them ---------------------------
+
+
+async def test_a_long_memo_cannot_hide_the_payee_of_a_call_waiting_for_approval(harness):
+    memo = "Routine settlement of the quarterly invoices. " * 200  # 9,400 characters before the payee
+    arguments = {"memo": memo, "amount": 99999, "to": "mallory"}
+    model = harness.script(
+        "memo.yaml", {"executor": {"settle": [{"call": {"tool": "wire_funds", "args": arguments}}, {"text": "done"}]}}
+    )
+    plan = {
+        "goal": "settle",
+        "steps": [{"id": "settle", "title": "Settle", "kind": "llm", "instructions": "pay", "tools": ["wire_funds"]}],
+    }
+    run = await harness.start(plan, executor=model)
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    status = await harness.wait_for(run, lambda s: any(p.call is not None for p in s.pending))
+    [waiting] = [p for p in status.pending if p.call is not None]
+    # Every argument is there to see: the payee and the amount behind the memo, and nothing cut.
+    assert json.loads(waiting.call.arguments) == arguments and "cut" not in waiting.call.arguments
+    assert '"to": "mallory"' in waiting.prompt and '"amount": 99999' in waiting.prompt
+    # An approval of what was shown for another call (the digest of other arguments) is refused as stale.
+    stale = ApproveInput(by="dana", step_id="settle", call_id=waiting.call.call_id, digest="ab" * 32)
+    try:
+        await run.approve(stale)
+        raise AssertionError("an approval of other arguments was taken")
+    except DecisionRefusedError as exc:
+        assert "differ from the ones approved" in str(exc)
+    assert harness.calls() == []
+    await run.reject(RejectInput(by="dana", step_id="settle", call_id=waiting.call.call_id, reason="who is mallory?"))
+    assert (await run.result()).status is Phase.succeeded
+    assert harness.calls() == []  # never wired
