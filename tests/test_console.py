@@ -27,6 +27,9 @@ from stratagem.run_types import Phase, RunInput
 
 SECRET = b"test-secret"
 XSS = "<img src=x onerror=alert(1)>"
+# A browser sends its page's origin with every post; the console refuses a change without one
+# unless it carries an API token (stratagem.console.guard, tests/test_console_attacks.py).
+ORIGIN = {"Origin": "http://console.test"}
 
 
 def console(
@@ -35,7 +38,7 @@ def console(
     identity = IdentityConfig(mode=mode, secret=SECRET, users=users or Users(), local_user="ops", **extra)
     app = create_app(harness.client, identity, store=harness.store)
     transport = httpx.ASGITransport(app=app, client=(peer or "127.0.0.1", 50000))
-    return httpx.AsyncClient(transport=transport, base_url="http://console.test")
+    return httpx.AsyncClient(transport=transport, base_url="http://console.test", headers=ORIGIN)
 
 
 def csrf_of(html: str) -> str:
@@ -116,7 +119,7 @@ async def test_a_run_nobody_serves_gets_an_answer_not_a_hung_page(dev_env):
     app = create_app(dev_env.client, identity, run_timeout=timedelta(seconds=1))
     transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://console.test") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://console.test", headers=ORIGIN) as http:
             page = await asyncio.wait_for(http.get(f"/runs/{run.id}"), 10)
             assert page.status_code == 503 and "did not answer the status query in time" in page.text
             events = await asyncio.wait_for(http.get(f"/api/runs/{run.id}/events"), 10)
@@ -257,6 +260,8 @@ def test_local_mode_refuses_a_non_loopback_address_and_passwords_are_hashed():
     assert stored.startswith("scrypt$") and "s3cret" not in stored
     assert check_password("s3cret-pass", stored) and not check_password("s3cret-pas", stored)
     identity = IdentityConfig(mode=AuthMode.users, secret=SECRET)
+    identity.users.set_password("dana", "correct horse")
+    identity.users.set_password("erin", "battery staple")
     cookie = identity.session_cookie("dana")
     assert identity.session_user(cookie) == "dana"
     body, signature = cookie.rsplit(".", 1)
@@ -277,11 +282,13 @@ async def test_where_decisions_are_signed_the_console_signs_for_the_person_it_si
         run = await harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
         await until(harness, run, awaiting)
         identity = IdentityConfig(mode=AuthMode.local, secret=SECRET, local_user="ops")
-        unsigned = create_app(harness.client, identity, store=harness.store)
+        # A console whose key the workers were not given: its decisions are refused.
+        rogue = create_app(harness.client, identity, signer=Signer.generate("rogue-console"), store=harness.store)
         signed = create_app(harness.client, identity, signer=console_key, store=harness.store)
         headers = {"X-Stratagem-CSRF": identity.csrf_token("ops")}
-        for app, expected in ((unsigned, 409), (signed, 200)):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://c.test") as http:
+        for app, expected in ((rogue, 409), (signed, 200)):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://console.test", headers=ORIGIN) as http:
                 answer = await http.post(f"/api/runs/{run.id}/approve", json={"revision": 1}, headers=headers)
                 assert answer.status_code == expected, answer.text
         assert (await run.result()).status is Phase.succeeded
@@ -303,6 +310,10 @@ async def test_the_console_command_as_a_new_user_runs_it(cli_env, tmp_path):
     one_line_error(await acli("console", "--auth", "users", "--users", users, env=env), "names nobody yet")
     one_line_error(await acli("console", "--host", "0.0.0.0", env=env), "listens only on a loopback address")
     one_line_error(await acli("console", "--auth", "header", env=env), "--auth header needs --trusted-proxy")
+    behind_proxy = ("console", "--auth", "header", "--trusted-proxy", "127.0.0.1")
+    one_line_error(await acli(*behind_proxy, env=env), "--auth header needs --public-url")
+    one_line_error(await acli(*behind_proxy, "--public-url", "review.example.com", env=env), "scheme, host and port")
+    one_line_error(await acli("console-user", "nobody", "--remove", "--users", users, env=env), "is not in")
     added = subprocess.run(
         [sys.executable, "-m", "stratagem.cli", "console-user", "dana", "--users", users, "--password-stdin"],
         input="short\n",
@@ -333,7 +344,8 @@ async def test_the_console_command_as_a_new_user_runs_it(cli_env, tmp_path):
     )
     try:
         await asyncio.to_thread(wait_listening, port, 30)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        origin = {"Origin": f"http://127.0.0.1:{port}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=origin) as http:
             assert (await http.get("/login")).status_code == 200
             assert (await http.get("/api/inbox")).status_code == 401
             me = await http.get("/api/whoami", headers={"Authorization": f"Bearer {token.stdout.strip()}"})
@@ -343,3 +355,20 @@ async def test_the_console_command_as_a_new_user_runs_it(cli_env, tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+async def test_a_console_signs_with_its_homes_issuer_key_which_that_homes_workers_trust(harness):
+    """Nothing configured (the quickstart): the console signs as its home's issuer, and the run
+    records the person it signed in with that issuer as the proof."""
+    run = await harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
+    await until(harness, run, awaiting)
+    identity = IdentityConfig(mode=AuthMode.local, secret=SECRET, local_user="ops")
+    app = create_app(harness.client, identity, store=harness.store)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://console.test", headers=ORIGIN) as http:
+        headers = {"X-Stratagem-CSRF": identity.csrf_token("ops")}
+        answer = await http.post(f"/api/runs/{run.id}/approve", json={"revision": 1}, headers=headers)
+        assert answer.status_code == 200, answer.text
+    assert (await run.result()).status is Phase.succeeded
+    [approval] = (await run.ledger()).decisions
+    assert (approval.by, approval.signed_by) == ("ops", "console")

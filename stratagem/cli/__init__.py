@@ -227,11 +227,28 @@ def parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="--auth header: a proxy address or network; repeatable",
     )
+    console.add_argument(
+        "--public-url",
+        action="append",
+        dest="public_urls",
+        metavar="URL",
+        help="an address people open the console at, e.g. https://review.example.com behind a proxy; the "
+        "console answers to no other name but its own address (default: $STRATAGEM_CONSOLE_URL); repeatable",
+    )
 
-    console_user = command("console-user", console_cmd.cmd_console_user, "set a console password for NAME", json=False)
+    console_user = command(
+        "console-user",
+        console_cmd.cmd_console_user,
+        "set a console password for NAME (ending their sessions), or remove NAME",
+        json=False,
+    )
     console_user.add_argument("name")
     console_user.add_argument("--users", metavar="FILE")
-    console_user.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    how = console_user.add_mutually_exclusive_group()
+    how.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    how.add_argument(
+        "--remove", action="store_true", help="remove NAME and their API tokens; their sessions end at once"
+    )
 
     console_token = command(
         "console-token",

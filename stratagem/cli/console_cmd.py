@@ -1,5 +1,6 @@
-"""`stratagem console` and the commands that manage its people: `console-user` sets a password,
-`console-token` makes an API token. The console itself is stratagem.console."""
+"""`stratagem console` and the commands that manage its people: `console-user` sets a password
+(or, with --remove, removes a person and their tokens), `console-token` makes an API token. The
+console itself is stratagem.console; a running console sees these changes at once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from ..config import stratagem_home
 from ..errors import ConfigError
-from ..signing import Signer
+from ..notify import CONSOLE_URL_ENV
+from ..signing import Keyring, Signer
 from . import render
 from .errors import CliError
 from .session import open_client, settings
@@ -42,7 +44,7 @@ def console_secret() -> bytes:
 async def cmd_console(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..console import AuthMode, IdentityConfig, Users, create_app
+    from ..console import AuthMode, IdentityConfig, Site, Users, create_app
 
     identity = IdentityConfig(
         mode=AuthMode(args.auth),
@@ -51,10 +53,18 @@ async def cmd_console(args: argparse.Namespace) -> int:
         header=args.header,
         proxies=args.trusted_proxies or [],
     )
+    # Notifications link to $STRATAGEM_CONSOLE_URL: the console answers there too.
+    public_urls = [*(args.public_urls or []), *filter(None, [os.environ.get(CONSOLE_URL_ENV, "").strip()])]
     try:
         identity.check(args.host)
+        site = Site.configure(args.host, public_urls)
     except ConfigError as exc:
         raise CliError(str(exc)) from None
+    if identity.mode is AuthMode.header and not site.public:
+        raise CliError(
+            "--auth header needs --public-url URL (the address people open through the proxy): "
+            "the console answers only to the names it serves"
+        )
     if identity.mode is AuthMode.users and not identity.users.passwords:
         raise CliError(
             f"--auth users: {users_path(args)} names nobody yet; add someone with: stratagem console-user NAME"
@@ -62,10 +72,22 @@ async def cmd_console(args: argparse.Namespace) -> int:
     if _in_use(args.host, args.port):
         raise CliError(f"{args.host}:{args.port} is in use (the embedded server's Web UI?); choose another with --port")
     client = await open_client(settings())
-    app = create_app(client, identity, signer=Signer.from_env())
+    # It signs what people decide with an issuer key of its own (SECURITY.md, "Issuers"): the one
+    # in STRATAGEM_SIGNING_KEY, else its home's, made on first use, which this home's workers trust.
+    try:
+        signer = Signer.from_env() or Keyring.of_home().issuer()
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    app = create_app(client, identity, signer=signer, site=site)
+    render.note(
+        f"signing decisions as issuer '{signer.name}'; workers not started from {stratagem_home()} must list "
+        f"it in STRATAGEM_ISSUER_KEYS:\n  {signer.public_line()}",
+        json_mode=False,
+    )
     render.note(
         f"console on http://{args.host}:{args.port}/ (auth: {identity.mode.value}"
         + (f", as {identity.local_user}" if identity.mode is AuthMode.local else "")
+        + "".join(f", at {origin}" for origin in site.public)
         + "); Ctrl-C stops it",
         json_mode=False,
     )
@@ -94,7 +116,16 @@ def cmd_console_user(args: argparse.Namespace) -> int:
     from ..console import Users
 
     path = users_path(args)
-    users = Users.load(path)
+    if args.remove:
+        with Users.editing(path) as users:
+            tokens = users.remove(args.name)
+            if tokens is None:
+                raise CliError(f"{args.name} is not in {path}; nothing was changed")
+        render.note(
+            f"{args.name} removed from {path}, with {tokens} API token{'' if tokens == 1 else 's'}: "
+            "their sessions and tokens stop working now, in a running console too"
+        )
+        return 0
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -103,9 +134,11 @@ def cmd_console_user(args: argparse.Namespace) -> int:
             raise CliError("the two passwords differ; nothing was changed")
     if len(password) < 8:
         raise CliError("a password needs at least 8 characters")
-    users.set_password(args.name, password)
-    users.save()
-    render.note(f"{args.name} can sign in to the console ({path})")
+    with Users.editing(path) as users:
+        known = args.name in users.passwords
+        users.set_password(args.name, password)
+    ended = "; every session they had has ended" if known else ""
+    render.note(f"{args.name} can sign in to the console ({path}){ended}")
     return 0
 
 
@@ -113,9 +146,8 @@ def cmd_console_token(args: argparse.Namespace) -> int:
     from ..console import Users
 
     path = users_path(args)
-    users = Users.load(path)
-    token = users.new_token(args.label, args.user)
-    users.save()
+    with Users.editing(path) as users:
+        token = users.new_token(args.label, args.user)
     print(token)  # alone on standard output, so TOKEN=$(stratagem console-token ...) works
     print(
         f"an API token for {args.user} ('{args.label}'), shown once; send it as 'Authorization: Bearer TOKEN'",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from importlib.resources import files
 from typing import Any
@@ -55,10 +55,12 @@ from ..run_types import (
     RepairInput,
     ReviseInput,
 )
-from ..signing import Signer
+from ..signing import Keyring, Signer
 from ..store import OutputStore, default_store, load_value
 from ..stored import is_stored
+from .guard import Guard, Site
 from .identity import SESSION_COOKIE, AuthMode, IdentityConfig
+from .stream import event_offset, ledger_events
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -85,6 +87,7 @@ class ApproveBody(BaseModel):
     revision: int | None = None
     step_id: str | None = None
     call_id: str | None = None
+    digest: str | None = Field(default=None, max_length=64, description="A call's: the digest of its arguments shown.")
     comment: str = Field(default="", max_length=4000)
 
 
@@ -130,9 +133,13 @@ def create_app(
     signer: Signer | None = None,
     store: OutputStore | None = None,
     run_timeout: timedelta = RUN_TIMEOUT,
+    site: Site | None = None,
 ) -> FastAPI:
     """The console as an ASGI app over a connected Temporal client. `run_timeout` bounds each
-    query and decision a page or a request sends a run."""
+    query and decision a page or a request sends a run; `site` names the addresses it answers to
+    (default: listening on 127.0.0.1, no public URL). `signer`: the issuer key it signs people's
+    decisions with (default: its home's, `Keyring.issuer`, made on first use)."""
+    issuer = signer if signer is not None else Keyring.of_home().issuer()
     app = FastAPI(
         title="Stratagem review console",
         description="The decisions runs wait on: the inbox, runs, and one endpoint per decision.",
@@ -141,6 +148,7 @@ def create_app(
     )
     templates = Jinja2Templates(directory=str(files("stratagem.console") / "templates"))
     app.mount("/static", StaticFiles(directory=str(files("stratagem.console") / "static")), name="static")
+    app.add_middleware(Guard, site=site or Site())  # inside the one below, so its refusals carry the headers
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -168,7 +176,7 @@ def create_app(
         """The authenticated person, or NotSignedIn. A bearer token wins over ambient credentials."""
         auth = request.headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
-            user = identity.users.token_user(auth[7:].strip())
+            user = identity.token_user(auth[7:].strip())
             if user is None:
                 raise NotSignedIn()
             return user
@@ -205,7 +213,7 @@ def create_app(
 
     def run_of(run_id: str) -> RunHandle:
         run = get_run(client, run_id, rpc_timeout=run_timeout)
-        run.signer = signer
+        run.signer = issuer
         run.store = store
         return run
 
@@ -290,7 +298,11 @@ def create_app(
 
     @app.post("/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
-        await checked_form(request)
+        who, _ = await checked_form(request)
+        try:
+            identity.end_sessions(who)  # every session of theirs, not only this browser's cookie
+        except StratagemError as exc:
+            raise HTTPException(503, str(exc)) from None
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE)
         return response
@@ -367,6 +379,20 @@ def create_app(
         text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
         return PlainTextResponse(text)  # text/plain: whatever a tool or a model wrote is never markup here
 
+    @app.get("/runs/{run_id}/steps/{step_id}/calls/{call_id}/arguments.json", include_in_schema=False)
+    async def call_arguments(request: Request, run_id: str, step_id: str, call_id: str) -> Response:
+        """A waiting tool call's arguments, every one, as the download its approval is about."""
+        person(request)
+        _, status, _ = await read(run_id)
+        waiting = next(
+            (p.call for p in status.pending if p.step_id == step_id and p.call and p.call.call_id == call_id), None
+        )
+        if waiting is None:
+            raise HTTPException(404, f"step '{step_id}' of run {run_id} has no call {call_id} waiting")
+        name = f"{run_id}-{step_id}-call-{call_id}.json"
+        headers = {"Content-Disposition": f'attachment; filename="{name}"', "X-Stratagem-Digest": waiting.digest}
+        return PlainTextResponse(waiting.arguments, media_type="application/json", headers=headers)
+
     # ------------------------------------------------------------------ decisions from forms
 
     def back(run_id: str, *, error: str = "", done: str = "") -> Response:
@@ -403,10 +429,11 @@ def create_app(
                         run,
                         run.reject(RejectInput(by=who, reason=reason, revision=revision, step_id=step, call_id=call)),
                     )
-                return await decide(
-                    run,
-                    run.approve(ApproveInput(by=who, revision=revision, step_id=step, call_id=call, comment=comment)),
+                digest = str(form.get("digest") or "") or None  # the arguments the page showed
+                approval = ApproveInput(
+                    by=who, revision=revision, step_id=step, call_id=call, digest=digest, comment=comment
                 )
+                return await decide(run, run.approve(approval))
             if kind == "human_answer":
                 schema = answer_schema(await run.plan(), step)
                 answer = answer_from(form, schema)
@@ -468,39 +495,21 @@ def create_app(
         return {"status": status.model_dump(mode="json"), "plan": plan.model_dump(mode="json") if plan else None}
 
     @app.get("/api/runs/{run_id}/events", tags=["runs"])
-    async def api_events(request: Request, run_id: str, after: int = 0) -> dict[str, Any]:
-        """The run's ledger events after an offset (`seq`), archived ones included."""
+    async def api_events(request: Request, run_id: str, after: str = "0") -> dict[str, Any]:
+        """The run's ledger events after an offset (`seq`, a whole number), archived ones included."""
         person(request)
-        page = await run_of(run_id).events(after)
+        page = await run_of(run_id).events(event_offset(after, "after"))
         return page.model_dump(mode="json")
 
     @app.get("/api/runs/{run_id}/stream", tags=["runs"])
-    async def api_stream(request: Request, run_id: str, after: int = 0) -> Response:
+    async def api_stream(request: Request, run_id: str, after: str = "0") -> Response:
         """Server-Sent Events: one `ledger` event per ledger event, `id` its seq. A reconnect sends
         Last-Event-ID and misses and repeats nothing."""
         person(request)
-        start = int(request.headers.get("last-event-id") or after or 0)
-        run = run_of(run_id)
-
-        async def events() -> AsyncIterator[bytes]:
-            seen = start
-            while True:
-                try:
-                    page = await run.events(seen)
-                except StratagemError as exc:
-                    yield f"event: error\ndata: {json.dumps({'detail': str(exc)})}\n\n".encode()
-                    return
-                for event in page.events:
-                    seen = event.seq
-                    yield f"id: {event.seq}\nevent: ledger\ndata: {event.model_dump_json()}\n\n".encode()
-                if page.phase.finished and seen >= page.last_seq:
-                    yield f"event: end\ndata: {json.dumps({'phase': page.phase.value})}\n\n".encode()
-                    return
-                if await request.is_disconnected():
-                    return
-                await asyncio.sleep(0.5)
-
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        header = request.headers.get("last-event-id")
+        start = event_offset(header, "Last-Event-ID") if header else event_offset(after, "after")
+        events = ledger_events(request, run_of(run_id), start)
+        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     @app.post("/api/runs/{run_id}/approve", tags=["decisions"])
     async def api_approve(request: Request, run_id: str, body: ApproveBody) -> dict[str, Any]:
