@@ -13,7 +13,7 @@ from support.plans import step
 from temporalio.api.enums.v1 import EventType
 
 from stratagem import activity_io
-from stratagem.client import start_run
+from stratagem.client import sign_auto_approval, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.roles import Role, role_queue
 from stratagem.run_types import Phase, RunInput, RunOptions
@@ -122,10 +122,11 @@ async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_w
 async def test_a_run_below_level_3_still_asks_the_tools_role(dev_harness):
     """Runs started before level 3 replay the activity they scheduled (the golden histories
     hold such runs); one started by hand at level 2 takes that path too."""
+    run_id = f"test-{uuid.uuid4().hex[:10]}"
     handle = await dev_harness.client.start_workflow(
         "StratagemRun",
-        run_input(level=2),
-        id=f"test-{uuid.uuid4().hex[:10]}",
+        sign_auto_approval(run_input(level=2), run_id),  # a run that approves itself is signed for
+        id=run_id,
         task_queue=dev_harness.task_queue,
     )
     await asyncio.wait_for(handle.result(), timeout=60)
