@@ -70,7 +70,7 @@ SIGNED_PATCH = "signed-decisions-by-default"
 # it was signed the start may happen: a signed start seen in one run's history cannot start
 # another run with the same id later.
 AUTO_APPROVE_KIND = "auto_approve"
-AUTO_APPROVE_SECONDS = 15 * 60
+AUTO_APPROVE_SECONDS = 5 * 60
 HOW_TO_SIGN = (
     "the stratagem CLI and Python client sign with the keys in STRATAGEM_HOME; a worker accepts unsigned "
     "decisions only with STRATAGEM_ALLOW_UNSIGNED=1"
@@ -230,10 +230,18 @@ class Keyring:
 
     def signer(self, name: str, *, create: bool = True) -> Signer:
         """The person's key, made now if missing (`create`). A name that cannot be a key's name
-        (letters, digits, . _ @ -) is a ConfigError."""
+        (letters, digits, . _ @ -), or that is an issuer's of this home, is a ConfigError."""
+        if (self.folder / "issuers" / f"{name}.key").is_file():
+            # A person's key by an issuer's name would shadow the issuer, and the console with it.
+            raise ConfigError(f"'{name[:64]}' is the name of this home's issuer (its review console); choose another")
         return self._key(self.folder, name, create)
 
     def issuer(self, name: str = "console", *, create: bool = True) -> Signer:
+        if (self.folder / f"{name}.key").is_file():
+            raise ConfigError(
+                f"a person's key is named '{name[:64]}' in {self.folder}; the console needs an issuer key of "
+                "its own name: set STRATAGEM_SIGNING_KEY to one (`stratagem keygen NAME`)"
+            )
         return self._key(self.folder / "issuers", name, create)
 
     def has(self, name: str) -> bool:

@@ -316,3 +316,43 @@ async def test_a_long_memo_cannot_hide_the_payee_of_a_call_waiting_for_approval(
     await run.reject(RejectInput(by="dana", step_id="settle", call_id=waiting.call.call_id, reason="who is mallory?"))
     assert (await run.result()).status is Phase.succeeded
     assert harness.calls() == []  # never wired
+
+
+# --- a workspace that holds the home cannot reach its keys ---------------------------------------
+
+
+async def test_a_step_cannot_read_or_plant_a_key_when_the_workspace_holds_the_home(harness, monkeypatch):
+    """With STRATAGEM_WORKSPACE set above STRATAGEM_HOME (the user's home folder, say), a plan's
+    file steps could read a person's private key, or write a key the worker would then trust for
+    its name (a home's keys are read again on an unknown signer)."""
+    import stratagem.tools.builtin.workspace as workspace
+
+    home = harness.workspace / "home"
+    (home / "keys").mkdir(parents=True)
+    (home / "keys" / "alice.key").write_text("alice:c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA==\n")
+    monkeypatch.setattr(workspace, "stratagem_home", lambda: home)  # the worker's home, inside its workspace
+    planted = "mallory:" + "A" * 44
+    plan = {
+        "goal": "take the keys",
+        "steps": [
+            {"id": "steal", "title": "Read", "tool": "read_file", "args": {"path": "home/keys/alice.key"}},
+            {
+                "id": "plant",
+                "title": "Write",
+                "tool": "write_file",
+                "args": {"path": "home/keys/../keys/mallory.key", "content": planted},
+            },
+        ],
+    }
+    run = await harness.start(plan, auto_approve=True, on_failure="fail")
+    try:
+        await run.result()
+    except Exception:
+        pass
+    ledger = await run.ledger()
+    for step_id in ("steal", "plant"):
+        record = ledger.steps[step_id]
+        assert record.status is StepStatus.failed, record
+        assert "one of the worker's keys or console secrets" in (record.error or "")
+    assert not (home / "keys" / "mallory.key").exists()
+    assert "c2VjcmV0" not in ledger.model_dump_json()  # the private key reached no output or error

@@ -379,3 +379,15 @@ async def test_the_cli_signs_with_the_key_keygen_wrote(dev_env, tmp_path, monkey
         audit = await acli("audit", run.id, env=env)
         decisions = [json.loads(line) for line in audit.stdout.splitlines() if '"signed_by"' in line]
         assert decisions and decisions[0]["signed_by"] == "alice"
+
+
+def test_a_person_cannot_take_the_name_of_the_homes_console(tmp_path: Path):
+    """`stratagem approve --by console` would make a person's key that shadows the console's issuer
+    key (a configured or home name keeps its first key), and every console decision would fail."""
+    keyring = Keyring.of_home(tmp_path / "home")
+    keyring.issuer()  # the console has started here once
+    with pytest.raises(ConfigError, match="is the name of this home's issuer"):
+        keyring.signer("console")
+    keyring.signer("dana")
+    with pytest.raises(ConfigError, match="a person's key is named 'dana'"):
+        keyring.issuer("dana")

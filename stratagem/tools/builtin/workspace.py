@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from ...errors import ToolError
+from ...paths import stratagem_home
 from ..registry import ToolContext
 
 MAX_NAME_BYTES = 255  # what Linux and macOS file systems allow in one name
@@ -45,9 +46,21 @@ def workspace_path(ctx: ToolContext, path: str, *, writing: bool = False) -> Pat
             )
     if target == root:
         raise ToolError(f"path '{path}' is the workspace folder itself; name a file in it", retryable=False)
+    if _home_secret(target):
+        # A workspace that holds the worker's home (STRATAGEM_WORKSPACE=~ , say) must not let a step
+        # read a private key, or plant one the worker would then trust for its name.
+        raise ToolError(f"path '{path}' is one of the worker's keys or console secrets", retryable=False)
     if writing and target.relative_to(root).parts[0] == RESERVED_DIR:
         raise ToolError(f"path '{path}' is inside '{RESERVED_DIR}', which Stratagem reserves", retryable=False)
     return target
+
+
+def _home_secret(target: Path) -> bool:
+    """Whether `target` is in the home's keys folder or is its console secret or users file."""
+    home = stratagem_home().resolve()
+    if target.is_relative_to(home / "keys"):
+        return True
+    return target in (home / "console-secret", home / "console-users.yaml")
 
 
 def relative(ctx: ToolContext, target: Path) -> str:
