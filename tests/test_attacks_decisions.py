@@ -145,11 +145,20 @@ async def test_a_worker_says_when_the_operator_lets_unsigned_decisions_in(dev_en
         text=True,
     )
     try:
-        await asyncio.sleep(3)
+        # It says so before it connects: read until that line, then stop it.
+        said = await asyncio.wait_for(asyncio.to_thread(_line_with, worker, "decisions:"), timeout=60)
     finally:
         worker.terminate()
-        output, _ = worker.communicate(timeout=30)
-    assert "unsigned ones are accepted (STRATAGEM_ALLOW_UNSIGNED=1)" in output
+        worker.communicate(timeout=30)
+    assert "unsigned ones are accepted (STRATAGEM_ALLOW_UNSIGNED=1)" in said
+
+
+def _line_with(process: subprocess.Popen, text: str) -> str:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if text in line:
+            return line
+    return ""
 
 
 # --- item 7: answers follow who may decide -------------------------------------------------------
