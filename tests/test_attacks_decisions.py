@@ -365,3 +365,35 @@ async def test_a_step_cannot_read_or_plant_a_key_when_the_workspace_holds_the_ho
         assert "one of the worker's keys or console secrets" in (record.error or "")
     assert not (home / "keys" / "mallory.key").exists()
     assert "c2VjcmV0" not in ledger.model_dump_json()  # the private key reached no output or error
+
+
+# --- item 10: the review table cuts nothing, however narrow the terminal --------------------------
+
+
+def test_the_review_table_folds_every_cell_at_any_width():
+    import io
+
+    from stratagem.cli import render
+
+    iban = "DE89370400440532013000"
+    plan = PlanDraft.model_validate(
+        {
+            "goal": "pay",
+            "steps": [
+                {
+                    "id": "pay_the_vendor_now",
+                    "title": "Pay",
+                    "tool": "record",
+                    "risk": "high",
+                    "args": {"label": f"memo {'x' * 300} iban {iban} amount 99999"},
+                }
+            ],
+        }
+    )
+    for width in (40, 60, 80):
+        out = io.StringIO()
+        render.PlainConsole(file=out, width=width).print(render.plan_table(plan))
+        text = out.getvalue()
+        flat = "".join(line.strip("│ ") for line in text.splitlines())
+        assert "…" not in text, width  # at 40 columns the risk once read "appr…"
+        assert iban in flat.replace(" ", "") and "99999" in flat, width
