@@ -30,8 +30,6 @@ from .run_types import (
     PendingDecision,
     Phase,
     RejectInput,
-    RepairAction,
-    RepairInput,
     ReviseInput,
     RunState,
 )
@@ -70,7 +68,7 @@ def check_approver(state: RunState, by: str) -> None:
 
 def step_approvers(state: RunState, step_id: str) -> list[str] | None:
     """The people a step's `approvers` name, groups expanded; None when it names nobody."""
-    step = _step(state, step_id)
+    step = step_of(state, step_id)
     if step is None or not step.approvers:
         return None
     groups = state.options.approver_groups
@@ -86,7 +84,7 @@ def check_step_approver(state: RunState, by: str, step_id: str) -> None:
     """A step that names its approvers takes decisions about it from them only (on top of the run's list)."""
     people = step_approvers(state, step_id)
     if people is not None and by not in people:
-        step = _step(state, step_id)
+        step = step_of(state, step_id)
         named = ", ".join(step.approvers) if step is not None else ""
         expanded = "" if step is not None and people == step.approvers else f" ({', '.join(people)})"
         raise DecisionRefusedError(f"{by} may not decide on step '{step_id}': its approvers are {named}{expanded}")
@@ -173,7 +171,8 @@ def check_revise(state: RunState, decision: ReviseInput) -> None:
     if state.phase is Phase.running:
         running_problems(state, decision.plan)
     merged = reconcile(state.plan, decision.plan, state.ledger.steps)
-    problems = merged.problems or plan_problems(merged.draft, state.catalog, **state.options.plan_rules())
+    rules = {**state.options.plan_rules(), "human_fields": state.level >= 7}
+    problems = merged.problems or plan_problems(merged.draft, state.catalog, **rules)
     if problems:
         raise DecisionRefusedError("the revised plan is invalid: " + "; ".join(problems))
 
@@ -209,7 +208,7 @@ def check_answer(state: RunState, answer: AnswerInput) -> None:
         raise DecisionRefusedError(f"step '{answer.step_id}' refused the answer: {problem}")
 
 
-def _step(state: RunState, step_id: str) -> Step | None:
+def step_of(state: RunState, step_id: str) -> Step | None:
     """A step of the current plan (None: no plan, or no such step)."""
     if state.plan is None:
         return None
@@ -221,71 +220,8 @@ def _step(state: RunState, step_id: str) -> Step | None:
 
 def _answer_schema(state: RunState, step_id: str) -> dict[str, Any] | None:
     """The answer schema of a step of the current plan (None: no plan, no such step, no schema)."""
-    step = _step(state, step_id)
+    step = step_of(state, step_id)
     return step.answer_schema if step is not None else None
-
-
-def failed_steps(state: RunState) -> list[str]:
-    """The steps of the current plan that failed, or were cancelled, and wait for a repair."""
-    if state.plan is None:
-        return []
-    stuck = (StepStatus.failed, StepStatus.cancelled)
-    return [s.id for s in state.plan.steps if state.ledger.steps[s.id].status in stuck]
-
-
-def check_repair(state: RunState, decision: RepairInput) -> None:
-    """A repair needs a run waiting for one; retry and skip name a step that failed."""
-    check_open(state)
-    check_approver(state, decision.by)
-    if state.phase is not Phase.awaiting_repair:
-        raise DecisionRefusedError(f"the run is not waiting for a repair (it is {state.phase.value})")
-    if decision.action is RepairAction.stop:
-        return
-    if decision.step_id is None:
-        raise DecisionRefusedError(f"{decision.action.value} needs the failed step it applies to")
-    failed = failed_steps(state)
-    if decision.step_id not in failed:
-        waiting = ", ".join(failed) or "none"
-        raise DecisionRefusedError(f"step '{decision.step_id}' did not fail; the failed steps are: {waiting}")
-    check_step_approver(state, decision.by, decision.step_id)
-    step = _step(state, decision.step_id)
-    assert step is not None
-    if decision.action is RepairAction.retry:
-        if decision.output is not None:
-            raise DecisionRefusedError("a retry takes new arguments, not an output; to supply the output, skip")
-        if decision.args is not None:
-            if step.kind is not StepKind.tool:
-                raise DecisionRefusedError(
-                    f"step '{step.id}' is a {step.kind.value} step; only tool steps take arguments"
-                )
-            problems = plan_problems(
-                retried_plan(state, step.id, decision.args), state.catalog, **state.options.plan_rules()
-            )
-            if problems:
-                raise DecisionRefusedError("the new arguments are refused: " + "; ".join(problems))
-        return
-    if decision.args is not None:
-        raise DecisionRefusedError("a skip takes the step's output, not arguments; to run it with new ones, retry")
-    schema, what = _output_schema(state, step)
-    if schema is not None and (problem := answer_problem(decision.output, schema, "the output")):
-        raise DecisionRefusedError(f"step '{step.id}' refused the output, which does not match {what}: {problem}")
-
-
-def _output_schema(state: RunState, step: Step) -> tuple[dict[str, Any] | None, str]:
-    """What a step's output must look like, where something says: its answer schema or its tool's return type."""
-    if step.kind is StepKind.human and step.answer_schema is not None:
-        return step.answer_schema, "its answer schema"
-    spec = state.catalog.get(step.tool) if step.kind is StepKind.tool and step.tool else None
-    if spec is not None and spec.returns is not None:
-        return spec.returns, f"the return type of tool '{spec.name}'"
-    return None, ""
-
-
-def retried_plan(state: RunState, step_id: str, args: dict[str, Any]) -> PlanDraft:
-    """The current plan with one step's arguments replaced (a retry with edited arguments)."""
-    assert state.plan is not None
-    steps = [s.model_copy(update={"args": args}) if s.id == step_id else s for s in state.plan.steps]
-    return PlanDraft(goal=state.plan.goal, steps=steps, reason=f"step '{step_id}' retried with new arguments")
 
 
 def check_budget(state: RunState, decision: BudgetInput, *, elapsed_seconds: float) -> None:
@@ -412,7 +348,7 @@ def carry_approval(state: RunState, now: datetime) -> None:
     approver = earlier.by if earlier is not None else "nobody on record"
     comment = f"no step differs from revision {before}, which {approver} approved"
     # Recorded as the carried approval it is, not as the earlier approver's: they never saw this revision.
-    _decided(state, DecisionAction.approve, "carried", now, plan.revision, comment, "carried")
+    record_decision(state, DecisionAction.approve, "carried", now, plan.revision, comment, "carried")
     state.ledger.decisions[-1].covers = []
     state.ledger.record(
         EventKind.approval_carried, now, revision=plan.revision, actor="carried", message=comment, via="carried"
@@ -436,98 +372,6 @@ def kept_step_approvals(
         for step in after.steps
         if (sid := step.id) in old and old[sid] == step and sid not in retried and state.step_approvals.get(sid) is True
     }
-
-
-def request_repair(state: RunState, why: str, now: datetime) -> None:
-    """Ask a person to repair each failed step (retry it, skip it with an output), revise the plan, or stop."""
-    assert state.plan is not None
-    revision = state.plan.revision
-    failed = failed_steps(state)
-    state.phase = Phase.awaiting_repair
-    # A tool call a paused step waits on stays open: a person may decide it while repairing.
-    calls = [p for p in state.pending if p.kind is DecisionKind.tool_call_approval]
-    repairs = [
-        PendingDecision(
-            kind=DecisionKind.repair,
-            revision=revision,
-            since=now,
-            step_id=sid,
-            prompt=f"step '{sid}' failed: {state.ledger.steps[sid].error or why}. Retry it, skip it with an output, "
-            "revise the plan, or stop the run",
-        )
-        for sid in failed
-    ] or [
-        PendingDecision(
-            kind=DecisionKind.repair, revision=revision, since=now, prompt=f"{why}. Revise the plan or stop the run"
-        )
-    ]
-    state.pending = calls + repairs
-    state.ledger.record(EventKind.repair_requested, now, revision=revision, message=why, steps=failed)
-
-
-def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> str | None:
-    """Apply a repair to one failed step (retry without new arguments, or skip), or stop. Returns
-    why the run ends, for a stop. A retry with new arguments is a new revision: the workflow adopts
-    it (`retried_plan`) and then calls `approve_repair`."""
-    assert state.plan is not None
-    revision = state.plan.revision
-    action = DecisionAction(decision.action.value)
-    _decided(state, action, decision.by, now, revision, decision.reason, via, decision.step_id, decision=decision)
-    if decision.action is RepairAction.stop:
-        state.ledger.record(
-            EventKind.step_repaired,
-            now,
-            revision=revision,
-            actor=decision.by,
-            message="stopped the run",
-            action="stop",
-            via=via,
-        )
-        return f"stopped by {decision.by} instead of a repair" + (f": {decision.reason}" if decision.reason else "")
-    assert decision.step_id is not None
-    record = state.ledger.steps[decision.step_id]
-    if decision.action is RepairAction.skip:
-        record.status, record.error, record.output = StepStatus.succeeded, None, decision.output
-        message = f"skipped by {decision.by}, with an output supplied by hand"
-    else:
-        record.status, record.error, record.output, record.started_at = StepStatus.pending, None, None, None
-        message = f"retried by {decision.by}" + (" with new arguments" if decision.args is not None else "")
-    state.ledger.record(
-        EventKind.step_repaired,
-        now,
-        revision=revision,
-        step_id=decision.step_id,
-        actor=decision.by,
-        message=message,
-        action=decision.action.value,
-        via=via,
-    )
-    state.pending = [p for p in state.pending if not (p.kind is DecisionKind.repair and p.step_id == decision.step_id)]
-    if not failed_steps(state):
-        state.pending = [p for p in state.pending if p.kind is not DecisionKind.repair]
-        state.failure = None
-        # A revision made while the run ran may still await its approval: it is reviewed first.
-        approved = state.approved_revision == state.plan.revision
-        state.phase = Phase.running if approved else Phase.awaiting_approval
-    return None
-
-
-def approve_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> None:
-    """The person who retried a step with new arguments approved that revision by doing so."""
-    assert state.plan is not None
-    comment = f"retry of step '{decision.step_id}' with new arguments" + (
-        f": {decision.reason}" if decision.reason else ""
-    )
-    state.ledger.record(
-        EventKind.plan_approved,
-        now,
-        revision=state.plan.revision,
-        actor=decision.by,
-        message=comment,
-        via=via,
-        covers=[decision.step_id],
-    )
-    state.approved_revision = state.plan.revision
 
 
 _RISK_ORDER = {Risk.low: 0, Risk.medium: 1, Risk.high: 2}
@@ -676,7 +520,7 @@ def remove_pending(state: RunState, step_id: str) -> None:
 # ------------------------------------------------------------------ applying decisions
 
 
-def _decided(
+def record_decision(
     state: RunState,
     action: DecisionAction,
     by: str,
@@ -712,7 +556,7 @@ def approve_plan(state: RunState, decision: ApproveInput, *, via: str, now: date
     revision = state.plan.revision
     asked = pending_for(state, DecisionKind.plan_approval, None)
     covers = covered(asked.changes) if asked is not None else None
-    _decided(state, DecisionAction.approve, decision.by, now, revision, decision.comment, via, decision=decision)
+    record_decision(state, DecisionAction.approve, decision.by, now, revision, decision.comment, via, decision=decision)
     state.ledger.decisions[-1].covers = covers
     extra: dict[str, Any] = {"covers": covers} if covers is not None else {}
     state.ledger.record(
@@ -739,7 +583,7 @@ def _decide_on_step(
     approved = isinstance(decision, ApproveInput)
     comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
     action = DecisionAction.approve if approved else DecisionAction.reject
-    _decided(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision)
+    record_decision(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision)
     state.ledger.record(
         kinds[0] if approved else kinds[1],
         now,
@@ -765,7 +609,7 @@ def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: s
 def record_plan_rejection(state: RunState, decision: RejectInput, *, via: str, now: datetime) -> str:
     """Record the rejection of the current revision; returns the reason the run ends with."""
     assert state.plan is not None
-    _decided(
+    record_decision(
         state, DecisionAction.reject, decision.by, now, state.plan.revision, decision.reason, via, decision=decision
     )
     state.ledger.record(
@@ -789,7 +633,7 @@ def record_revision(
 ) -> None:
     """Record a person's edit, already adopted as `plan`; the new revision awaits approval of what
     it changed, or keeps the approved revision's approval when it changed nothing."""
-    _decided(state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via, decision=decision)
+    record_decision(state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via, decision=decision)
     escalated = any(p.escalated for p in state.pending if p.kind is DecisionKind.plan_approval)
     # A question or approval about a step this revision changed or dropped is void: the step asks
     # again if it still exists, and nothing can answer the old one meanwhile.
@@ -825,7 +669,7 @@ def apply_budget(
     revision = state.plan.revision if state.plan else 0
     if decision.stop:
         comment = decision.reason or "stopped at the budget"
-        _decided(state, DecisionAction.budget, decision.by, now, revision, f"stop: {comment}", via, decision=decision)
+        record_decision(state, DecisionAction.budget, decision.by, now, revision, f"stop: {comment}", via, decision=decision)
         state.pending = [p for p in state.pending if p.kind is not DecisionKind.budget]
         return f"stopped by {decision.by} when the budget ran out: {comment}"
     before = state.options.budget.model_dump(exclude_none=True)
@@ -833,7 +677,7 @@ def apply_budget(
     changes = ", ".join(
         f"{name} {before.get(name, 'unlimited')} -> {limit:g}" for name, limit in decision.limits.items()
     )
-    _decided(
+    record_decision(
         state,
         DecisionAction.budget,
         decision.by,

@@ -75,6 +75,7 @@ class DecisionAction(str, Enum):
     retry = "retry"
     skip = "skip"
     stop = "stop"
+    ask_again = "ask_again"
 
 
 class Decision(CompactModel):

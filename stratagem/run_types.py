@@ -283,6 +283,10 @@ class PendingDecision(CompactModel):
         description="A fork's plan approval: the outputs carried over from the source run (not run here), by step id, "
         "as that run's ledger recorded them.",
     )
+    ask_again: list[str] = Field(
+        default_factory=list,
+        description="A repair's: the human steps whose question may be asked again (RepairAction.ask_again).",
+    )
 
 
 class PausedCall(CompactModel):
@@ -404,13 +408,18 @@ class RepairAction(str, Enum):
     """Count the step as done, with an output supplied by hand."""
     stop = "stop"
     """End the run as failed."""
+    ask_again = "ask_again"
+    """Ask a human step's question again: its answer is dropped, and the failed steps that used it
+    run again with the new one."""
 
 
 class RepairInput(DecisionInput):
     """A person's answer to a run waiting for repair (a human replan is a `ReviseInput`)."""
 
     action: RepairAction
-    step_id: str | None = Field(default=None, description="The failed step (retry, skip).")
+    step_id: str | None = Field(
+        default=None, description="The failed step (retry, skip), or the human step to ask again (ask_again)."
+    )
     args: dict[str, Any] | None = Field(default=None, description="retry: the tool step's new arguments.")
     output: Any = Field(default=None, description="skip: the step's output.")
     reason: str = Field(default="", max_length=TEXT_LIMIT)

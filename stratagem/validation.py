@@ -35,10 +35,12 @@ def plan_problems(
     credentials: bool = True,
     approvers: Collection[str] | None = None,
     groups: Mapping[str, list[str]] | None = None,
+    human_fields: bool = True,
 ) -> list[str]:
     """Every broken rule, as a message. `has_executor=False` refuses llm steps (no model to run
     them); `tiers` are the model tiers the run routes, which llm steps may name. `credentials`
-    refuses literal credentials in HTTP headers (off only to replay runs from before the rule)."""
+    refuses literal credentials in HTTP headers, `human_fields` a reference into a field of a
+    human step that has no answer schema (each off only to replay runs from before its rule)."""
     problems: list[str] = []
     counts = Counter(step.id for step in plan.steps)
     for step_id, count in counts.items():
@@ -90,6 +92,11 @@ def plan_problems(
             spec = catalog.get(s.tool) if s.kind is StepKind.tool and s.tool else None
             if spec is not None and spec.returns is not None:
                 shapes[s.id] = (spec.returns, f"the output of tool '{spec.name}'")
+        # A person may answer a human step without a schema with a sentence, which has no fields:
+        # `${finance_review.status}` then failed a later step, shown to the person who answered.
+        untyped = (
+            {s.id for s in plan.steps if s.kind is StepKind.human and s.answer_schema is None} if human_fields else set()
+        )
         for step in plan.steps:
             for ref in references_in(step.instructions, step.args):
                 if ref.step_id not in known:
@@ -103,6 +110,12 @@ def plan_problems(
                     problems.append(
                         f"step '{step.id}' references {ref}, but '{ref.step_id}' is not among its dependencies; "
                         f"add '{ref.step_id}' to depends_on (directly or through another step)"
+                    )
+                elif ref.path and ref.step_id in untyped:
+                    problems.append(
+                        f"step '{step.id}' references {ref}, but '{ref.step_id}' is a human step without an "
+                        f"answer_schema: a person may answer it with a sentence, which has no field "
+                        f"'{ref.path[0]}'; give '{ref.step_id}' an answer_schema with that field"
                     )
                 elif (shape := shapes.get(ref.step_id)) is not None and (
                     problem := path_problem(shape[0], [str(p) for p in ref.path], shape[1])

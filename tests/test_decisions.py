@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from support.states import NOW, draft, make_state, tool_step
 
-from stratagem import decisions
+from stratagem import decisions, repairs
 from stratagem.errors import DecisionRefusedError
 from stratagem.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.plan import Author, AuthorKind, Plan, Step
@@ -259,21 +259,21 @@ def test_a_repair_names_a_failed_step_and_fits_it() -> None:
     state = make_state(phase=Phase.awaiting_repair, revisions=2)
     state.approved_revision = 2
     state.ledger.steps["first"].status = StepStatus.failed
-    assert decisions.failed_steps(state) == ["first"]
+    assert repairs.failed_steps(state) == ["first"]
     retry = RepairInput(by="bob", action=RepairAction.retry, step_id="second")
-    assert refused(decisions.check_repair, state, retry) == "step 'second' did not fail; the failed steps are: first"
+    assert refused(repairs.check_repair, state, retry) == "step 'second' did not fail; the failed steps are: first"
     assert (
-        refused(decisions.check_repair, state, RepairInput(by="bob", action=RepairAction.skip))
+        refused(repairs.check_repair, state, RepairInput(by="bob", action=RepairAction.skip))
         == "skip needs the failed step it applies to"
     )
     bad_args = RepairInput(by="bob", action=RepairAction.retry, step_id="first", args={"label": "${second}"})
-    assert refused(decisions.check_repair, state, bad_args).startswith("the new arguments are refused")
+    assert refused(repairs.check_repair, state, bad_args).startswith("the new arguments are refused")
     both = RepairInput(by="bob", action=RepairAction.skip, step_id="first", output="x", args={"label": "y"})
-    assert "a skip takes the step's output, not arguments" in refused(decisions.check_repair, state, both)
-    decisions.check_repair(state, RepairInput(by="bob", action=RepairAction.stop))
+    assert "a skip takes the step's output, not arguments" in refused(repairs.check_repair, state, both)
+    repairs.check_repair(state, RepairInput(by="bob", action=RepairAction.stop))
 
     assert (
-        decisions.apply_repair(
+        repairs.apply_repair(
             state, RepairInput(by="bob", action=RepairAction.skip, step_id="first", output="o"), via="update", now=NOW
         )
         is None
@@ -282,12 +282,12 @@ def test_a_repair_names_a_failed_step_and_fits_it() -> None:
     # Had revision 2 been made while the run ran and not approved yet, it is reviewed first.
     state.phase, state.approved_revision = Phase.awaiting_repair, 1
     state.ledger.steps["first"].status = StepStatus.failed
-    decisions.apply_repair(
+    repairs.apply_repair(
         state, RepairInput(by="bob", action=RepairAction.retry, step_id="first"), via="update", now=NOW
     )
     assert state.phase is Phase.awaiting_approval
     state.phase = Phase.running
-    assert refused(decisions.check_repair, state, retry) == "the run is not waiting for a repair (it is running)"
+    assert refused(repairs.check_repair, state, retry) == "the run is not waiting for a repair (it is running)"
 
 
 def test_a_steps_approvers_expand_groups_and_narrow_the_runs_list() -> None:

@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import decisions, handlers
+    from stratagem import decisions, handlers, repairs
     from stratagem.catalog import ToolCatalog
     from stratagem.errors import DecisionRefusedError
     from stratagem.ledger import EventKind, Ledger, StepStatus
@@ -113,11 +113,11 @@ class Messages(Execution):
 
     @repair.validator
     def _validate_repair(self, decision: RepairInput) -> None:
-        self._validate(decisions.check_repair, decision)
+        self._validate(repairs.check_repair, decision)
 
     @workflow.signal(name=handlers.signal_name(handlers.REPAIR))
     def repair_signal(self, decision: RepairInput) -> None:
-        self._signal(decisions.check_repair, decision, lambda: self._apply_repair(decision, via="signal"))
+        self._signal(repairs.check_repair, decision, lambda: self._apply_repair(decision, via="signal"))
 
     def _refusal(self, check: Callable[[RunState, Any], None], decision: Any) -> DecisionRefused | None:
         # As an ApplicationError the refusal reaches update callers with its type.
@@ -200,10 +200,10 @@ class Messages(Execution):
         assert state.plan is not None, "a run waits for a repair only once it has a plan"
         if decision.action is RepairAction.retry and decision.args is not None:
             assert decision.step_id is not None
-            draft = decisions.retried_plan(state, decision.step_id, decision.args)
+            draft = repairs.retried_plan(state, decision.step_id, decision.args)
             author = Author(kind=AuthorKind.human, name=decision.by)
             # The new revision runs this step again; the other failed steps still wait for their repair.
-            others = {sid: state.ledger.steps[sid].error for sid in decisions.failed_steps(state)}
+            others = {sid: state.ledger.steps[sid].error for sid in repairs.failed_steps(state)}
             others.pop(decision.step_id, None)
             # Retrying is approving the new arguments, but not a revision someone else is still reviewing.
             approved = state.approved_revision == state.plan.revision
@@ -211,19 +211,19 @@ class Messages(Execution):
             for sid, error in others.items():
                 state.ledger.steps[sid].status, state.ledger.steps[sid].error = StepStatus.failed, error
             if approved:
-                decisions.approve_repair(state, decision, via=via, now=self._now())
-        stop = decisions.apply_repair(state, decision, via=via, now=self._now())
+                repairs.approve_repair(state, decision, via=via, now=self._now())
+        stop = repairs.apply_repair(state, decision, via=via, now=self._now())
         if stop is not None:
             self._fail(stop)
             return decisions.outcome(state, "the run is stopped")
-        done = "retried" if decision.action is RepairAction.retry else "skipped"
+        done = {RepairAction.retry: "retried", RepairAction.skip: "skipped"}.get(decision.action, "asked again")
         if state.phase is Phase.running:
             return decisions.outcome(state, f"step '{decision.step_id}' {done}; the run goes on")
         if state.phase is Phase.awaiting_approval:
             return decisions.outcome(
                 state, f"step '{decision.step_id}' {done}; the current revision awaits approval before the run goes on"
             )
-        left = ", ".join(decisions.failed_steps(state))
+        left = ", ".join(repairs.failed_steps(state))
         return decisions.outcome(state, f"step '{decision.step_id}' {done}; still failed: {left}")
 
     def _apply_answer(self, answer: AnswerInput) -> DecisionOutcome:

@@ -13,7 +13,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io, decisions
+    from stratagem import activity_io, decisions, repairs
     from stratagem.catalog import ToolCatalog
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
@@ -148,7 +148,7 @@ class Planning(Budgets):
         """No replan can answer a failure: a person repairs it (level 4, unless the options say to
         fail, as they do by default for auto_approve runs), or the run fails."""
         if self.state.options.repairs and self._since(4, REPAIR_PATCH):
-            decisions.request_repair(self.state, why, self._now())
+            repairs.request_repair(self.state, why, self._now())
         else:
             self._fail(why)
 
@@ -178,7 +178,10 @@ class Planning(Budgets):
     def _problems(self, draft: PlanDraft) -> list[str]:
         # Runs from before the credential rule replay as they were decided.
         credentials = self._patched(CREDENTIALS_PATCH)
-        return plan_problems(draft, self.state.catalog, **self.state.options.plan_rules(), credentials=credentials)
+        rules = self.state.options.plan_rules()
+        return plan_problems(
+            draft, self.state.catalog, **rules, credentials=credentials, human_fields=self.state.level >= 7
+        )
 
     def _adopt(self, merged: Reconciliation, author: Author, reason: str) -> Plan:
         """Make a reconciled draft the next revision and bring the ledger in line with it."""

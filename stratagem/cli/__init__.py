@@ -190,6 +190,16 @@ def parser() -> argparse.ArgumentParser:
     skip.add_argument("--reason", default="")
     skip.add_argument("--by", metavar="NAME")
 
+    again = command(
+        "ask-again",
+        decisions.cmd_ask_again,
+        "repair: ask a human step's question again; the failed steps using it rerun",
+    )
+    again.add_argument("run_id")
+    again.add_argument("step_id", help="the human step whose answer a failed step used")
+    again.add_argument("--reason", default="")
+    again.add_argument("--by", metavar="NAME")
+
     stop = command("stop", decisions.cmd_stop, "repair: end a run that waits for a repair, as failed")
     stop.add_argument("run_id")
     stop.add_argument("--reason", default="")

@@ -133,6 +133,11 @@ async def cmd_skip(args: argparse.Namespace) -> int:
     return await _decide(args, "repair", decision)
 
 
+async def cmd_ask_again(args: argparse.Namespace) -> int:
+    decision = RepairInput(by=reviewer(args), action=RepairAction.ask_again, step_id=args.step_id, reason=args.reason)
+    return await _decide(args, "repair", decision)
+
+
 async def cmd_stop(args: argparse.Namespace) -> int:
     decision = RepairInput(by=reviewer(args), action=RepairAction.stop, reason=args.reason)
     return await _decide(args, "repair", decision)

@@ -83,8 +83,9 @@ def question(pending: PendingDecision, schema: dict[str, Any] | None = None) -> 
     if pending.kind is DecisionKind.repair:
         if pending.step_id is None:
             return f"{pending.prompt}\n[e]dit the plan / [s]top the run / [l]ater: "
+        again = "".join(f"ask {h} a[g]ain / " for h in pending.ask_again[:1])
         return (
-            f"{pending.prompt}\n[r]etry / retry with new [a]rguments / [s]kip with an output / [e]dit the plan / "
+            f"{pending.prompt}\n[r]etry / retry with new [a]rguments / [s]kip with an output / {again}[e]dit the plan / "
             "s[t]op the run / [l]ater: "
         )
     if pending.kind is DecisionKind.budget:
@@ -262,8 +263,11 @@ async def _repair(
     elif choice.startswith("s"):
         output = await _json_line("the step's output (JSON): ", prompter)
         await run.repair(RepairInput(by=by, action=RepairAction.skip, step_id=step, output=output))
+    elif choice.startswith("g") and pending.ask_again:
+        human = pending.ask_again[0]
+        await run.repair(RepairInput(by=by, action=RepairAction.ask_again, step_id=human))
     else:
-        render.console.print("please answer r, a, s, e, t or l")
+        render.console.print("please answer r, a, s, " + ("g, " if pending.ask_again else "") + "e, t or l")
     return "done"
 
 

@@ -214,6 +214,7 @@ def decision_hint(run_id: str, pending: PendingDecision) -> str:
                 f"  retry:  stratagem retry {run_id} {step} [--args JSON]",
                 f"  skip:   stratagem skip {run_id} {step} --output JSON",
             ]
+            lines += [f"  ask again: stratagem ask-again {run_id} {human}" for human in pending.ask_again]
         lines += [f"  revise: stratagem revise {run_id} PLAN_FILE", f"  stop:   stratagem stop {run_id} --reason TEXT"]
         return "\n".join(lines)
     if pending.kind.value == "budget":

@@ -439,13 +439,14 @@ def create_app(
                 answer = answer_from(form, schema)
                 return await decide(run, run.answer(AnswerInput(step_id=step or "", answer=answer, by=who)))
             if kind == "repair":
-                action = RepairAction(str(form.get("action", "retry")))
-                args = parse_json(form.get("args"), "arguments") if form.get("args") else None
+                # Asking a human step again names that step, not the failed one the form is about.
+                asked = str(form.get("ask") or "") or None
+                action = RepairAction.ask_again if asked else RepairAction(str(form.get("action", "retry")))
+                args = parse_json(form.get("args"), "arguments") if form.get("args") and not asked else None
                 out = parse_json(form.get("output"), "output") if action is RepairAction.skip else None
-                return await decide(
-                    run,
-                    run.repair(RepairInput(by=who, action=action, step_id=step, args=args, output=out, reason=comment)),
-                )
+                target = asked or step
+                repair = RepairInput(by=who, action=action, step_id=target, args=args, output=out, reason=comment)
+                return await decide(run, run.repair(repair))
             if kind == "budget":
                 if verdict == "stop":
                     return await decide(run, run.budget(BudgetInput(by=who, stop=True, reason=comment)))
