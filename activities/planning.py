@@ -101,7 +101,7 @@ class PlanningActivities:
             model = load_model(
                 request.model, price=request.price, capabilities=request.capabilities, fallbacks=request.fallbacks
             )
-            outputs = json.dumps(hydrate(self._store, request.outputs), indent=1, default=str)
+            outputs = json.dumps(hydrate(self._store, request.outputs), indent=1, default=str, ensure_ascii=False)
             attempt = activity.info().attempt
             response = await model.complete(
                 ModelRequest(

@@ -102,7 +102,9 @@ def executor_messages(request: activity_io.LlmStepInput, tool_names: list[str]) 
     step = request.step
     parts = [f"Step: {step.title} ({step.id})", f"Instructions:\n{request.instructions}"]
     if request.inputs:
-        parts.append("Inputs from earlier steps:\n" + json.dumps(request.inputs, indent=1, default=str))
+        parts.append(
+            "Inputs from earlier steps:\n" + json.dumps(request.inputs, indent=1, default=str, ensure_ascii=False)
+        )
     if step.success_criteria:
         parts.append("Success criteria:\n" + "\n".join(f"- {c}" for c in step.success_criteria))
     if tool_names:
@@ -361,7 +363,7 @@ class Executor:
         except (StratagemError, ToolError) as exc:
             # The model sees the error and may correct its call; the step goes on.
             return answer(ToolCallStatus.error, f"Error from {call.name}: {exc}", str(exc))
-        text = output if isinstance(output, str) else json.dumps(output, default=str)
+        text = output if isinstance(output, str) else json.dumps(output, default=str, ensure_ascii=False)
         if len(text) > MAX_TOOL_RESULT_CHARS:
             text = text[:MAX_TOOL_RESULT_CHARS] + f"\n[cut: {len(text):,} characters in all]"
         return answer(ToolCallStatus.ok, text, approved_by)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import PlanFileError
-from .plan import PlanDraft
+from .plan import STEP_ID_PATTERN, PlanDraft
 
 
 def load_plan_file(path: str | Path) -> PlanDraft:
@@ -46,18 +47,24 @@ def parse_plan_data(data: Any, *, source: str = "plan") -> PlanDraft:
     try:
         return PlanDraft.model_validate(data)
     except ValidationError as exc:
-        problems = describe_draft_errors(exc)
+        problems = describe_draft_errors(exc, data)
         raise PlanFileError(f"{source} is invalid: " + "; ".join(problems)) from None
 
 
-def describe_draft_errors(exc: ValidationError) -> list[str]:
-    return [_describe(error) for error in exc.errors()]
+def describe_draft_errors(exc: ValidationError, data: Any = None) -> list[str]:
+    """Every problem at once, a step named by its id where it has one (else by its place)."""
+    steps = data.get("steps") if isinstance(data, dict) else None
+    return [_describe(error, steps if isinstance(steps, list) else []) for error in exc.errors()]
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+def _describe(error: Mapping[str, Any], steps: list[Any]) -> str:
     loc = list(error["loc"])
     if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
-        where = f"step #{loc[1] + 1}"
+        given = steps[loc[1]] if loc[1] < len(steps) else None
+        name = given.get("id") if isinstance(given, dict) else None
+        # By its id when it is a valid one (an invalid id is the problem, not a name to repeat).
+        valid = isinstance(name, str) and re.fullmatch(STEP_ID_PATTERN, name) is not None
+        where = f"step '{name}'" if valid else f"step #{loc[1] + 1}"
         rest = ".".join(str(p) for p in loc[2:])
         if rest:
             where += f" field '{rest}'"

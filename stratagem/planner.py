@@ -224,7 +224,11 @@ def _render_progress(records: Mapping[str, StepRecord], limit: int = 600) -> str
     for sid, record in records.items():
         line = f"- {sid}: {record.status.value}"
         if record.output is not None:
-            output = record.output if isinstance(record.output, str) else json.dumps(record.output, default=str)
+            output = (
+                record.output
+                if isinstance(record.output, str)
+                else json.dumps(record.output, default=str, ensure_ascii=False)
+            )
             line += f"; output: {output[:limit]}{'...' if len(output) > limit else ''}"
         if record.error:
             line += f"; error: {record.error[:limit]}"
@@ -262,7 +266,7 @@ def parse_plan_output(text: str) -> tuple[PlanDraft | None, list[str]]:
     try:
         return PlanDraft.model_validate(data), []
     except ValidationError as exc:
-        return None, describe_draft_errors(exc)
+        return None, describe_draft_errors(exc, data)
 
 
 # A plan a person can review fits well within this; a model that runs on past it (small local

@@ -138,7 +138,7 @@ class Verifier:
 
 def _evidence(request: activity_io.LlmStepInput, output: Any, calls: list[ToolCallRecord]) -> str:
     step = request.step
-    answer = output if isinstance(output, str) else json.dumps(output, default=str)
+    answer = output if isinstance(output, str) else json.dumps(output, default=str, ensure_ascii=False)
     if len(answer) > MAX_SHOWN_ANSWER:
         answer = answer[:MAX_SHOWN_ANSWER] + f" [cut: {len(answer):,} characters in all]"
     recorded = [
@@ -179,7 +179,7 @@ sentence: what is missing, or why the goal is reached>"}."""
 
 async def goal_verdict(model: Model, goal: str, outputs: dict[str, Any], **request: Any) -> tuple[bool, str, Any]:
     """The final check's verdict on a run's outputs: (met, reason, the model's response)."""
-    shown = json.dumps(outputs, indent=1, default=str)
+    shown = json.dumps(outputs, indent=1, default=str, ensure_ascii=False)
     if len(shown) > 4 * MAX_SHOWN_ANSWER:
         shown = shown[: 4 * MAX_SHOWN_ANSWER] + f" [cut: {len(shown):,} characters in all]"
     response = await model.complete(

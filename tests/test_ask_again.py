@@ -154,3 +154,38 @@ def test_a_field_of_an_untyped_answer_is_refused_when_the_plan_is_validated():
     assert problems(asked(), "${ask}") == []  # the whole answer, whatever it is, is fine
     assert problems(asked(answer_schema=TYPED), "${ask.vendor}") == []
     assert problems(asked(), "${ask.vendor}", human_fields=False) == []  # runs from before level 7 replay
+
+
+async def test_a_refused_field_is_the_only_one_asked_again(tmp_path):
+    """When the run refuses one field of a typed answer (its schema changed by a revision, say),
+    the terminal keeps the others and asks only that one."""
+    from stratagem.cli.prompting import Prompter, question, respond
+    from stratagem.run_types import PendingDecision
+
+    schema = {
+        "type": "object",
+        "properties": {"status": {"enum": ["ok", "change"]}, "note": {"type": "string"}},
+        "required": ["status", "note"],
+    }
+    pending = PendingDecision(kind=DecisionKind.human_answer, revision=1, since="2026-11-27T00:00:00Z", step_id="terms")
+
+    class Run:  # the run's side of an answer: it refuses `note` once, then takes the answer
+        answers: list = []
+
+        async def answer(self, answer: AnswerInput) -> None:
+            self.answers.append(answer.answer)
+            if len(self.answers) == 1:
+                raise DecisionRefusedError("run r refused the decision: field 'note' of the answer: too vague")
+
+    prompter, run = Prompter(), Run()
+    typed = iter(["a note"])
+
+    async def line(timeout=None):
+        return next(typed)
+
+    prompter.line = line  # type: ignore[method-assign]  # the lines a person types
+    assert await respond(run, pending, "ok", "dana", prompter, {}, schema) == "done"
+    assert prompter.kept == {"terms": {"status": "ok"}}
+    assert "note (string): " in question(pending, schema, prompter.kept["terms"])
+    await respond(run, pending, "a better note", "dana", prompter, {}, schema)
+    assert run.answers == [{"status": "ok", "note": "a note"}, {"status": "ok", "note": "a better note"}]

@@ -264,3 +264,31 @@ async def test_show_on_a_revised_run(cli_env, tmp_path):
         ("invoice", "succeeded", 1),
         ("welcome", "succeeded", 1),
     ]
+
+
+async def test_a_superseded_revision_shows_what_ran_under_it(harness):
+    """#36: `show --revision 1` marked a step succeeded under revision 1 that had failed there and
+    succeeded only under revision 2."""
+    from stratagem.cli import show
+    from stratagem.ledger import StepStatus
+    from stratagem.run_types import ApproveInput, Phase, RepairAction, RepairInput
+
+    plan = {
+        "goal": "ship",
+        "steps": [
+            {"id": "pack", "title": "Pack", "tool": "record", "args": {"label": "packed"}},
+            {"id": "book", "title": "Book", "tool": "fails_once", "args": {"label": "usual"}, "depends_on": ["pack"]},
+        ],
+    }
+    run = await harness.start(plan)
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="ops", revision=1))
+    await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_repair)
+    await run.repair(RepairInput(by="ops", action=RepairAction.retry, step_id="book", args={"label": "other"}))
+    assert (await run.result()).status is Phase.succeeded
+    ledger = await run.ledger()
+    first, second = ledger.revision(1), ledger.revision(2)
+    then = show.as_of(ledger, first)
+    assert then.steps["pack"].status is StepStatus.succeeded and then.steps["book"].status is StepStatus.failed
+    assert show.as_of(ledger, second).steps["book"].status is StepStatus.succeeded
+    assert show.plan_json(first, then)["steps"][1]["status"] == "failed"

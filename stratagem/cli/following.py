@@ -69,13 +69,19 @@ async def follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str)
     drafts: dict[int, Path] = {}
     asking: PendingDecision | None = None
     prompter = Prompter() if interactive else None
+
+    def kept() -> dict[str, Any] | None:
+        return prompter.kept.get(asking.step_id or "") if prompter is not None and asking is not None else None
+
     while True:
         status = await run.status()
         ledger = await run.ledger()
         fresh = ledger.events[seen:]
         if not json_mode:
             for event in fresh:
-                render.console.print(render.event_line(event))
+                # A human step's question is printed once: by the prompt, or the hint, that follows.
+                asked = event.kind is EventKind.step_awaiting_answer
+                render.console.print(render.event_line(event, message=not asked))
                 if event.kind is EventKind.plan_proposed and event.revision is not None:
                     plan = ledger.revision(event.revision)
                     catalog = catalog or await run.catalog()
@@ -96,9 +102,9 @@ async def follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str)
             if asking is None:
                 asking = next((p for k, p in pending.items() if k not in later), None)
                 if asking is not None:
-                    render.console.print(question(asking, _answer_schema(ledger, asking)), end="", markup=False)
+                    render.console.print(question(asking, _answer_schema(ledger, asking), kept()), end="", markup=False)
             elif fresh:
-                render.console.print(question(asking, _answer_schema(ledger, asking)), end="", markup=False)
+                render.console.print(question(asking, _answer_schema(ledger, asking), kept()), end="", markup=False)
             if asking is not None:
                 reply = await prompter.line(timeout=0.3)
                 if reply is not None:

@@ -73,6 +73,7 @@ async def cmd_show(args: argparse.Namespace) -> int:
                 render.console.print(line, markup=False)
         return 0
     plan = show.pick_revision(ledger, args.revision)
+    ledger = show.as_of(ledger, plan)  # a superseded revision shows what ran under it, not since
     if args.mermaid:
         print(show.mermaid(plan, ledger), end="")
     elif args.json:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..answers import answer_fields, coerce, describe_field, json_problem
+from ..answers import answer_fields, answer_problem, coerce, describe_field, json_problem
 from ..client import RunHandle
 from ..errors import DecisionRefusedError, PlanFileError
 from ..plan_files import dump_plan, load_plan_file
@@ -43,6 +44,9 @@ class Prompter:
 
     def __init__(self) -> None:
         self.closed = False
+        # The fields of a typed answer the run took before refusing another, by step: asked
+        # again, only the refused field is (it once asked every field again).
+        self.kept: dict[str, dict[str, Any]] = {}
 
     async def line(self, timeout: float | None) -> str | None:
         """The next line typed, or None on timeout. End of input closes the prompter."""
@@ -70,7 +74,7 @@ class Prompter:
         return text.strip()
 
 
-def question(pending: PendingDecision, schema: dict[str, Any] | None = None) -> str:
+def question(pending: PendingDecision, schema: dict[str, Any] | None = None, kept: dict[str, Any] | None = None) -> str:
     if pending.kind is DecisionKind.plan_approval:
         return (
             render.carried_text(pending)
@@ -95,18 +99,25 @@ def question(pending: PendingDecision, schema: dict[str, Any] | None = None) -> 
         )
     fields = answer_fields(schema)
     if fields:
-        name, sub, required = fields[0]
+        missing = [f for f in fields if f[0] not in (kept or {})]
+        name, sub, required = (missing or fields)[0]
         names = ", ".join(n for n, _, _ in fields)
+        have = f"; kept: {', '.join(kept)}" if kept else ""
         return (
             f"{pending.step_id} asks: {pending.prompt}\n"
-            f"(the answer has the fields {names}: type each, or the whole answer as JSON; empty for later)\n"
+            f"(the answer has the fields {names}: type each, or the whole answer as JSON; empty for later{have})\n"
             f"{_field_question(name, sub, required)}"
         )
     return f"{pending.step_id} asks: {pending.prompt}\n(type the answer; JSON if it starts with {{ or [; empty for later)\n> "
 
 
 def _field_question(name: str, schema: dict[str, Any], required: bool) -> str:
-    return f"{name} ({describe_field(schema)}{'' if required else ', optional'}): "
+    """`title [name] (what it takes, optional) — description: `, as the plan's schema words it."""
+    title = schema.get("title")
+    label = f"{title} [{name}]" if isinstance(title, str) and title.strip() else name
+    about = schema.get("description")
+    said = f" — {about}" if isinstance(about, str) and about.strip() else ""
+    return f"{label} ({describe_field(schema)}{'' if required else ', optional'}){said}: "
 
 
 async def _typed_answer(
@@ -129,10 +140,16 @@ async def _typed_answer(
                 render.console.print(f"{name} is required", markup=False)
             else:
                 try:
-                    answer[name] = coerce(reply, schema)
-                    break
+                    value = coerce(reply, schema)
                 except ValueError as exc:
                     render.errors.print(f"error: {exc}; try again", markup=False)
+                else:
+                    # Its bounds (length, range, choices) are checked here, before the run sees it.
+                    problem = answer_problem(value, schema, f"'{name}'")
+                    if problem is None:
+                        answer[name] = value
+                        break
+                    render.errors.print(f"error: {problem}; try again", markup=False)
             reply = None
         reply = None
     return answer
@@ -208,8 +225,11 @@ async def respond(
                 return "later"
             answer: object = reply
             fields = answer_fields(schema)
+            step_id = pending.step_id or ""
+            kept = prompter.kept.pop(step_id, {})
             if fields and not reply.startswith("{"):
-                answer = await _typed_answer(reply, fields, prompter)
+                missing = [f for f in fields if f[0] not in kept]
+                answer = {**kept, **await _typed_answer(reply, missing, prompter)}
             elif schema and not fields and not reply.startswith(("{", "[")):
                 try:
                     answer = coerce(reply, schema)
@@ -224,7 +244,13 @@ async def respond(
                         f"error: that answer is not valid JSON: {json_problem(exc)}; try again", markup=False
                     )
                     return "retry"
-            await run.answer(AnswerInput(step_id=pending.step_id or "", answer=answer, by=by))
+            try:
+                await run.answer(AnswerInput(step_id=step_id, answer=answer, by=by))
+            except DecisionRefusedError as exc:
+                refused = re.search(r"field '([^'.]+)", str(exc))
+                if isinstance(answer, dict) and refused:  # keep what the run did not object to
+                    prompter.kept[step_id] = {k: v for k, v in answer.items() if k != refused.group(1)}
+                raise
     except DecisionRefusedError as exc:
         render.errors.print(f"error: {exc}", markup=False)
     return "done"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,8 +57,12 @@ class PlainConsole(Console):
 
 
 # soft_wrap: long lines (paths, hints to copy) are not broken when output is not a terminal.
-console = PlainConsole()
-errors = PlainConsole(stderr=True)
+# Piped or redirected (`status | less`, a file, CI), a table is laid out for 160 columns, not the
+# 80 rich assumes: at 80 the plan table's seven columns wrapped into ten-character strips.
+# COLUMNS still decides when it is set.
+_PIPED_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+console = PlainConsole(width=_PIPED_WIDTH)
+errors = PlainConsole(stderr=True, width=_PIPED_WIDTH)
 
 STATUS_STYLE = {
     StepStatus.pending: "dim",
@@ -90,14 +96,14 @@ def plan_table(
     table = Table(title=title, title_justify="left", show_lines=False, expand=True)
     # fold: a long word wraps onto the next line instead of ending in "…", in every column (at 40
     # columns the risk read "appr…"); what a step does takes most of the width.
-    table.add_column("step", overflow="fold", ratio=2)
+    table.add_column("step", overflow="fold", max_width=24)
     table.add_column("kind", overflow="fold")
-    table.add_column("does", overflow="fold", ratio=6)
-    table.add_column("after", overflow="fold", ratio=2)
-    table.add_column("risk", overflow="fold")
+    table.add_column("does", overflow="fold", ratio=1, min_width=16)  # the rest of the width
+    table.add_column("after", overflow="fold", max_width=20)
+    table.add_column("risk", overflow="fold", max_width=10)
     if ledger is not None:
-        table.add_column("status", overflow="fold")
-        table.add_column("usage", overflow="fold", ratio=1)
+        table.add_column("status", overflow="fold", max_width=10)
+        table.add_column("usage", overflow="fold", max_width=22)
     order = topological_order({s.id: s.depends_on for s in plan.steps})
     by_id = {s.id: s for s in plan.steps}
     for step_id in order:
@@ -153,14 +159,15 @@ def _args(args: dict[str, Any]) -> str:
     return ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in args.items())
 
 
-def event_line(event: LedgerEvent) -> Text:
+def event_line(event: LedgerEvent, *, message: bool = True) -> Text:
+    """One event on one line; `message=False` leaves out what follows it anyway (a question)."""
     mark = _EVENT_MARK.get(event.kind, "·")
     line = Text(f"{event.at:%H:%M:%S} {mark} {event.kind.value.replace('_', ' ')}")
     if event.step_id:
         line.append(" ").append(plain(event.step_id), "bold")
     if event.actor:
         line.append(f" by {plain(event.actor)}")
-    if event.message:
+    if event.message and message:
         line.append(f" — {plain(event.message)}")
     return line
 

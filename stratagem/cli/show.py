@@ -18,7 +18,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ..graph import topological_order
-from ..ledger import Ledger, StepRecord, StepStatus
+from ..ledger import EventKind, Ledger, StepRecord, StepStatus
 from ..plan import Plan, Step, StepKind
 from ..plan_diff import diff_lines, diff_revisions
 from .errors import CliError
@@ -51,6 +51,39 @@ def pick_revision(ledger: Ledger, number: int | None) -> Plan:
     except KeyError:
         known = ", ".join(str(p.revision) for p in ledger.revisions)
         raise CliError(f"run {ledger.run_id} has no revision {number} (revisions: {known})") from None
+
+
+_ENDED = {
+    EventKind.step_succeeded: StepStatus.succeeded,
+    EventKind.step_carried: StepStatus.succeeded,
+    EventKind.step_failed: StepStatus.failed,
+    EventKind.step_skipped: StepStatus.skipped,
+    EventKind.step_cancelled: StepStatus.cancelled,
+}
+
+
+def as_of(ledger: Ledger, plan: Plan) -> Ledger:
+    """The ledger as `plan`'s revision left it: for a superseded revision, each step's status is
+    the last one it reached under that revision or an earlier one, from the events (a step that
+    ran only under a later revision did not run under this one). The current records describe
+    the latest revision only: `show --revision 1` once marked a step succeeded under revision 1
+    that had failed there and succeeded under revision 2."""
+    if not ledger.revisions or plan.revision == ledger.revisions[-1].revision:
+        return ledger
+    reached: dict[str, StepStatus] = {}
+    for event in ledger.events:
+        if event.step_id and event.revision is not None and event.revision <= plan.revision:
+            if event.kind in _ENDED:
+                reached[event.step_id] = _ENDED[event.kind]
+            elif event.kind is EventKind.step_started:
+                reached[event.step_id] = StepStatus.running
+    steps = {}
+    for step in plan.steps:
+        status = reached.get(step.id, StepStatus.pending)
+        current = ledger.steps.get(step.id)
+        same = current is not None and current.status is status and (current.revision or 0) <= plan.revision
+        steps[step.id] = current if same and current is not None else StepRecord(step_id=step.id, status=status)
+    return ledger.model_copy(update={"steps": steps})
 
 
 def step_status(ledger: Ledger | None, step_id: str) -> StepStatus:

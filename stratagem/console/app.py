@@ -376,7 +376,7 @@ def create_app(
         value = record.transcript if transcript else record.output
         if is_stored(value):
             value = await asyncio.to_thread(load_value, store or default_store(), value)
-        text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str, ensure_ascii=False)
         return PlainTextResponse(text)  # text/plain: whatever a tool or a model wrote is never markup here
 
     @app.get("/runs/{run_id}/steps/{step_id}/calls/{call_id}/arguments.json", include_in_schema=False)

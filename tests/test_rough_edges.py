@@ -1,0 +1,76 @@
+"""What a new user hit, round 2 (issue #36 item 5): small things, each as the user met it."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from support.cli import TOOLS, acli, write_plan
+
+from stratagem.activity_io import LlmStepInput
+from stratagem.console import AuthMode, IdentityConfig, create_app
+from stratagem.errors import PlanFileError
+from stratagem.executor import executor_messages
+from stratagem.plan import Step, StepKind
+from stratagem.plan_files import parse_plan_data
+from stratagem.run_types import Phase
+
+
+def test_a_model_reads_names_in_their_own_letters():
+    """The executor's prompt once said Tom\\u00e1s where the onboarding's buddy is Tomás."""
+    step = Step(id="welcome", title="Welcome", kind=StepKind.llm, instructions="Write the email.")
+    request = LlmStepInput(
+        run_id="r",
+        revision=1,
+        step=step,
+        instructions="Write the email.",
+        inputs={"buddy": {"buddy": "Tomás Reyes", "city": "Köln"}},
+        model="scripted:x.yaml",
+    )
+    prompt = executor_messages(request, [])[1].content
+    assert "Tomás Reyes" in prompt and "Köln" in prompt and "\\u00" not in prompt
+
+
+async def test_the_consoles_output_page_shows_letters_not_escapes(harness):
+    run = await harness.start(
+        {"goal": "g", "steps": [{"id": "city", "title": "City", "tool": "fetch_profile", "args": {"user": "köln"}}]},
+        auto_approve=True,
+    )
+    assert (await run.result()).status is Phase.succeeded
+    identity = IdentityConfig(mode=AuthMode.local, secret=b"s", local_user="ops")
+    app = create_app(harness.client, identity, store=harness.store)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
+        page = await http.get(f"/runs/{run.id}/steps/city/output")
+    assert page.status_code == 200 and "köln" in page.text and "\\u00" not in page.text
+
+
+def test_plan_file_errors_come_all_at_once_naming_steps_by_id():
+    data = {
+        "goal": "g",
+        "steps": [
+            {"id": "check", "title": "Check", "tool": "x", "risk": "huge"},
+            {"tool": "y"},
+            {"id": "notify", "title": "Notify", "kind": "robot"},
+        ],
+    }
+    with pytest.raises(PlanFileError) as refused:
+        parse_plan_data(data, source="plan file 'p.yaml'")
+    message = str(refused.value)
+    assert "step 'check' field 'risk'" in message and "step 'notify' field 'kind'" in message
+    assert "step #2 field 'id': Field required" in message  # no valid id: named by its place
+    assert "\n" not in message
+
+
+async def test_status_piped_lays_its_table_out_wide(cli_env, tmp_path):
+    """`stratagem status RUN | cat` wrapped the plan table into ten-character columns."""
+    env, _ = cli_env
+    env = {k: v for k, v in env.items() if k != "COLUMNS"}
+    label = "an argument long enough to have wrapped at eighty columns, shown on one line"
+    path = write_plan(
+        tmp_path / "plan.yaml",
+        {"goal": "g", "steps": [{"id": "s", "title": "S", "tool": "record", "args": {"label": label}}]},
+    )
+    started = await acli("run", *TOOLS, "--plan", path, "--detach", "--id", "piped-status", env=env)
+    assert started.returncode == 0, started.stderr
+    shown = await acli("status", "piped-status", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert label in shown.stdout
