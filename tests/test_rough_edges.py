@@ -74,3 +74,67 @@ async def test_status_piped_lays_its_table_out_wide(cli_env, tmp_path):
     shown = await acli("status", "piped-status", env=env)
     assert shown.returncode == 0, shown.stderr
     assert label in shown.stdout
+
+
+async def test_following_a_run_says_when_a_killed_workers_attempt_is_retried(dev_env, tmp_path):
+    """kill -9 of the worker mid-step: nothing said so until the step ended; now `wait` says which
+    step's attempt was lost, and why, when its retry starts."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+    import uuid
+
+    from conftest import keyed_home
+    from support import FIXTURE_TOOLS
+    from support.cli import ROOT
+
+    from stratagem.client import start_run
+    from stratagem.plan import Author, AuthorKind, PlanDraft
+    from stratagem.run_types import RunInput, RunOptions
+
+    queue = f"lost-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "TEMPORAL_TASK_QUEUE": queue,
+        "STRATAGEM_HOME": keyed_home(tmp_path / "home"),
+        "STRATAGEM_WORKSPACE": str(tmp_path / "ws"),
+        "CLI_CWD": str(tmp_path),
+    }
+
+    def worker() -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "stratagem.cli", "worker", "--tools", FIXTURE_TOOLS]
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    # A step that works 1 s; its attempt times out (and is retried) 3 s after a worker stops answering.
+    steps = [{"id": "work", "title": "Do the work", "tool": "slow", "args": {"label": "w", "seconds": 1}}]
+    draft = PlanDraft.model_validate({"goal": "g", "steps": [{**steps[0], "timeout_seconds": 3}]})
+    first = worker()
+    try:
+        run = await start_run(
+            dev_env.client,
+            RunInput(
+                plan=draft, author=Author(kind=AuthorKind.human, name="ops"), options=RunOptions(auto_approve=True)
+            ),
+            task_queue=queue,
+        )
+        for _ in range(300):
+            if (await run.status()).steps.running:
+                break
+            await asyncio.sleep(0.05)
+        os.kill(first.pid, signal.SIGKILL)
+        following = asyncio.create_task(acli("wait", run.id, env=env, timeout=120))
+        await asyncio.sleep(5)  # the lost attempt times out, its retry is scheduled and said
+        second = worker()
+        try:
+            waited = await following
+        finally:
+            second.terminate()
+            second.wait(timeout=30)
+    finally:
+        first.kill()
+    assert waited.returncode == 0, waited.stderr
+    assert "attempt 1 of step work: Do the work was lost" in waited.stdout + waited.stderr
+    assert "attempt 2 starts when a worker takes it" in waited.stdout + waited.stderr
