@@ -112,8 +112,8 @@ class AwaitedCall(CompactModel):
     arguments: str = Field(description="The exact arguments as JSON, every one of them (credentials redacted).")
     digest: str = Field(
         default="",
-        description="SHA-256 of `arguments`: an approval names it, so it approves exactly what was shown "
-        "(empty for calls paused before level 7).",
+        description="SHA-256 of the exact arguments (canonical JSON, unmasked): an approval names it, so it "
+        "approves exactly this call (empty for calls paused before level 7).",
     )
 
 

@@ -123,6 +123,8 @@ class RunHandle:
         # else the deciding person's key in `keyring` (default: the home's), made on first use.
         self.signer = signer
         self.keyring = keyring
+        # The run's first execution, which a signature covers (asked once, when first needed).
+        self._execution = handle.first_execution_run_id
 
     async def _archived(self, archive: EventArchive) -> list[LedgerEvent]:
         store = self.store or default_store()
@@ -157,7 +159,8 @@ class RunHandle:
         """Send a decision as an update, signed (`decision_signer`) unless it already is. A refusal
         raises DecisionRefusedError with the run's reason."""
         if decision.signature is None:
-            decision = decision_signer(decision.by, self.signer, self.keyring).sign(self.id, update, decision)
+            signer = decision_signer(decision.by, self.signer, self.keyring)
+            decision = signer.sign(self.id, update, decision, await self.execution())
         try:
             return await self.handle.execute_update(
                 update, decision, result_type=DecisionOutcome, rpc_timeout=self.rpc_timeout
@@ -175,6 +178,23 @@ class RunHandle:
             if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
                 raise self._untaken() from None
             raise
+
+    async def execution(self) -> str | None:
+        """The run's first run id, which every signed decision covers: known to a handle that
+        started the run, asked once of Temporal otherwise (None: there is no such run)."""
+        if self._execution is None:
+            try:
+                description = await self.handle.describe(rpc_timeout=self.rpc_timeout)
+            except RPCError:
+                return None
+            info = description.raw_description.workflow_execution_info
+            self._execution = info.first_run_id or None
+            if self._execution is None:  # a server that does not say: the first event of the history does
+                async for event in self.handle.fetch_history_events():
+                    started = event.workflow_execution_started_event_attributes
+                    self._execution = started.first_execution_run_id or description.run_id
+                    break
+        return self._execution
 
     def _untaken(self) -> RunUnresponsiveError:
         return RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER} {MAY_STILL_APPLY}")

@@ -335,9 +335,13 @@ class Executor:
         if call.name in self.gated:
             decision = self.request.call_decisions.get(str(position))
             # Every argument, never cut: a long memo first once hid the payee and the amount behind
-            # a 2,000-character cut. The approval names the digest of exactly this text.
-            shown = redact(json.dumps(call.arguments, ensure_ascii=False, default=str))
-            digest = hashlib.sha256(shown.encode()).hexdigest()
+            # a 2,000-character cut. Credentials are masked value by value, so a masked value can
+            # never swallow the fields after it (a PEM header with no end once hid the payee), and
+            # the approval names the digest of the arguments themselves: two calls that look alike
+            # once masked are never approved as one.
+            shown = json.dumps(_masked(call.arguments), ensure_ascii=False, default=str)
+            exact = json.dumps(call.arguments, ensure_ascii=False, default=str, sort_keys=True, separators=(",", ":"))
+            digest = hashlib.sha256(exact.encode()).hexdigest()
             if decision is not None and decision.digest is not None and decision.digest != digest:
                 decision = None  # approved for other arguments: these are asked about anew
             if decision is None:
@@ -367,6 +371,17 @@ class Executor:
         if len(text) > MAX_TOOL_RESULT_CHARS:
             text = text[:MAX_TOOL_RESULT_CHARS] + f"\n[cut: {len(text):,} characters in all]"
         return answer(ToolCallStatus.ok, text, approved_by)
+
+
+def _masked(value: Any) -> Any:
+    """`value` with anything shaped like a credential masked inside each string on its own."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _masked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item) for item in value]
+    return value
 
 
 _REPAIR = object()

@@ -96,7 +96,13 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
     def _judge(self, kind: str | None, args: Sequence[Any], known: Verdict | None = None) -> Verdict | None:
         if kind is None or not args or not isinstance(args[0], DecisionInput):
             return None
-        verdict = known or self.policy.verify(workflow.info().workflow_id, kind, args[0], legacy=_legacy())
+        legacy = _legacy()
+        # From level 7 the signature covers the execution: one read from another run's history,
+        # under the same run id, does not verify here.
+        execution = workflow.info().first_execution_run_id
+        verdict = known or self.policy.verify(
+            workflow.info().workflow_id, kind, args[0], legacy=legacy, execution=execution
+        )
         args[0]._verdict = verdict
         return verdict
 
@@ -119,8 +125,10 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         run = input.args[0] if input.args else None
-        first = workflow.info().continued_run_id is None
-        if first and isinstance(run, RunInput) and run.options.auto_approve:
+        # Every start but the run's own continue-as-new: a cron or retry start counts as continued
+        # for Temporal, and once approved itself unchecked (StratagemRun.continued_as_new).
+        own = getattr(workflow.instance(), "continued_as_new", workflow.info().continued_run_id is not None)
+        if not own and isinstance(run, RunInput) and run.options.auto_approve:
             refused = self._auto_approve_refused(run)
             if refused:
                 raise ApplicationError(refused, type="DecisionRefused", non_retryable=True)

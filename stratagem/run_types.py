@@ -332,6 +332,10 @@ class RunState(BaseModel):
     escalated: dict[str, str] = Field(
         default_factory=dict, description="llm steps escalated to a stronger model after a failure, and the model."
     )
+    decided: list[str] = Field(
+        default_factory=list,
+        description="The signatures of the signed decisions taken (their start): each counts once (level 7).",
+    )
 
     @property
     def plan(self) -> Plan | None:
@@ -360,6 +364,9 @@ class DecisionInput(BaseModel):
     by: str = Field(min_length=1, max_length=NAME_LIMIT)
     signer: str | None = Field(default=None, max_length=64, description="The key that signed it (stratagem.signing).")
     signature: str | None = Field(default=None, max_length=200, description="Ed25519 over the decision, base64.")
+    nonce: str | None = Field(
+        default=None, max_length=32, description="Random, set when it is signed: a signed decision counts once."
+    )
     # Set by the worker's VerifyDecisions interceptor, never from the payload.
     _verdict: Verdict | None = PrivateAttr(default=None)
 

@@ -3,7 +3,8 @@ in a request header; the worker fills it in only for a request to a host its ope
 to, and only in the headers bound to it, if any:
 
     STRATAGEM_SECRET_CRM           the value
-    STRATAGEM_SECRET_CRM_HOSTS     crm.example.com,api.crm.example.com:8443   (required)
+    STRATAGEM_SECRET_CRM_HOSTS     crm.example.com,api.crm.example.com:8443   (required; https only,
+                                   unless an entry says http://host)
     STRATAGEM_SECRET_CRM_HEADERS   Authorization                              (optional: any header)
 
 The HTTP allowlist says which hosts a step may call, not which of them may read a credential: a
@@ -28,6 +29,8 @@ from .errors import ConfigError
 from .hosts import host_and_port, is_ip
 
 SECRET_ENV_PREFIX = "STRATAGEM_SECRET_"
+# A bound host takes the secret over https only; `http://host` in a binding allows plain http too.
+PLAIN_HTTP = "http://"
 HOSTS_SUFFIX = "_HOSTS"
 HEADERS_SUFFIX = "_HEADERS"
 _SUFFIXES = (HOSTS_SUFFIX, HEADERS_SUFFIX)
@@ -151,8 +154,12 @@ def literal_target(url: str) -> tuple[str, str, int | None] | None:
 
 def host_matches(entry: str, scheme: str, host: str, port: int | None) -> bool:
     """Whether a bound host entry covers a request to scheme://host:port. Without a port, an
-    entry covers the scheme's default port only, as the allowlist does."""
-    pattern, bound_port = host_and_port(entry)
+    entry covers the scheme's default port only, as the allowlist does. Over https only, unless
+    the entry says `http://host`: a credential sent in the clear can be read on the way."""
+    plain = entry.startswith(PLAIN_HTTP)
+    if scheme != "https" and not (plain and scheme == "http"):
+        return False
+    pattern, bound_port = host_and_port(entry.removeprefix(PLAIN_HTTP))
     default = 443 if scheme == "https" else 80
     if (bound_port or default) != (port or default):
         return False
@@ -172,10 +179,12 @@ def _items(raw: str) -> list[str]:
 
 def _host_entry(variable: str, item: str) -> str:
     entry = item.lower()
+    plain = entry.startswith(PLAIN_HTTP)
+    entry = entry.removeprefix(PLAIN_HTTP)
     host, port = host_and_port(entry)
     valid_port = port is None or 0 < port < 65536
     if not host or "/" in entry or "@" in entry or not valid_port or (":" in host and not entry.startswith("[")):
         raise ConfigError(
             f"{variable}: '{item}' is not a host; write host or host:port, comma-separated (e.g. crm.example.com:8443)"
         )
-    return entry
+    return PLAIN_HTTP + entry if plain else entry

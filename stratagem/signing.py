@@ -81,10 +81,14 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 _SIGNATURE_FIELDS = frozenset({"signer", "signature"})
 
 
-def signed_bytes(run_id: str, kind: str, decision: BaseModel, signer: str) -> bytes:
-    """What a signature covers: the run, the kind of decision, its fields and the signer."""
+def signed_bytes(run_id: str, kind: str, decision: BaseModel, signer: str, execution: str | None = None) -> bytes:
+    """What a signature covers: the run, the kind of decision, its fields (a random nonce among
+    them) and the signer; and, from level 7, the run's execution (its first run id), so that a
+    decision read from one run's history cannot be sent to a new run started under the same id."""
     fields = decision.model_dump(mode="json", exclude=set(_SIGNATURE_FIELDS), exclude_defaults=True)
     document = {"decision": fields, "kind": kind, "run": run_id, "signer": signer}
+    if execution is not None:
+        document["execution"] = execution
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -147,22 +151,26 @@ class Signer:
         """The entry for the workers' STRATAGEM_APPROVER_KEYS (or, for an issuer, STRATAGEM_ISSUER_KEYS)."""
         return f"{self.name}:{base64.b64encode(self.public_key).decode()}"
 
-    def sign(self, run_id: str, kind: str, decision: BaseModel) -> Any:
-        """`decision` with `signer` and `signature` filled in (a copy). Its `by` is signed as it is,
-        never replaced: the workers accept a `by` other than this key's name only from an issuer
-        key (STRATAGEM_ISSUER_KEYS)."""
-        unsigned = decision.model_copy(update={"signer": self.name, "signature": None})
-        signature = _private_key(self.seed).sign(signed_bytes(run_id, kind, unsigned, self.name))
+    def sign(self, run_id: str, kind: str, decision: BaseModel, execution: str | None = None) -> Any:
+        """`decision` with `signer`, a fresh `nonce` (where it has one) and `signature` filled in
+        (a copy), for the run's execution (`execution`: its first run id; required by runs at
+        level 7). Its `by` is signed as it is, never replaced: the workers accept a `by` other
+        than this key's name only from an issuer key (STRATAGEM_ISSUER_KEYS)."""
+        update: dict[str, Any] = {"signer": self.name, "signature": None}
+        if "nonce" in type(decision).model_fields:
+            update["nonce"] = base64.urlsafe_b64encode(os.urandom(12)).decode()
+        unsigned = decision.model_copy(update=update)
+        signature = _private_key(self.seed).sign(signed_bytes(run_id, kind, unsigned, self.name, execution))
         return unsigned.model_copy(update={"signature": base64.b64encode(signature).decode()})
 
-    def issue(self, run_id: str, kind: str, decision: BaseModel, *, by: str) -> Any:
+    def issue(self, run_id: str, kind: str, decision: BaseModel, *, by: str, execution: str | None = None) -> Any:
         """For an issuer (a review console): `decision` as decided by `by`, the person this
         issuer authenticated, signed with the issuer's key (a copy). `by` replaces whatever the
         decision said, so a name sent along with the decision (by a browser, say) is never
         what gets signed. The workers must list this key in STRATAGEM_ISSUER_KEYS."""
         if not by or not by.strip():
             raise ValueError("an issued decision names the person it is issued for (by)")
-        return self.sign(run_id, kind, decision.model_copy(update={"by": by}))
+        return self.sign(run_id, kind, decision.model_copy(update={"by": by}), execution)
 
 
 @functools.lru_cache(maxsize=64)
@@ -371,9 +379,12 @@ class DecisionPolicy:
         names = ", ".join(trusted)[:300] or "none yet"
         return f"decisions: signed only; trusting {names}{home}"
 
-    def verify(self, run_id: str, kind: str, decision: Any, *, legacy: bool = False) -> Verdict:
+    def verify(
+        self, run_id: str, kind: str, decision: Any, *, legacy: bool = False, execution: str | None = None
+    ) -> Verdict:
         """Whether `decision` may be applied to the run `run_id` as `kind`. `legacy`: the run
-        started before signing was the default, and keeps that rule (`legacy_unsigned`)."""
+        started before signing was the default, and keeps that rule (`legacy_unsigned`);
+        `execution`: the run's first run id, which its signature must cover (level 7)."""
         signer = getattr(decision, "signer", None)
         signature = getattr(decision, "signature", None)
         if not signer and not signature:
@@ -396,13 +407,16 @@ class DecisionPolicy:
             return Verdict(refused=f"the decision says it is by '{str(by)[:64]}' but is signed by '{signer}'")
         if issued and not by:
             return Verdict(refused=f"the decision is issued by '{signer}' but names nobody it is issued for (by)")
-        try:
-            Ed25519PublicKey.from_public_bytes(key).verify(
-                base64.b64decode(signature, validate=True), signed_bytes(run_id, kind, decision, signer)
-            )
-        except (InvalidSignature, binascii.Error, ValueError):
-            return Verdict(refused=f"the signature of '{signer}' does not match this decision on this run")
-        return Verdict(signer=signer, on_behalf_of=by if issued else None)
+        # A run from before level 7 takes a signature over the run id alone too, as its clients made them.
+        for covers in (execution, None) if legacy and execution is not None else (execution,):
+            try:
+                Ed25519PublicKey.from_public_bytes(key).verify(
+                    base64.b64decode(signature, validate=True), signed_bytes(run_id, kind, decision, signer, covers)
+                )
+            except (InvalidSignature, binascii.Error, ValueError):
+                continue
+            return Verdict(signer=signer, on_behalf_of=by if issued else None)
+        return Verdict(refused=f"the signature of '{signer}' does not match this decision on this run")
 
     def verify_start(self, run_id: str, approval: Any, digest: str, started: datetime) -> Verdict:
         """Whether a start that lets the run approve itself (auto_approve) was signed by a trusted

@@ -28,3 +28,15 @@ def visible(text: str) -> str:
         return _ASCII_CONTROL.sub("", text)
     text = _INVISIBLE.sub("", text)
     return "".join(c for c in text if c in _KEPT or unicodedata.category(c) not in _HIDDEN_CATEGORIES)
+
+
+# What moves a terminal's cursor, colours it or reorders text, in a terminal or a browser: C0/C1
+# controls (ESC starts ANSI sequences, CR overwrites a line), the bidirectional overrides and
+# isolates, and the line separators.
+_REORDERING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+
+
+def written_out(text: str) -> str:
+    """`text` with every such character written out (`\\x1b`, `\\u202e`), so a reader sees it
+    rather than obeys it: a payee `\\u202e1111-2222-3333` read 3333-2222-1111 in a browser."""
+    return _REORDERING.sub(lambda m: m.group().encode("unicode_escape").decode(), text)

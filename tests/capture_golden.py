@@ -36,9 +36,10 @@ from stratagem.signing import Keyring, Signer  # noqa: E402
 GOLDEN = HERE / "golden"
 # The generation today's code writes; name a new one when a change adds or alters commands.
 GENERATION = "2026-11-27-level7"
-# From level 7 decisions are signed (stratagem.signing): the public keys of the home the captures
-# signed with are kept beside them, and the replays trust exactly those.
-KEYS_FILE = "approver-keys"
+# From level 7 decisions are signed (stratagem.signing): the public keys of the home a scenario's
+# capture signed with are kept beside its histories (<scenario>.keys), and its replays trust
+# exactly those. Each capture signs with keys of its own, so a scenario captured again keeps its own.
+KEYS_SUFFIX = ".keys"
 
 
 async def capture(names: list[str], force: bool, generation: str = GENERATION) -> None:
@@ -58,6 +59,7 @@ async def capture(names: list[str], force: bool, generation: str = GENERATION) -
                     histories = []
                     for run in runs:
                         histories += await execution_histories(harness.client, run.id)
+            keep_keys(target / f"{name}{KEYS_SUFFIX}")
             for number, history in enumerate(histories, start=1):
                 suffix = f"-{number}" if len(histories) > 1 else ""
                 path = target / f"{name}{suffix}.json"
@@ -67,17 +69,13 @@ async def capture(names: list[str], force: bool, generation: str = GENERATION) -
                 print(f"{name}: wrote {path.relative_to(HERE.parent)} ({len(history.events)} events)")
     finally:
         await env.shutdown()
-    keep_keys(target)
 
 
-def keep_keys(target: Path) -> None:
-    """Add the public keys the captures signed with to the generation's key file (never private keys)."""
-    path = target / KEYS_FILE
-    lines = set(path.read_text().split()) if path.exists() else set()
+def keep_keys(path: Path) -> None:
+    """Write the public keys this capture signed with (never a private key) to `path`."""
     keyring = Keyring.of_home(SESSION_HOME)
-    for key in sorted(keyring.folder.glob("*.key")):
-        lines.add(Signer.from_file(key).public_line())
-    path.write_text("".join(f"{line}\n" for line in sorted(lines)))
+    lines = sorted(Signer.from_file(key).public_line() for key in keyring.folder.glob("*.key"))
+    path.write_text("".join(f"{line}\n" for line in lines))
 
 
 def main() -> int:

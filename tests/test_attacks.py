@@ -59,7 +59,7 @@ async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(u
     # The operator listed the UI's address explicitly (the worst case), and the README's bare form too.
     monkeypatch.setenv("STRATAGEM_HTTP_ALLOWLIST", f"127.0.0.1,127.0.0.1:{ui_port},localhost:{ui_port}")
     monkeypatch.setenv("STRATAGEM_SECRET_CSRF", "_csrf=forged")  # the double-submit cookie, forged
-    monkeypatch.setenv("STRATAGEM_SECRET_CSRF_HOSTS", f"127.0.0.1:{ui_port}")  # bound there, even
+    monkeypatch.setenv("STRATAGEM_SECRET_CSRF_HOSTS", f"http://127.0.0.1:{ui_port}")  # bound there, even
     async with harness_for(env, tmp_path) as harness:
         victim = await harness.start(
             {
@@ -268,7 +268,7 @@ def crm_and_logs(monkeypatch):
     with serving("127.0.0.1") as crm, serving("127.0.0.2") as logs:
         monkeypatch.setenv("STRATAGEM_HTTP_ALLOWLIST", f"{crm.entry},{logs.entry}")
         monkeypatch.setenv("STRATAGEM_SECRET_CRM", CRM_TOKEN)
-        monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", crm.entry)
+        monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", f"http://{crm.entry}")  # plain http, allowed by name
         yield crm, logs
 
 
@@ -289,7 +289,7 @@ async def test_a_plan_cannot_send_a_secret_to_another_allowlisted_host(harness, 
     crm, logs = crm_and_logs
     run = await failed_run(harness, {"goal": "sync deals", "steps": [send_token("push", logs.url("/ingest"))]})
     status = await run.status()
-    assert f"secret 'CRM' may be sent only to {crm.entry}, not to '{logs.entry}'" in (status.reason or "")
+    assert f"secret 'CRM' may be sent only to http://{crm.entry}, not to '{logs.entry}'" in (status.reason or "")
     assert not (await run.ledger()).steps  # refused when validated: nothing ran
     assert logs.log == [] and crm.log == []
 

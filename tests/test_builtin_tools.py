@@ -589,7 +589,7 @@ async def test_an_overlong_file_name_is_one_clear_refusal_without_the_workers_pa
 async def test_a_plan_names_a_secret_and_the_worker_fills_it_in(registry, ctx, server, monkeypatch):
     monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
     monkeypatch.setenv("STRATAGEM_SECRET_CRM_TOKEN", "tok-0123456789")
-    monkeypatch.setenv("STRATAGEM_SECRET_CRM_TOKEN_HOSTS", f"127.0.0.1:{server.port}")
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM_TOKEN_HOSTS", f"http://127.0.0.1:{server.port}")
     args = {
         "method": "GET",
         "url": server.url("/echo-headers"),
@@ -610,7 +610,8 @@ TOKEN = "crm-token-5f3a9c1e7b"
 
 def bind_crm(monkeypatch: pytest.MonkeyPatch, hosts: str, headers: str | None = None) -> None:
     monkeypatch.setenv("STRATAGEM_SECRET_CRM", TOKEN)
-    monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", hosts)
+    # The loopback servers here speak plain http, which a binding must allow by name.
+    monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", ",".join(f"http://{h}" for h in hosts.split(",")))
     if headers is not None:
         monkeypatch.setenv("STRATAGEM_SECRET_CRM_HEADERS", headers)
 
@@ -638,7 +639,7 @@ async def test_a_secret_goes_only_to_its_hosts_and_in_its_headers(registry, ctx,
         )
     assert len(crm.log) == 1 and crm.saw(TOKEN)  # the bound host got it, once
     assert other.log == []
-    assert f"may be sent only to {crm.entry}, not to '{other.entry}'" in str(elsewhere)
+    assert f"may be sent only to http://{crm.entry}, not to '{other.entry}'" in str(elsewhere)
     assert "STRATAGEM_SECRET_CRM_HOSTS" in str(elsewhere)
     assert "only in Authorization, not in 'X-Debug'" in str(in_another_header)
 
@@ -740,3 +741,17 @@ def test_the_deadline_survives_the_switch_to_tls(tmp_path):
         tls.read(1024, timeout=30)  # the per-read timeout is long; the deadline is not
     assert time.monotonic() - started < 2.0
     listener.close()
+
+
+async def test_a_secret_goes_over_https_only_unless_its_binding_says_http(registry, ctx, monkeypatch):
+    """A binding of `crm.example.com` once filled the token into http://crm.example.com, in the clear."""
+    with serving("127.0.0.1") as crm:
+        monkeypatch.setenv(ALLOWLIST, crm.entry)
+        monkeypatch.setenv("STRATAGEM_SECRET_CRM", TOKEN)
+        monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", crm.entry)  # no scheme: https only
+        args = {"method": "GET", "url": crm.url("/"), "headers": {"X-Api-Key": "${secret:crm}"}}
+        refused = await _refused(registry, "http_request", args, ctx)
+        assert crm.log == [] and "may be sent only to" in str(refused)
+        monkeypatch.setenv("STRATAGEM_SECRET_CRM_HOSTS", f"http://{crm.entry}")  # plain http, by name
+        await registry.invoke("http_request", args, ctx)
+    assert len(crm.log) == 1 and crm.saw(TOKEN)

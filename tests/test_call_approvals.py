@@ -89,8 +89,10 @@ def executor(
 
 
 def shown(call_id: str, tool: str, arguments: str) -> activity_io.AwaitedCall:
-    """A paused call as the approver sees it: every argument, and the digest an approval names."""
-    digest = hashlib.sha256(arguments.encode()).hexdigest()
+    """A paused call as the approver sees it: every argument, and the digest an approval names
+    (of the exact arguments, in canonical JSON)."""
+    exact = json.dumps(json.loads(arguments), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(exact.encode()).hexdigest()
     return activity_io.AwaitedCall(call_id=call_id, tool=tool, arguments=arguments, digest=digest)
 
 
@@ -319,7 +321,26 @@ async def test_the_paused_arguments_are_redacted_and_never_cut(tmp_path):
     assert secret not in shown and "[redacted]" in shown
     # Every argument, the last one too, in its own letters: a person must see all that will run.
     assert json.loads(shown) == {"amount": 1, "memo": "key [redacted] " + "x" * 3000, "to": "Tomás"}
-    assert paused.value.awaited.digest == hashlib.sha256(shown.encode()).hexdigest()
+    # The digest is of the call itself, credential included: what runs is what was approved.
+    exact = {"amount": 1, "memo": f"key {secret} " + "x" * 3000, "to": "Tomás"}
+    canonical = json.dumps(exact, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    assert paused.value.awaited.digest == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def test_a_masked_credential_cannot_hide_the_fields_after_it(tmp_path):
+    """A PEM header with no end masked everything after it, the payee included; and two calls
+    that looked alike once masked shared one digest."""
+    memo = "Settlement per contract, signed copy attached: -----BEGIN PRIVATE KEY-----"
+    calls_made = []
+    for to, amount in (("mallory", 99999), ("acme", 10)):
+        model = script(tmp_path, calls(("pay", {"memo": memo, "to": to, "amount": amount})))
+        with pytest.raises(AwaitingApproval) as paused:
+            await executor(tmp_path, model, ExecutorProgress(), []).run()
+        calls_made.append(paused.value.awaited)
+    mallory, acme = calls_made
+    assert json.loads(mallory.arguments)["to"] == "mallory" and json.loads(mallory.arguments)["amount"] == 99999
+    assert "BEGIN PRIVATE KEY" not in mallory.arguments and "[redacted]" in mallory.arguments
+    assert mallory.digest != acme.digest
 
 
 async def test_an_approval_given_for_other_arguments_does_not_run_the_call(tmp_path):

@@ -119,9 +119,10 @@ async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_w
     assert result.status is Phase.succeeded and result.outputs == {"b": 7}
 
 
-async def test_a_run_below_level_3_still_asks_the_tools_role(dev_harness):
-    """Runs started before level 3 replay the activity they scheduled (the golden histories
-    hold such runs); one started by hand at level 2 takes that path too."""
+async def test_a_new_run_started_below_level_3_reads_the_catalogue_as_today(dev_harness):
+    """Runs started before level 3 replay the activity they scheduled (the golden histories hold
+    such runs: test_golden_replay.py). A run started by hand at level 2 today takes level 7's
+    patch, and today's rules with it (issue #35): the catalogue in a local activity."""
     run_id = f"test-{uuid.uuid4().hex[:10]}"
     handle = await dev_harness.client.start_workflow(
         "StratagemRun",
@@ -131,8 +132,8 @@ async def test_a_run_below_level_3_still_asks_the_tools_role(dev_harness):
     )
     await asyncio.wait_for(handle.result(), timeout=60)
     history = await handle.fetch_history()
-    assert local_catalogue_markers(history) == 0
-    assert len(scheduled(history, activity_io.DESCRIBE_TOOLS)) == 1
+    assert local_catalogue_markers(history) == 1
+    assert scheduled(history, activity_io.DESCRIBE_TOOLS) == []
 
 
 async def test_the_catalogue_a_run_records_says_where_secrets_go_and_never_their_values(dev_env, tmp_path, monkeypatch):

@@ -416,3 +416,23 @@ async def test_a_call_waiting_for_approval_is_shown_whole_and_approved_only_as_s
         assert (await run.result()).status is Phase.succeeded
         [wire] = harness.calls()
         assert (wire["tool"], wire["amount"], wire["to"]) == ("wire_funds", 99999, "mallory")
+
+
+async def test_a_right_to_left_override_is_shown_not_obeyed(world):
+    """An IBAN written `\\u202e1111-2222-3333` read 3333-2222-1111 in a browser; the CLI already
+    wrote such characters out, the console now does too, in every value a page shows."""
+    harness, _, key = world
+    sneaky = "\u202e1111-2222-3333\u202c"
+    run = await harness.start(
+        {
+            "goal": f"pay {sneaky}",
+            "steps": [{"id": "pay", "title": "Pay", "tool": "pay", "args": {"amount": 10, "to": sneaky}}],
+        }
+    )
+    await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+    identity = IdentityConfig(mode=AuthMode.local, secret=b"attack-test", local_user="ops")
+    app = create_app(harness.client, identity, signer=key, store=harness.store)
+    async with serving(app) as base, httpx.AsyncClient(base_url=base) as http:
+        page = (await http.get(f"/runs/{run.id}")).text
+    assert "\u202e" not in page and "\u202c" not in page
+    assert "\\u202e1111-2222-3333\\u202c" in page

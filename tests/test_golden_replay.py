@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from capture_golden import GENERATION, KEYS_FILE
+from capture_golden import GENERATION, KEYS_SUFFIX
 from support.golden_scenarios import SCENARIOS
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
@@ -43,7 +43,8 @@ async def test_golden_history_replays(path):
     history = WorkflowHistory.from_json(data["workflow_id"], data["history"])
     # A generation that signed its decisions replays trusting the keys it signed with, as a worker
     # must keep a retired key listed while runs it decided on are open.
-    keys = path.parent / KEYS_FILE
+    scenario = path.stem.rsplit("-", 1)[0] if path.stem[-1].isdigit() and "-" in path.stem else path.stem
+    keys = path.with_name(scenario + KEYS_SUFFIX)
     policy = DecisionPolicy.from_env({APPROVER_KEYS_ENV: f"@{keys}"}) if keys.exists() else None
     plugin = StratagemPlugin(stratagem_data_converter, decision_policy=policy)
     replayer = Replayer(workflows=[StratagemRun], plugins=[plugin])

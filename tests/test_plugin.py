@@ -95,7 +95,9 @@ async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployme
         ):  # the home's own alice is not the deployment's
             await run.approve(ApproveInput(by="alice", revision=1))
         assert (await run.status()).phase is Phase.awaiting_approval
-        signed = await run.approve(ALICE.sign(run.id, "approve", ApproveInput(by="alice", revision=1)))
+        signed = await run.approve(
+            ALICE.sign(run.id, "approve", ApproveInput(by="alice", revision=1), await run.execution())
+        )
         assert signed.phase is Phase.running
         assert (await run.result()).status is Phase.succeeded
 

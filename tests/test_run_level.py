@@ -81,23 +81,24 @@ async def test_a_run_of_todays_client_writes_no_patch_markers_and_one_memo_per_t
 
 
 async def test_a_run_without_a_level_still_gets_every_patched_rule(harness):
-    # Dropping the level must not drop a rule: the credentials rule is a patched behaviour.
+    # Dropping the level must not drop a rule: the credentials rule is a patched behaviour. A new
+    # run without a level takes level 7's patch, and today's rules with it (issue #35: the level
+    # once decided whether a fork's carried outputs were checked).
     handle = await start_by_hand(harness, LEAKY, level=0)
     try:
         await handle.result()
         raise AssertionError("a plan with a literal credential ran")
     except Exception as exc:  # the run fails: the supplied plan is invalid
         assert "literal credential" in str(getattr(exc, "cause", None) or exc)
-    events = kinds(await handle.fetch_history())
-    assert EventType.EVENT_TYPE_MARKER_RECORDED in events  # asked the patch, as older runs did
-    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED in events  # describe tools, and nothing else ran
     history = await handle.fetch_history()
-    scheduled = [
-        e.activity_task_scheduled_event_attributes.activity_type.name
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
         for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
     ]
-    assert scheduled == ["stratagem.describe_tools"]
+    assert markers == ["core_patch", "core_local_activity"]  # asked the one patch, then today's catalogue
+    scheduled = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert scheduled == []  # nothing ran
 
 
 async def test_todays_level_refuses_the_same_plan(harness):

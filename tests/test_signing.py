@@ -233,9 +233,9 @@ async def test_forged_decisions_from_the_temporal_cli_change_nothing(dev_env, tm
             dev_env, "workflow", "signal", "--workflow-id", run.id, "--name", "approve_signal", "--input", decision
         )
         assert signal.returncode == 0, signal.stderr  # a signal cannot be refused: it is recorded as ignored
-        forged = MALLORY.sign(run.id, "approve", ApproveInput(by="alice", revision=1)).model_copy(
-            update={"signer": "alice"}
-        )
+        forged = MALLORY.sign(
+            run.id, "approve", ApproveInput(by="alice", revision=1), await run.execution()
+        ).model_copy(update={"signer": "alice"})
         await run.handle.signal("approve_signal", forged)
         for _ in range(100):
             ledger = await run.ledger()
@@ -271,8 +271,12 @@ async def test_a_console_approves_for_the_person_it_authenticated_and_nobody_els
             await run.handle.execute_update("approve", ApproveInput(by="alice", revision=1))
         assert "only signed decisions" in str(unsigned.value.cause)
         with pytest.raises(DecisionRefusedError, match="signed by 'alice'"):  # an approver is no issuer
-            await handle.approve(ALICE.sign(run.id, "approve", ApproveInput(by="bob", revision=1)))
-        issued = CONSOLE.issue(run.id, "approve", ApproveInput(by="-", revision=1), by="alice")
+            await handle.approve(
+                ALICE.sign(run.id, "approve", ApproveInput(by="bob", revision=1), await run.execution())
+            )
+        issued = CONSOLE.issue(
+            run.id, "approve", ApproveInput(by="-", revision=1), by="alice", execution=await run.execution()
+        )
         with pytest.raises(DecisionRefusedError, match="does not match"):  # given to someone else after signing
             await handle.approve(issued.model_copy(update={"by": "mallory"}))
         assert not (await run.ledger()).decisions and harness.calls() == []

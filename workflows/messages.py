@@ -52,6 +52,7 @@ class Messages(Execution):
     @workflow.update(name=handlers.APPROVE)
     async def approve(self, decision: ApproveInput) -> DecisionOutcome:
         outcome = self._apply_approve(decision, via="update")
+        self._took(decision)
         self._show()
         return outcome
 
@@ -66,6 +67,7 @@ class Messages(Execution):
     @workflow.update(name=handlers.REJECT)
     async def reject(self, decision: RejectInput) -> DecisionOutcome:
         outcome = self._apply_reject(decision, via="update")
+        self._took(decision)
         self._show()
         return outcome
 
@@ -80,6 +82,7 @@ class Messages(Execution):
     @workflow.update(name=handlers.REVISE)
     async def revise(self, decision: ReviseInput) -> DecisionOutcome:
         outcome = self._apply_revise(decision, via="update")
+        self._took(decision)
         self._show()
         return outcome
 
@@ -94,6 +97,7 @@ class Messages(Execution):
     @workflow.update(name=handlers.ANSWER)
     async def answer(self, answer: AnswerInput) -> DecisionOutcome:
         outcome = self._apply_answer(answer)
+        self._took(answer)
         self._show()
         return outcome
 
@@ -108,6 +112,7 @@ class Messages(Execution):
     @workflow.update(name=handlers.REPAIR)
     async def repair(self, decision: RepairInput) -> DecisionOutcome:
         outcome = self._apply_repair(decision, via="update")
+        self._took(decision)
         self._show()
         return outcome
 
@@ -121,11 +126,23 @@ class Messages(Execution):
 
     def _refusal(self, check: Callable[[RunState, Any], None], decision: Any) -> DecisionRefused | None:
         # As an ApplicationError the refusal reaches update callers with its type.
+        if self.state.level >= 7 and decision.verdict is None:
+            # No VerifyDecisions on this worker (built without Stratagem's plugin): nothing was
+            # checked, so nothing is taken.
+            return DecisionRefused("this worker checks no signatures; run it with Stratagem's plugin (stratagem.plugin)")
+        if self.state.level >= 7 and decision.signature and _mark(decision) in self.state.decided:
+            # Read from a history and sent again (the same signature), it would decide twice.
+            return DecisionRefused("this signed decision was taken already; each counts once")
         try:
             check(self.state, decision)
         except DecisionRefusedError as exc:
             return DecisionRefused(str(exc))
         return None
+
+    def _took(self, decision: Any) -> None:
+        """Remember a signed decision the run took, so the same one sent again is refused."""
+        if self.state.level >= 7 and decision.signature:
+            self.state.decided.append(_mark(decision))
 
     def _validate(self, check: Callable[[RunState, Any], None], decision: Any) -> None:
         """A validator that raises refuses the update before it reaches history; the caller gets the error."""
@@ -146,6 +163,7 @@ class Messages(Execution):
             self.state.ledger.record(EventKind.signal_ignored, self._now(), actor=decision.by, message=refused.message)
             return
         apply()
+        self._took(decision)
         self._show()
 
     def _apply_approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
@@ -233,6 +251,7 @@ class Messages(Execution):
     @workflow.update(name=handlers.BUDGET)
     async def budget(self, decision: BudgetInput) -> DecisionOutcome:
         outcome = self._apply_budget(decision, via="update")
+        self._took(decision)
         self._show()
         return outcome
 
@@ -314,3 +333,9 @@ class Messages(Execution):
             phase=self.state.phase,
             archives=[a for a in ledger.archives if a.last_seq > query.after],
         )
+
+
+def _mark(decision: Any) -> str:
+    """What tells one signed decision from another: the start of its signature (an Ed25519
+    signature over a decision with a random nonce; 24 base64 characters are 144 bits)."""
+    return str(decision.signature)[:24]

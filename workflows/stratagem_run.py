@@ -57,7 +57,13 @@ class StratagemRun(Messages):
         # workflow could otherwise hand it a state with the plan approved and every gate passed.
         # The workflow holds the only reference to a carried state, so it can let go of it (_release).
         carried, input.state = input.state, None
-        self._forged = carried is not None and workflow.info().continued_run_id is None
+        info = workflow.info()
+        # Temporal starts a workflow again with its first input on a cron schedule or a retry
+        # policy, and then says "continued" too: Stratagem sets neither, so such a run is refused,
+        # and its input's state is never taken for this run's own (a cron start once ran a forged,
+        # approved state, and approved itself, from the second run of its schedule on).
+        self._rerun = bool(info.cron_schedule) or info.attempt > 1
+        self._forged = carried is not None and (info.continued_run_id is None or self._rerun)
         self._continued = carried is not None and not self._forged
         if carried is None or self._forged:
             run_id = input.run_id or workflow.info().workflow_id
@@ -69,11 +75,19 @@ class StratagemRun(Messages):
                 ledger=Ledger(run_id=run_id),
                 level=input.level,
             )
+        # Worked out here, before any handler runs. Runs from before level 7 (their histories hold
+        # no SIGNED_PATCH marker) keep the rules they ran under. A new run without a level, or one
+        # below it (a start by hand, an older client), takes the patch and level 7's rules with it,
+        # so leaving the level out cannot switch one off: signed decisions (VerifyDecisions reads
+        # `signed_decisions`), forks read from their source, bound call approvals, answers held to
+        # the approver list. (A fixed level, not RUN_LEVEL: a replay must bump it alike.)
+        if carried.level < SIGNED_LEVEL and workflow.patched(SIGNED_PATCH):
+            carried.level = SIGNED_LEVEL
         super().__init__(carried)
-        # Worked out here, before any handler runs: whether decisions must be signed (the worker's
-        # VerifyDecisions reads it). Runs from before signing was the default keep their rule;
-        # a new run without a level takes the patch, so leaving the level out cannot switch it off.
-        self.signed_decisions = carried.level >= SIGNED_LEVEL or workflow.patched(SIGNED_PATCH)
+        self.signed_decisions = carried.level >= SIGNED_LEVEL
+        # Whether this execution took its state from its own continue-as-new (VerifyDecisions
+        # checks a start's auto_approve otherwise).
+        self.continued_as_new = self._continued
 
     # ------------------------------------------------------------------ the loop
 
@@ -104,6 +118,9 @@ class StratagemRun(Messages):
                 f"run {self.state.run_id} was started at level {self.state.level}; this worker runs up to {RUN_LEVEL}"
             )
         try:
+            if self._rerun:
+                self._fail("a Stratagem run is started once: not on a Temporal cron schedule or with a retry policy")
+                return await self._finish()
             if self._forged:
                 self._fail("the run's input carries a state, which only a continue-as-new of the same run may pass on")
                 return await self._finish()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -23,15 +22,12 @@ from ..risk import risk_label
 from ..run_types import PendingDecision, RunResult, RunStatus
 from ..stored import describe, is_stored
 from ..usage import Budget, UsageTotals
-
-# Characters that move the cursor, change colours or reorder text on a terminal: C0/C1 controls
-# (ESC starts ANSI sequences, CR overwrites a line) and the bidirectional overrides.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+from ..visible_text import written_out
 
 
 def plain(text: str) -> str:
     """`text` safe to show: every control character written out (`\\x1b`), so it is seen, not obeyed."""
-    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+    return written_out(text)
 
 
 class PlainConsole(Console):

@@ -30,6 +30,7 @@ from fastapi.responses import (
 )
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
 
@@ -58,6 +59,7 @@ from ..run_types import (
 from ..signing import Keyring, Signer
 from ..store import OutputStore, default_store, load_value
 from ..stored import is_stored
+from ..visible_text import written_out
 from .guard import Guard, Site
 from .identity import SESSION_COOKIE, AuthMode, IdentityConfig
 from .stream import event_offset, ledger_events
@@ -147,6 +149,9 @@ def create_app(
         redoc_url=None,
     )
     templates = Jinja2Templates(directory=str(files("stratagem.console") / "templates"))
+    # Every value a page shows is written out where it would reorder or hide text (bidi controls,
+    # C0/C1 controls), as the CLI does: autoescaping stops markup, not a right-to-left override.
+    templates.env.finalize = _written_out
     app.mount("/static", StaticFiles(directory=str(files("stratagem.console") / "static")), name="static")
     app.add_middleware(Guard, site=site or Site())  # inside the one below, so its refusals carry the headers
 
@@ -570,6 +575,13 @@ def create_app(
 
 
 # ------------------------------------------------------------------ views
+
+
+def _written_out(value: Any) -> Any:
+    """A page's value with reordering characters written out; already-escaped markup stays markup."""
+    if isinstance(value, Markup):
+        return Markup(written_out(str(value)))
+    return written_out(value) if isinstance(value, str) else value
 
 
 def safe_next(target: str) -> str:

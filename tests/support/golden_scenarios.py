@@ -276,6 +276,30 @@ async def checked(h: Harness) -> list:
     return [run, escalated]
 
 
+async def ask_again(h: Harness) -> list:
+    """Level 7: a step that failed on a person's answer asks the question again (a repair), and
+    runs with the new answer; a typed answer's fields are read by the step after it."""
+    schema = {"type": "object", "properties": {"vendor": {"type": "string"}}, "required": ["vendor"]}
+    plan = {
+        "goal": "onboard",
+        "steps": [
+            {"id": "ask", "title": "Vendor?", "kind": "human", "instructions": "Name it.", "answer_schema": schema},
+            step("register", "fails_once", ["ask"], label="${ask.vendor}"),
+        ],
+    }
+    run = await h.start(plan)
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+    await run.answer(AnswerInput(step_id="ask", answer={"vendor": "old name"}, by="dana"))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    await run.repair(RepairInput(by="dana", action=RepairAction.ask_again, step_id="ask"))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+    await run.answer(AnswerInput(step_id="ask", answer={"vendor": "ACME"}, by="dana"))
+    await run.result()
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -290,4 +314,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "partial_review": partial_review,
     "fork": fork,
     "checked": checked,
+    "ask_again": ask_again,
 }

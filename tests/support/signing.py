@@ -11,5 +11,5 @@ from stratagem.handlers import DECISION_SIGNALS
 
 async def send_signed(run: RunHandle, signal: str, decision: Any) -> None:
     """Send `decision` as the signal `signal` (e.g. approve_signal), signed for the decision it carries."""
-    signed = decision_signer(decision.by).sign(run.id, DECISION_SIGNALS[signal], decision)
+    signed = decision_signer(decision.by).sign(run.id, DECISION_SIGNALS[signal], decision, await run.execution())
     await run.handle.signal(signal, signed)
