@@ -397,3 +397,141 @@ def test_the_review_table_folds_every_cell_at_any_width():
         flat = "".join(line.strip("│ ") for line in text.splitlines())
         assert "…" not in text, width  # at 40 columns the risk once read "appr…"
         assert iban in flat.replace(" ", "") and "99999" in flat, width
+
+
+# --- found by attacking this issue's own defaults -------------------------------------------------
+
+
+async def test_a_cron_start_neither_approves_itself_nor_brings_a_state(dev_harness):
+    """Temporal starts a cron schedule's next run with the first input and calls it continued: its
+    auto_approve went unchecked, and a forged approved state was taken, from the second run on."""
+    from stratagem.ledger import Ledger
+    from stratagem.plan import Plan, Step
+    from stratagem.run_types import WORKFLOW_NAME, RunResult, RunState
+
+    harness = dev_harness
+    plan = PlanDraft.model_validate(PAY)
+    approved = Plan(
+        goal="pay",
+        revision=1,
+        author=Author(kind=AuthorKind.human, name="alice"),
+        steps=[Step(id="pay", title="Pay", tool="record", args={"label": "forged"}, risk="high")],
+    )
+    ledger = Ledger(run_id="cron")
+    ledger.revisions.append(approved)
+    state = RunState(
+        run_id="cron",
+        execution_id="x",
+        goal="pay",
+        options=RunOptions(),
+        ledger=ledger,
+        phase=Phase.running,
+        approved_revision=1,
+        step_approvals={"pay": True},
+        level=7,
+    )
+    handles = []
+    for run_input in (
+        RunInput(plan=plan, options=RunOptions(auto_approve=True), level=7),  # unsigned
+        RunInput(goal="pay", state=state),  # a state handed in as if carried
+    ):
+        handles.append(
+            await harness.client.start_workflow(
+                WORKFLOW_NAME,
+                run_input,
+                id=f"cron-{uuid.uuid4().hex[:8]}",
+                task_queue=harness.task_queue,
+                cron_schedule="@every 2s",
+                result_type=RunResult,
+            )
+        )
+    await asyncio.sleep(5)  # the schedule's second and third runs
+    expected = ("may approve itself (auto_approve) only when", "started once: not on a Temporal cron schedule")
+    for handle, refusal in zip(handles, expected, strict=True):
+        runs = [r async for r in harness.client.list_workflows(f"WorkflowId = '{handle.id}'")]
+        ended = [r for r in runs if r.status is not None and r.status.name == "FAILED"]
+        later = [r for r in ended if r.run_id != handle.result_run_id]
+        assert later, runs  # the schedule did start later runs, and each failed at once
+        for run in later:
+            history = await harness.client.get_workflow_handle(handle.id, run_id=run.run_id).fetch_history()
+            failure = history.events[-1].workflow_execution_failed_event_attributes.failure
+            assert refusal in failure.message, failure.message
+        await handle.terminate("test finished")  # stops the schedule
+    assert harness.calls() == []  # and none of them paid
+
+
+async def test_a_signed_decision_counts_once_and_on_its_own_run_only(harness):
+    """Decisions read from a run's history, sent again to it or to a new run under the same id."""
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from stratagem.client import decision_signer
+
+    plan = {"goal": "pay acme", "steps": [{"id": "pay", "title": "Pay", "tool": "record", "args": {"label": "acme"}}]}
+    first = await harness.start(plan, approvers=["dana"])
+    await harness.wait_for(first, lambda s: bool(s.pending))
+    signed = decision_signer("dana").sign(
+        first.id, "approve", ApproveInput(by="dana", revision=1), await first.execution()
+    )
+    await first.handle.execute_update("approve", signed)
+    assert (await first.result()).status is Phase.succeeded
+    # The same signed approval, again: taken once.
+    second_id = first.id
+    swapped = {"goal": "pay mallory", "steps": [{**plan["steps"][0], "args": {"label": "mallory"}}]}
+    again = await harness.start_input(
+        RunInput(
+            plan=PlanDraft.model_validate(swapped),
+            author=Author(kind=AuthorKind.human, name="mallory"),
+            options=RunOptions(approvers=["dana"]),
+            run_id=second_id,
+        )
+    )
+    await harness.wait_for(again, lambda s: bool(s.pending))
+    try:
+        await again.handle.execute_update("approve", signed)  # dana's, for the first run's execution
+        raise AssertionError("a decision taken from another run's history was applied")
+    except WorkflowUpdateFailedError as exc:
+        assert "does not match this decision on this run" in str(exc.cause)
+    assert [c["label"] for c in harness.calls()] == ["acme"]
+
+
+async def test_an_old_signed_answer_sent_again_is_not_taken_for_a_question_asked_again(harness):
+    """A question asked again (a repair) is answered anew: the first answer, read from the history
+    and sent again with its valid signature, counts for nothing."""
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from stratagem.client import decision_signer
+    from stratagem.run_types import DecisionKind, RepairAction, RepairInput
+
+    schema = {"type": "object", "properties": {"vendor": {"type": "string"}}, "required": ["vendor"]}
+    plan = {
+        "goal": "onboard",
+        "steps": [
+            {"id": "ask", "title": "Vendor?", "kind": "human", "instructions": "Name it.", "answer_schema": schema},
+            {
+                "id": "register",
+                "title": "Register",
+                "tool": "fails_once",
+                "args": {"label": "${ask.vendor}"},
+                "depends_on": ["ask"],
+            },
+        ],
+    }
+    run = await harness.start(plan, approvers=["dana"])
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+    old = decision_signer("dana").sign(
+        run.id, "answer", AnswerInput(step_id="ask", answer={"vendor": "mallory"}, by="dana"), await run.execution()
+    )
+    await run.handle.execute_update("answer", old)
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    await run.repair(RepairInput(by="dana", action=RepairAction.ask_again, step_id="ask"))
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+    try:
+        await run.handle.execute_update("answer", old)
+        raise AssertionError("an answer was taken twice")
+    except WorkflowUpdateFailedError as exc:
+        assert "this signed decision was taken already" in str(exc.cause)
+    await run.answer(AnswerInput(step_id="ask", answer={"vendor": "acme"}, by="dana"))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls() if c["tool"] == "fails_once"] == ["mallory", "acme"]
