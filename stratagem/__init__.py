@@ -4,18 +4,31 @@ The names most users need are here; everything else lives in its own module.
 """
 
 from .client import RunHandle, connect, get_run, start_run
-from .errors import DecisionRefusedError, PlanFileError, PlanValidationError, StratagemError, ToolError
-from .ledger import Ledger, StepStatus
+from .config import Settings
+from .errors import (
+    ConfigError,
+    DecisionRefusedError,
+    PlanFileError,
+    PlanValidationError,
+    RunUnresponsiveError,
+    StratagemError,
+    ToolError,
+)
+from .ledger import EventKind, Ledger, LedgerEvent, StepStatus
 from .plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step, StepKind
 from .plan_files import load_plan_file
 from .run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
+    DecisionKind,
     DecisionOutcome,
     Mode,
+    PendingDecision,
     Phase,
     RejectInput,
+    RepairAction,
+    RepairInput,
     ReviseInput,
     RunInput,
     RunOptions,
@@ -32,16 +45,23 @@ __all__ = [
     "Author",
     "AuthorKind",
     "BudgetInput",
+    "ConfigError",
+    "DecisionKind",
     "DecisionOutcome",
     "DecisionRefusedError",
+    "EventKind",
     "Ledger",
+    "LedgerEvent",
     "Mode",
+    "PendingDecision",
     "Phase",
     "Plan",
     "PlanDraft",
     "PlanFileError",
     "PlanValidationError",
     "RejectInput",
+    "RepairAction",
+    "RepairInput",
     "ReviseInput",
     "Risk",
     "RunHandle",
@@ -49,6 +69,8 @@ __all__ = [
     "RunOptions",
     "RunResult",
     "RunStatus",
+    "RunUnresponsiveError",
+    "Settings",
     "Step",
     "StepKind",
     "StepStatus",

@@ -583,7 +583,9 @@ def _decide_on_step(
     approved = isinstance(decision, ApproveInput)
     comment = decision.comment if isinstance(decision, ApproveInput) else decision.reason
     action = DecisionAction.approve if approved else DecisionAction.reject
-    record_decision(state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision)
+    record_decision(
+        state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision
+    )
     state.ledger.record(
         kinds[0] if approved else kinds[1],
         now,
@@ -633,7 +635,9 @@ def record_revision(
 ) -> None:
     """Record a person's edit, already adopted as `plan`; the new revision awaits approval of what
     it changed, or keeps the approved revision's approval when it changed nothing."""
-    record_decision(state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via, decision=decision)
+    record_decision(
+        state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via, decision=decision
+    )
     escalated = any(p.escalated for p in state.pending if p.kind is DecisionKind.plan_approval)
     # A question or approval about a step this revision changed or dropped is void: the step asks
     # again if it still exists, and nothing can answer the old one meanwhile.
@@ -669,7 +673,9 @@ def apply_budget(
     revision = state.plan.revision if state.plan else 0
     if decision.stop:
         comment = decision.reason or "stopped at the budget"
-        record_decision(state, DecisionAction.budget, decision.by, now, revision, f"stop: {comment}", via, decision=decision)
+        record_decision(
+            state, DecisionAction.budget, decision.by, now, revision, f"stop: {comment}", via, decision=decision
+        )
         state.pending = [p for p in state.pending if p.kind is not DecisionKind.budget]
         return f"stopped by {decision.by} when the budget ran out: {comment}"
     before = state.options.budget.model_dump(exclude_none=True)

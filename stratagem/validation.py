@@ -95,7 +95,9 @@ def plan_problems(
         # A person may answer a human step without a schema with a sentence, which has no fields:
         # `${finance_review.status}` then failed a later step, shown to the person who answered.
         untyped = (
-            {s.id for s in plan.steps if s.kind is StepKind.human and s.answer_schema is None} if human_fields else set()
+            {s.id for s in plan.steps if s.kind is StepKind.human and s.answer_schema is None}
+            if human_fields
+            else set()
         )
         for step in plan.steps:
             for ref in references_in(step.instructions, step.args):

@@ -1,9 +1,14 @@
 """The names a user imports from `stratagem`: everything `__all__` promises is there, and the
-ones the README and a worker of one's own need are among them."""
+ones the README, docs/python.md and a worker of one's own need are among them."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import stratagem
+
+PYTHON_PAGE = Path(__file__).resolve().parent.parent / "docs" / "python.md"
 
 
 def test_every_promised_name_is_importable():
@@ -37,6 +42,31 @@ def test_the_names_a_user_needs_to_start_decide_and_serve_are_public():
     assert needed <= set(stratagem.__all__)
     assert stratagem.Phase.succeeded.value == "succeeded"
     assert stratagem.ToolRegistry.from_modules([]).catalog().names  # the built-in tools
+
+
+def test_every_name_the_python_page_uses_is_public():
+    """docs/python.md writes `stratagem.X` for everything it uses, code and text alike: each X is
+    promised by `__all__`, so an embedding program needs no import from a module inside."""
+    used = set(re.findall(r"\bstratagem\.([A-Za-z_]\w*)", PYTHON_PAGE.read_text(encoding="utf-8")))
+    used -= {"event_stream"}  # the logger's name, not an import
+    assert used, "the page names what it uses as stratagem.X"
+    assert sorted(used - set(stratagem.__all__)) == []
+    # What following and deciding takes, whatever the page's wording.
+    assert {
+        "Settings",
+        "RunHandle",
+        "PlanDraft",
+        "Step",
+        "EventKind",
+        "LedgerEvent",
+        "PendingDecision",
+        "DecisionKind",
+        "DecisionRefusedError",
+        "RunUnresponsiveError",
+        "RepairInput",
+        "RepairAction",
+    } <= set(stratagem.__all__)
+    assert callable(stratagem.RunHandle.stream)
 
 
 def test_the_workflows_handler_names_are_the_wire_contract():

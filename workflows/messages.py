@@ -129,7 +129,9 @@ class Messages(Execution):
         if self.state.level >= 7 and decision.verdict is None:
             # No VerifyDecisions on this worker (built without Stratagem's plugin): nothing was
             # checked, so nothing is taken.
-            return DecisionRefused("this worker checks no signatures; run it with Stratagem's plugin (stratagem.plugin)")
+            return DecisionRefused(
+                "this worker checks no signatures; run it with Stratagem's plugin (stratagem.plugin)"
+            )
         if self.state.level >= 7 and decision.signature and _mark(decision) in self.state.decided:
             # Read from a history and sent again (the same signature), it would decide twice.
             return DecisionRefused("this signed decision was taken already; each counts once")
