@@ -36,6 +36,7 @@ from stratagem.server import (
     EmbeddedServer,
     code_fingerprint,
     is_listening,
+    marked_home,
     owns_server,
     split_address,
     worker_settings_fingerprint,
@@ -251,11 +252,18 @@ def _write_state(worker: BackgroundWorker, pid: int, tools: list[str], **setup: 
     worker.state_file.write_text(json.dumps(state))
 
 
+# Tool modules the background worker is told to serve: real ones, since it loads them before a
+# (re)start (two tools of one name are refused there, not left to kill the worker).
+A_TOOLS, B_TOOLS = "support.fixture_tools", "support.crash_tools"
+
+
 @pytest.fixture
 def worker_env(monkeypatch):
     # Nothing listens on port 1: a worker the tests start exits at once with a clear error.
     monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
     monkeypatch.setenv("TEMPORAL_NAMESPACE", "default")
+    # A user's shell: the suite's own scripted folders would be passed on to the worker.
+    monkeypatch.delenv("STRATAGEM_SCRIPTED_DIRS", raising=False)
     for name in WORKER_ENV:
         monkeypatch.delenv(name, raising=False)
 
@@ -286,9 +294,9 @@ def test_a_worker_left_by_other_code_is_replaced(tmp_path, worker_env):
     worker = BackgroundWorker(home, "q", tmp_path / "ws")
     fake = _fake_worker()
     try:
-        _write_state(worker, fake.pid, ["a.tools"], code="0123456789abcdef")
-        done = worker.ensure(["a.tools"])
-        assert done is not None and done.startswith("restarted (new code)") and "tools: a.tools" in done
+        _write_state(worker, fake.pid, [A_TOOLS], code="0123456789abcdef")
+        done = worker.ensure([A_TOOLS])
+        assert done is not None and done.startswith("restarted (new code)") and f"tools: {A_TOOLS}" in done
         assert json.loads(worker.state_file.read_text())["code"] == code_fingerprint()
     finally:
         _kill(fake.pid)
@@ -301,8 +309,8 @@ def test_ensure_keeps_a_worker_that_already_has_the_tools_and_the_workspace(tmp_
     worker = BackgroundWorker(home, "q", tmp_path / "ws")
     fake = _fake_worker()
     try:
-        _write_state(worker, fake.pid, ["a.tools", "b.tools"])
-        assert worker.ensure(["a.tools"]) is None
+        _write_state(worker, fake.pid, sorted([A_TOOLS, B_TOOLS]))
+        assert worker.ensure([A_TOOLS]) is None
         assert worker.ensure([]) is None
         assert fake.poll() is None
     finally:
@@ -316,7 +324,7 @@ def test_a_new_api_key_restarts_the_worker_without_writing_the_key_down(tmp_path
     fake = _fake_worker()
     started = None
     try:
-        _write_state(worker, fake.pid, ["a.tools"])
+        _write_state(worker, fake.pid, [A_TOOLS])
         monkeypatch.setenv("OPENAI_API_KEY", "sk-rotated-0123456789")
         done = worker.ensure([])
         assert done is not None and done.startswith("restarted (new worker settings) a background worker")
@@ -340,10 +348,10 @@ def test_a_shell_without_keys_keeps_a_worker_that_has_them(tmp_path, worker_env,
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     fake = _fake_worker()
     try:
-        _write_state(worker, fake.pid, ["a.tools"], worker_settings=keyed)
-        assert worker.ensure(["a.tools"]) is None
+        _write_state(worker, fake.pid, [A_TOOLS], worker_settings=keyed)
+        assert worker.ensure([A_TOOLS]) is None
         # A new tool module does restart it, without the keys: say so.
-        done = worker.ensure(["b.tools"])
+        done = worker.ensure([B_TOOLS])
         assert done is not None and "warning: the worker had settings" in done
     finally:
         _kill(fake.pid)
@@ -358,7 +366,7 @@ def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_pa
     fake = _fake_worker()
     started = None
     try:
-        _write_state(old, fake.pid, ["a.tools"])
+        _write_state(old, fake.pid, [A_TOOLS])
         moved = BackgroundWorker(home, "q", tmp_path / "ws-two")
         done = moved.ensure([])
         assert done is not None and done.startswith("restarted (new workspace) a background worker")
@@ -368,7 +376,7 @@ def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_pa
         assert state["workspace"] == str((tmp_path / "ws-two").resolve())
         # Runs from the first folder keep writing there: the worker now allows both.
         assert state["workspaces"] == sorted(str((tmp_path / w).resolve()) for w in ("ws-one", "ws-two"))
-        assert state["tools"] == ["a.tools"]
+        assert state["tools"] == [A_TOOLS]
         assert started != fake.pid
     finally:
         _kill(fake.pid)
@@ -382,9 +390,9 @@ def test_a_workspace_the_worker_already_allows_needs_no_restart(tmp_path, worker
     fake = _fake_worker()
     try:
         both = sorted(str((tmp_path / w).resolve()) for w in ("ws-one", "ws-two"))
-        _write_state(worker, fake.pid, ["a.tools"], workspaces=both)  # type: ignore[arg-type]
+        _write_state(worker, fake.pid, [A_TOOLS], workspaces=both)  # type: ignore[arg-type]
         # Back in the first folder: its runs carry their workspace, which the worker allows.
-        assert BackgroundWorker(home, "q", tmp_path / "ws-one").ensure(["a.tools"]) is None
+        assert BackgroundWorker(home, "q", tmp_path / "ws-one").ensure([A_TOOLS]) is None
         assert fake.poll() is None  # still the same worker
     finally:
         _kill(fake.pid)
@@ -398,16 +406,16 @@ def test_ensure_restarts_the_worker_for_a_new_tool_or_namespace(tmp_path, worker
     try:
         fake = _fake_worker()
         pids.append(fake.pid)
-        _write_state(worker, fake.pid, ["a.tools"])
-        done = worker.ensure(["b.tools"])
+        _write_state(worker, fake.pid, [A_TOOLS])
+        done = worker.ensure([B_TOOLS])
         assert done is not None and done.startswith("restarted (new tools)")
         state = json.loads(worker.state_file.read_text())
         pids.append(state["pid"])
-        assert state["tools"] == ["a.tools", "b.tools"]
+        assert state["tools"] == sorted([A_TOOLS, B_TOOLS])
 
         fake = _fake_worker()
         pids.append(fake.pid)
-        _write_state(worker, fake.pid, ["a.tools"])
+        _write_state(worker, fake.pid, [A_TOOLS])
         monkeypatch.setenv("TEMPORAL_NAMESPACE", "ops")
         done = worker.ensure([])
         assert done is not None and done.startswith("restarted (new namespace)")
@@ -423,18 +431,130 @@ def test_a_stopped_worker_comes_back_with_its_recorded_tools(tmp_path, worker_en
     home = tmp_path / "home"
     home.mkdir()
     tool_file = tmp_path / "tools.py"
-    tool_file.write_text("")
+    tool_file.write_text("from stratagem.tools import tool\n\n\n@tool\ndef own_tool() -> str:\n    return 'ok'\n")
     worker = BackgroundWorker(home, "q", tmp_path / "ws")
-    _write_state(worker, 2**22 + 12345, [str(tool_file), str(tmp_path / "deleted.py"), "pkg.tools"])  # no such pid
+    _write_state(worker, 2**22 + 12345, [str(tool_file), str(tmp_path / "deleted.py"), B_TOOLS])  # no such pid
     started = None
     try:
         done = worker.ensure([])
         assert done is not None and done.startswith("started a background worker")
         state = json.loads(worker.state_file.read_text())
         started = state["pid"]
-        assert state["tools"] == sorted([str(tool_file), "pkg.tools"])  # a deleted tool file is dropped
+        assert state["tools"] == sorted([str(tool_file), B_TOOLS])  # a deleted tool file is dropped
     finally:
         _kill(started)
+
+
+def _quote_module(folder: Path) -> str:
+    folder.mkdir()
+    module = folder / "tools.py"
+    module.write_text("from stratagem.tools import tool\n\n\n@tool\ndef get_quote(item: str) -> int:\n    return 1\n")
+    return str(module)
+
+
+def test_tools_that_clash_are_refused_before_the_worker_is_touched(tmp_path, worker_env):
+    """Two plan folders whose tools share a name: started with both, the worker died at once. The
+    refusal names both modules, and the running worker and worker.json stay as they were."""
+    home = tmp_path / "home"
+    home.mkdir()
+    first, second = _quote_module(tmp_path / "one"), _quote_module(tmp_path / "two")
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    fake = _fake_worker()
+    try:
+        _write_state(worker, fake.pid, [first])
+        before = worker.state_file.read_text()
+        with pytest.raises(ConfigError, match=rf"two tools are named 'get_quote' \({first} and {second}\)"):
+            worker.ensure([second])
+        assert fake.poll() is None and worker.state_file.read_text() == before
+        # A recorded module that no longer loads (edited since; the machine restarted): named as
+        # such, not as a clash, and no worker is started to die of it.
+        _kill(fake.pid)
+        broken = tmp_path / "three" / "tools.py"
+        broken.parent.mkdir()
+        broken.write_text("this is not python")
+        _write_state(worker, fake.pid, [str(broken)])
+        with pytest.raises(ConfigError, match="cannot load the tools its runs use: tool module .* failed to import"):
+            worker.ensure([], models=False)
+        assert json.loads(worker.state_file.read_text())["pid"] == fake.pid
+    finally:
+        _kill(fake.pid)
+
+
+def test_how_the_worker_ended_is_read_from_its_own_log(tmp_path, worker_env):
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    worker.log_file.write_text("error: an earlier worker's line\n")
+    offset = worker.log_file.stat().st_size
+    fake = _fake_worker()
+    try:
+        _write_state(worker, fake.pid, [], log_offset=offset)  # type: ignore[arg-type]
+        assert worker.exited() is None  # it runs
+        with worker.log_file.open("a") as log:
+            log.write("worker on 127.0.0.1:1, namespace default\nerror: cannot start the metrics exporter: taken\n")
+        _kill(fake.pid)
+        ended = worker.exited()
+        assert ended is not None and not ended.stopped
+        assert ended.describe() == (
+            f"this home's background worker (pid {fake.pid}) exited: error: cannot start the metrics exporter: taken"
+        )
+        # Killed without a word: its own lines hold no error, and an earlier worker's are not its.
+        worker.log_file.write_text("error: an earlier worker's line\nworker on 127.0.0.1:1\n")
+        ended = worker.exited()
+        assert ended is not None and ended.describe().endswith(
+            "exited without an error in its log (killed, or the machine restarted)"
+        )
+    finally:
+        _kill(fake.pid)
+
+
+def test_a_worker_stopped_by_down_is_not_reported_as_exited(tmp_path, worker_env):
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    fake = _fake_worker()
+    try:
+        _write_state(worker, fake.pid, [A_TOOLS])
+        assert worker.stop() == fake.pid
+        ended = worker.exited()
+        assert ended is not None and ended.stopped and "was stopped (stratagem down)" in ended.describe()
+        assert worker.recorded_tools() == [A_TOOLS]  # what its runs need is kept
+    finally:
+        _kill(fake.pid)
+
+
+def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env):
+    """The folders of the scripted files `run` named are passed to the worker (STRATAGEM_SCRIPTED_DIRS)
+    and kept; a folder already allowed (or inside one) needs no restart."""
+    home = tmp_path / "home"
+    home.mkdir()
+    worker = BackgroundWorker(home, "q", tmp_path / "ws")
+    examples = (tmp_path / "examples").resolve()
+    fake = _fake_worker()
+    started = None
+    try:
+        _write_state(worker, fake.pid, [A_TOOLS], scripted_dirs=[str(examples)])  # type: ignore[arg-type]
+        assert worker.ensure([A_TOOLS], scripted_dirs=[examples / "vendor_onboarding"]) is None
+        done = worker.ensure([A_TOOLS], scripted_dirs=[tmp_path / "elsewhere"])
+        assert done is not None and done.startswith("restarted (new scripted model folders)")
+        state = json.loads(worker.state_file.read_text())
+        started = state["pid"]
+        assert state["scripted_dirs"] == sorted([str(examples), str((tmp_path / "elsewhere").resolve())])
+        environ = Path(f"/proc/{started}/environ").read_bytes().split(b"\0")
+        assert f"STRATAGEM_SCRIPTED_DIRS={os.pathsep.join(state['scripted_dirs'])}".encode() in environ
+    finally:
+        _kill(fake.pid)
+        _kill(started)
+
+
+def test_wait_starts_the_server_only_where_this_home_last_served(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    assert not EmbeddedServer("127.0.0.1:7300", home).served_here()  # never served
+    (home / "server.address").write_text("127.0.0.1:7300")
+    assert EmbeddedServer("localhost:7300", home).served_here()
+    assert not EmbeddedServer("127.0.0.1:7301", home).served_here()
+    assert not EmbeddedServer("temporal.example.com:7300", home).served_here()
 
 
 # ---------------------------------------------------------------------------- a run nobody serves
@@ -679,6 +799,41 @@ def test_a_killed_foreground_server_takes_its_temporal_child_along(tmp_path):
         if process.poll() is None:
             process.kill()
         running = EmbeddedServer(f"127.0.0.1:{port}", home).running_pid()
+        if running is not None:
+            _kill(running)
+
+
+async def test_a_foreground_server_names_its_home_and_other_homes_keep_off_it(tmp_path):
+    """`stratagem server` names its home in its namespace's data as soon as it serves, so that
+    another home's command pointed at it is refused before this home's first command marks it."""
+    home = tmp_path / "home"
+    port = free_port_pair()
+    address = f"127.0.0.1:{port}"
+    env = {**os.environ, "STRATAGEM_HOME": str(home), "TEMPORAL_ADDRESS": address}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratagem.cli", "server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        named = None
+        while named is None and time.monotonic() < deadline:
+            try:
+                named = await marked_home(await Client.connect(address), "default")
+            except RuntimeError:
+                pass
+            await asyncio.sleep(0.2)
+        assert named == home.resolve()
+        other = {**env, "STRATAGEM_HOME": str(tmp_path / "other-home")}
+        refused = subprocess.run(
+            [sys.executable, "-m", "stratagem.cli", "list"], env=other, capture_output=True, text=True, timeout=60
+        )
+        assert refused.returncode == 2 and refused.stderr.startswith(
+            f"error: the Temporal server at {address} is the embedded server of another STRATAGEM_HOME ({home.resolve()})"
+        )
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        running = EmbeddedServer(address, home).running_pid()
         if running is not None:
             _kill(running)
 

@@ -21,10 +21,20 @@ from ..ledger import EventKind, Ledger
 from ..run_types import DecisionKind, PendingDecision, Phase, RunResult
 from ..server import owns_server
 from . import render, show
+from .attempts import LostAttempts
 from .decisions import reviewer
 from .errors import FAILED, CliError
 from .prompting import Prompter, question, respond
-from .session import background_worker, connection_lost, embedded, find_run, open_client, settings, workflow_host
+from .session import (
+    background_worker,
+    connection_lost,
+    embedded,
+    find_run,
+    open_client,
+    settings,
+    watching_worker,
+    workflow_host,
+)
 
 
 def at_terminal(args: argparse.Namespace) -> bool:
@@ -62,6 +72,16 @@ def _key(pending: PendingDecision) -> tuple[str, int, str | None, str | None]:
 
 async def follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str) -> int:
     """Print progress until the run ends; in a terminal, ask for the decisions it waits on."""
+    # A worker that died mid-step says nothing itself: asked apart from the run's queries, which
+    # wait out the dead worker's sticky queue (seconds) before another host answers them.
+    lost = asyncio.create_task(LostAttempts(run.handle).report(json_mode=json_mode))
+    try:
+        return await _follow(run, interactive=interactive, json_mode=json_mode, by=by)
+    finally:
+        lost.cancel()
+
+
+async def _follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str) -> int:
     seen = 0
     hinted: set[tuple[str, int, str | None, str | None]] = set()
     later: set[tuple[str, int, str | None, str | None]] = set()
@@ -150,14 +170,16 @@ async def finish(run: RunHandle, *, json_mode: bool) -> int:
 
 async def cmd_wait(args: argparse.Namespace) -> int:
     config = settings()
-    client = await open_client(config)
+    server = embedded(config)
+    # After `stratagem down` or a reboot, the home's server comes back where it last listened, as `run` starts it.
+    client = await open_client(config, start_server=server.served_here(), json_mode=args.json)
     run, task_queue = await find_run(client, args.run_id)
-    if owns_server(embedded(config)):
+    if owns_server(server):
         # After a restart, the background worker may be gone: bring it back with its tools.
         done = await asyncio.to_thread(background_worker(config, task_queue).ensure, [], models=False)
         if done:
             render.note(done, json_mode=args.json)
-    async with workflow_host(client, task_queue):
+    async with workflow_host(client, task_queue), watching_worker(config, run.id, json_mode=args.json):
         # At a terminal, the same questions as `run` asks: after a Ctrl-C or an `l`, this is how
         # a person gets them back.
         return await follow_attached(run, args, reviewer(args) if at_terminal(args) else "")

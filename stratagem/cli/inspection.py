@@ -11,7 +11,7 @@ from ..run_types import WORKFLOW_NAME
 from ..store import default_store, is_stored, load_value
 from . import render, show
 from .errors import CliError
-from .session import hosted_run, open_client, settings
+from .session import hosted_run, open_client, settings, worker_gone
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
@@ -24,6 +24,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
         plan = await run.plan()
         catalog = await run.catalog()
     render.status_view(status, ledger, plan, catalog)
+    if not status.phase.finished and (gone := worker_gone(settings(), status.run_id)):
+        render.note(f"note: {gone}")
     return 0
 
 

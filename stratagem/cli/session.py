@@ -1,10 +1,12 @@
 """What a command needs to reach Temporal: the settings, a client (starting the embedded server
-for `run`), the run it names, a workflow host for the command's length, the home's background
-worker, and telling a lost connection from other failures."""
+for `run` and `wait`, refusing another home's), the run it names, a workflow host for the
+command's length, the home's background worker and what became of it, and telling a lost
+connection from other failures."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -27,7 +29,16 @@ from ..config import DEFAULT_ADDRESS, Settings, stratagem_home
 from ..interceptors import HOST_UNAVAILABLE, HostOnly
 from ..plugin import worker_plugins
 from ..run_types import WORKFLOW_NAME
-from ..server import BackgroundWorker, EmbeddedServer, is_listening, is_local, owns_server
+from ..server import (
+    BackgroundWorker,
+    EmbeddedServer,
+    WorkerExit,
+    is_listening,
+    is_local,
+    mark_home,
+    marked_home,
+    owns_server,
+)
 from . import render
 from .errors import CliError
 
@@ -53,6 +64,61 @@ def background_worker(config: Settings, task_queue: str | None = None) -> Backgr
     return BackgroundWorker(stratagem_home(), task_queue or config.task_queue, config.workspace.resolve())
 
 
+def worker_gone(config: Settings, run_id: str) -> str | None:
+    """In the embedded setup, if this home's background worker is not running: what became of it
+    (stopped, or exited with the last error line of its log) and what to do, in one line."""
+    if not owns_server(embedded(config)):
+        return None
+    ended = background_worker(config).exited()
+    return None if ended is None else _gone_line(ended, run_id)
+
+
+def _gone_line(ended: WorkerExit, run_id: str) -> str:
+    fix = "" if ended.stopped else "fix what stopped it (see its log), then "
+    return (
+        f"{ended.describe()}; the steps of run {run_id} wait until a worker serves them: "
+        f"{fix}`stratagem wait {run_id}` starts it again (log: {ended.log})"
+    )
+
+
+# How often a command following a run looks whether this home's background worker still runs.
+WORKER_WATCH_SECONDS = 1.0
+
+
+@asynccontextmanager
+async def watching_worker(config: Settings, run_id: str, *, json_mode: bool) -> AsyncIterator[None]:
+    """While `run` or `wait` follows a run in the embedded setup: say once when this home's
+    background worker stops or exits, and why, and again when one is back. Without this, a worker
+    that died at its start left `wait` waiting without a word."""
+    if not owns_server(embedded(config)):
+        yield
+        return
+    worker = background_worker(config)
+
+    async def watch() -> None:
+        said, seen = False, None
+        while True:
+            await asyncio.sleep(WORKER_WATCH_SECONDS)
+            ended = await asyncio.to_thread(worker.exited)
+            # Seen gone twice: a `run` elsewhere restarting the worker leaves worker.json naming the
+            # old one, stopped, for the moment it takes to start the new one.
+            if ended is not None and not said and seen == ended.pid:
+                render.note(f"warning: {_gone_line(ended, run_id)}", json_mode=json_mode)
+                said = True
+            elif ended is None and said and (pid := worker.running_pid()) is not None:
+                render.note(f"this home's background worker is back (pid {pid})", json_mode=json_mode)
+                said = False
+            seen = ended.pid if ended is not None else None
+
+    task = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 # How long `run` waits for a local server that listens but does not serve yet.
 STARTING_SERVER_WAIT = 30.0
 # Each query and decision the CLI sends a run: generous (a long run's replay on the host), but
@@ -61,21 +127,15 @@ RUN_TIMEOUT = timedelta(seconds=60)
 
 
 async def open_client(config: Settings, *, start_server: bool = False, json_mode: bool = False) -> Client:
-    """Connect; for `run`, first start the embedded server if nothing listens at a local address."""
-    if (
-        start_server
-        and is_listening(config.address)
-        and not address_named(config)
-        and not owns_server(embedded(config))
-    ):
-        # Another home's server (or another program's) on the default port: using it silently
-        # shared one task queue and one worker between homes, and one home's run wrote its files
-        # into the other's workspace.
-        raise CliError(
-            f"a Temporal server that this STRATAGEM_HOME ({stratagem_home()}) did not start listens at {config.address}; "
-            f"to use it, set TEMPORAL_ADDRESS={config.address}; to give this home a server of its own, "
-            "set TEMPORAL_ADDRESS=localhost:PORT with a free port"
-        )
+    """Connect; with `start_server` (`run`; `wait` at this home's own address), first start the
+    embedded server if nothing listens at a local address.
+
+    A local server that another home started (its namespace names that home: stratagem.server.marks)
+    is refused in one line, by every command and on any port: this home's commands would have
+    hosted their workflows and started a worker with this home's tools on that home's task
+    queue. A server that no home started (docker compose, a dev server started by hand) is used
+    when TEMPORAL_ADDRESS names it, as before."""
+    server = embedded(config)
     if not is_listening(config.address):
         if not (start_server and is_local(config.address)) or config.secured:
             # With TLS or an API key configured, the server meant is a real cluster: never stand
@@ -84,16 +144,31 @@ async def open_client(config: Settings, *, start_server: bool = False, json_mode
                 f"no Temporal server is reachable at {config.address}; start one with `stratagem server` "
                 "or set TEMPORAL_ADDRESS (or a profile: TEMPORAL_PROFILE, TEMPORAL_CONFIG_FILE)"
             )
-        server = embedded(config)
         pid = await asyncio.to_thread(server.start_detached)
         render.note(
             f"started the embedded Temporal server (pid {pid}) at {config.address}, data in {server.database}; "
             f"Web UI: {server.ui_url}; log: {server.log_file}",
             json_mode=json_mode,
         )
+    # Something this home did not start listens at the default address, which nobody named:
+    # using it silently shared one task queue and one worker between homes, and one home's run
+    # wrote its files into the other's workspace.
+    unnamed = start_server and not address_named(config) and not owns_server(server)
+    try:
+        client = await _connect(config, patient=start_server and is_local(config.address))
+    except CliError:
+        if unnamed:
+            raise _not_ours(config) from None
+        raise
+    if is_local(config.address) and not config.secured:
+        await _claim_or_refuse(client, config, server, unnamed=unnamed)
+    return client
+
+
+async def _connect(config: Settings, *, patient: bool) -> Client:
     # A server that was just started listens a moment before its frontend serves ("Frontend is
     # not healthy yet"): keep trying for a while when it is ours and busy starting.
-    deadline = time.monotonic() + (STARTING_SERVER_WAIT if start_server and is_local(config.address) else 0)
+    deadline = time.monotonic() + (STARTING_SERVER_WAIT if patient else 0)
     while True:
         try:
             return await connect(config, quiet=True)
@@ -101,6 +176,34 @@ async def open_client(config: Settings, *, start_server: bool = False, json_mode
             if "not healthy yet" not in str(exc) or time.monotonic() >= deadline:
                 raise CliError(f"cannot connect to Temporal at {config.address}: {exc}") from None
             await asyncio.sleep(0.25)
+
+
+async def _claim_or_refuse(client: Client, config: Settings, server: EmbeddedServer, *, unnamed: bool) -> None:
+    """Name this home in its own server (one it just started, or one an older Stratagem started
+    without naming it), or refuse a server another home started."""
+    home = server.home.resolve()
+    named = await marked_home(client, config.namespace)
+    if owns_server(server):
+        if named != home:
+            with contextlib.suppress(RPCError):  # a namespace the server lacks: the command says so later
+                await mark_home(client, server.namespaces, home)
+        return
+    if named is not None and named.resolve() != home:
+        raise CliError(
+            f"the Temporal server at {config.address} is the embedded server of another STRATAGEM_HOME ({named}); "
+            f"this home ({home}) does not use it: to work in that home, set STRATAGEM_HOME={named}; to give this "
+            "home a server of its own, set TEMPORAL_ADDRESS=localhost:PORT with a free port"
+        )
+    if named is None and unnamed:
+        raise _not_ours(config)
+
+
+def _not_ours(config: Settings) -> CliError:
+    return CliError(
+        f"a Temporal server that this STRATAGEM_HOME ({stratagem_home()}) did not start listens at {config.address}; "
+        f"to use it, set TEMPORAL_ADDRESS={config.address}; to give this home a server of its own, "
+        "set TEMPORAL_ADDRESS=localhost:PORT with a free port"
+    )
 
 
 async def find_run(client: Client, run_id: str) -> tuple[RunHandle, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
 from typing import overload
 
@@ -15,6 +16,7 @@ from ..client import RunHandle, start_run
 from ..errors import ModelConfigError
 from ..model_config import load_config, run_prices
 from ..models import load_model, split_model_string
+from ..models.scripted import SCRIPTED_DIRS_ENV, allow_dirs
 from ..plan import Author, AuthorKind, PlanDraft, StepKind
 from ..plan_files import load_plan_file
 from ..run_types import FailureAction, Mode, RunInput, RunOptions
@@ -27,7 +29,7 @@ from . import render
 from .decisions import reviewer
 from .errors import CliError
 from .following import follow_attached
-from .session import RUN_TIMEOUT, background_worker, embedded, open_client, settings, workflow_host
+from .session import RUN_TIMEOUT, background_worker, embedded, open_client, settings, watching_worker, workflow_host
 
 
 @overload
@@ -43,6 +45,12 @@ def _absolute(model: str | None) -> str | None:
     if model and model.startswith("scripted:"):
         return "scripted:" + str(Path(model.removeprefix("scripted:")).resolve())
     return model
+
+
+def scripted_folders(models: list[str]) -> list[Path]:
+    """The folders of the scripted model files a command names (made absolute by `_absolute`)."""
+    found = [Path(m.removeprefix("scripted:")).parent for m in models if m.startswith("scripted:")]
+    return sorted(set(found))
 
 
 def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | None:
@@ -176,6 +184,12 @@ async def cmd_run(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         raise CliError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+    # Scripted files this command names itself (an example's models.yaml beside its plan, a
+    # --planner scripted:FILE), in whichever folder it runs from: read by its own checks, the
+    # worker it hosts and the background worker it starts. A worker started by hand, and runs
+    # that others start, keep to STRATAGEM_SCRIPTED_DIRS.
+    folders = scripted_folders(options.models)
+    allow_dirs(folders)
     if not (args.detach and not is_local(config.address)):
         # The worker that will call the models runs with this environment (the background
         # worker, or one hosted by this command): check now that each model loads (a script
@@ -187,7 +201,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     if owns_server(embedded(config)):
         # The embedded setup: one background worker serves every run, so runs go on after this
         # command ends and decisions from other terminals take effect.
-        done = await asyncio.to_thread(background_worker(config).ensure, args.tools)
+        done = await asyncio.to_thread(background_worker(config).ensure, args.tools, scripted_dirs=folders)
         if done:
             render.note(done, json_mode=args.json)
         # The run keeps this folder's workspace, whichever folder the next run starts from.
@@ -197,14 +211,17 @@ async def cmd_run(args: argparse.Namespace) -> int:
             return detached(run, json_mode=args.json)
         render.note(f"run {run.id} started", json_mode=args.json)
         # Hosting the workflow here too keeps questions and decisions working if the
-        # background worker dies while we follow (steps then wait until it is back).
-        async with workflow_host(client, config.task_queue):
+        # background worker dies while we follow (steps then wait until it is back; we say so).
+        async with workflow_host(client, config.task_queue), watching_worker(config, run.id, json_mode=args.json):
             return await follow_attached(run, args, by)
 
     if args.detach:
         run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id, rpc_timeout=RUN_TIMEOUT)
+        # A worker started by hand reads scripted files only where STRATAGEM_SCRIPTED_DIRS says.
+        scripted = f"{SCRIPTED_DIRS_ENV}={os.pathsep.join(map(str, folders))} " if folders else ""
         render.note(
-            f"(a worker must serve task queue {config.task_queue}: stratagem worker --tools ...)", json_mode=args.json
+            f"(a worker must serve task queue {config.task_queue}: {scripted}stratagem worker --tools ...)",
+            json_mode=args.json,
         )
         return detached(run, json_mode=args.json)
 

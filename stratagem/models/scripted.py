@@ -114,14 +114,29 @@ class ScriptedModel:
         return entry
 
 
+# Folders this process allows besides STRATAGEM_SCRIPTED_DIRS (allow_dirs).
+_allowed_here: list[Path] = []
+
+
 def allowed_dirs() -> list[Path]:
-    """Folders scripted files may be read from: STRATAGEM_SCRIPTED_DIRS, else the worker's folder.
+    """Folders scripted files may be read from: STRATAGEM_SCRIPTED_DIRS, else the worker's folder;
+    and those this process was told to allow (`allow_dirs`).
 
     The file is named by a run, and anyone who can start a run chooses it; without this a run
     naming `scripted:/etc/shadow` had the worker read that file.
     """
     listed = [Path(d).expanduser() for d in os.environ.get(SCRIPTED_DIRS_ENV, "").split(os.pathsep) if d.strip()]
-    return [d.resolve() for d in listed or [Path.cwd()]]
+    return list(dict.fromkeys([*(d.resolve() for d in listed or [Path.cwd()]), *_allowed_here]))
+
+
+def allow_dirs(folders: list[Path]) -> None:
+    """Also read scripted files from `folders`, in this process only. `stratagem run` allows the
+    folders of the scripted files its own command line named (an example's models.yaml beside its
+    plan), for its checks and for the worker it hosts; never a folder a run names."""
+    for folder in folders:
+        resolved = Path(folder).expanduser().resolve()
+        if resolved not in _allowed_here:
+            _allowed_here.append(resolved)
 
 
 def _allowed(path: Path) -> Path:

@@ -3,7 +3,8 @@
 and the background worker that serves its runs (background_worker.py).
 
 addresses.py reads Temporal addresses, home.py prepares the home and writes its state files,
-and processes.py tells whether a recorded pid is still the process that was started.
+processes.py tells whether a recorded pid is still the process that was started, marks.py names
+a server's home where its clients can read it, and worker_log.py reads why a worker ended.
 """
 
 from .addresses import LOCAL_HOSTS, MAX_PORT, is_listening, is_local, split_address
@@ -16,16 +17,22 @@ from .background_worker import (
 )
 from .embedded import EmbeddedServer, owns_server
 from .home import prepare_home
+from .marks import HOME_KEY, mark_home, marked_home
+from .worker_log import WorkerExit
 
 __all__ = [
+    "HOME_KEY",
     "LOCAL_HOSTS",
     "MAX_PORT",
     "WORKER_ENV",
     "BackgroundWorker",
     "EmbeddedServer",
+    "WorkerExit",
     "code_fingerprint",
     "is_listening",
     "is_local",
+    "mark_home",
+    "marked_home",
     "owns_server",
     "prepare_home",
     "split_address",

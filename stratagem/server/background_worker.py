@@ -11,17 +11,21 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import WORKSPACE_ROOTS_ENV, Settings
-from ..errors import ConfigError
+from ..errors import ConfigError, StratagemError
+from ..models.scripted import SCRIPTED_DIRS_ENV
+from ..signing import DecisionPolicy
 from ..telemetry import TELEMETRY_ENV
-from ..tools import canonical_tool_source
+from ..tools import ToolRegistry, canonical_tool_source
 from ..tools.mcp_sources import is_mcp_source
 from .home import prepare_home, write_atomically
 from .processes import alive
+from .worker_log import WorkerExit, last_words
 
 _WORKER_MARKER = "stratagem.cli worker"
 
@@ -77,6 +81,21 @@ def _workspaces(state: dict[str, Any]) -> list[str]:
     if isinstance(listed, list):
         return [str(w) for w in listed]
     return [str(state["workspace"])] if state.get("workspace") else []
+
+
+def _scripted_dirs(state: dict[str, Any] | None) -> list[str]:
+    listed = state.get("scripted_dirs") if state else None
+    return [str(d) for d in listed] if isinstance(listed, list) else []
+
+
+def _within(folder: str, folders: list[str]) -> bool:
+    return any(Path(folder).is_relative_to(other) for other in folders)
+
+
+def _explicit_scripted_dirs() -> list[str]:
+    """STRATAGEM_SCRIPTED_DIRS as this shell sets it, if it does: the background worker keeps it."""
+    listed = os.environ.get(SCRIPTED_DIRS_ENV, "").split(os.pathsep)
+    return [str(Path(d).expanduser().resolve()) for d in listed if d.strip()]
 
 
 @dataclass(frozen=True)
@@ -155,14 +174,25 @@ class BackgroundWorker:
         state = self._state()
         return int(state["pid"]) if state else None
 
-    def ensure(self, tools: list[str], *, models: bool = True) -> str | None:
+    def ensure(self, tools: list[str], *, models: bool = True, scripted_dirs: Sequence[Path] = ()) -> str | None:
         """Make sure a worker runs with this setup and at least `tools` plus every tool module
         recorded before (a restarted worker keeps what runs asked for). Returns what was done,
         or None if nothing.
 
+        `scripted_dirs`: folders of scripted model files the command that asks named itself (an
+        example's models.yaml beside its plan). The worker reads scripted files from those, from
+        every such folder recorded before, and from STRATAGEM_SCRIPTED_DIRS if this shell sets it;
+        a worker started by hand reads them only where STRATAGEM_SCRIPTED_DIRS (or its folder) says.
+
         New worker settings (keys, base URLs, the store) restart the worker only when `models` is true and
-        this environment sets some: a shell without keys must not replace a worker that has them."""
+        this environment sets some: a shell without keys must not replace a worker that has them.
+
+        Before a running worker is stopped, the tools it is to serve are loaded here: modules that
+        cannot be loaded together (two tools of one name) are a ConfigError, and the running
+        worker keeps serving; started anyway, the new worker died at once, and every run of the
+        home waited on it without a word."""
         wanted = sorted({canonical_tool_source(t) for t in tools})
+        asked = sorted({str(Path(d).expanduser().resolve()) for d in scripted_dirs} | set(_explicit_scripted_dirs()))
         setup = self._setup()
         state = self._state()
         current = sorted(state["tools"]) if state else []
@@ -179,12 +209,16 @@ class BackgroundWorker:
         ]
         if state is not None and setup["workspace"] not in known:
             changed.append("workspace")
+        if state is not None and not all(_within(d, _scripted_dirs(state)) for d in asked):
+            changed.append("scripted model folders")
         if state is not None and not changed and set(wanted) <= set(current):
             return None
         recorded = self._recorded()
         workspaces = sorted(set(_workspaces(recorded) if recorded else []) | {setup["workspace"]})
+        scripted = sorted(set(_scripted_dirs(recorded)) | set(asked))
         prepare_home(self.home)
         union = sorted(set(self.recorded_tools()) | set(wanted))
+        self._check_loadable(union, self.recorded_tools())
         if state is not None:
             self._stop(int(state["pid"]))
         command = [sys.executable, "-m", "stratagem.cli", "worker"]
@@ -194,25 +228,35 @@ class BackgroundWorker:
             log = self.log_file.open("ab")
         except OSError as exc:
             raise ConfigError(f"cannot write the worker log {self.log_file}: {exc.strerror or exc}") from None
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": setup["address"],
+            "TEMPORAL_NAMESPACE": setup["namespace"],
+            "TEMPORAL_TASK_QUEUE": setup["task_queue"],
+            "STRATAGEM_WORKSPACE": setup["workspace"],
+            WORKSPACE_ROOTS_ENV: os.pathsep.join(workspaces),
+        }
+        if scripted:
+            env[SCRIPTED_DIRS_ENV] = os.pathsep.join(scripted)
         with log:
+            offset = log.seek(0, os.SEEK_END)  # where this worker's own lines begin (last_words)
             process = subprocess.Popen(
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={
-                    **os.environ,
-                    "TEMPORAL_ADDRESS": setup["address"],
-                    "TEMPORAL_NAMESPACE": setup["namespace"],
-                    "TEMPORAL_TASK_QUEUE": setup["task_queue"],
-                    "STRATAGEM_WORKSPACE": setup["workspace"],
-                    WORKSPACE_ROOTS_ENV: os.pathsep.join(workspaces),
-                },
+                env=env,
             )
-        write_atomically(
-            self.state_file, json.dumps({"pid": process.pid, "tools": union, **setup, "workspaces": workspaces})
-        )
+        state_text = {
+            "pid": process.pid,
+            "tools": union,
+            **setup,
+            "workspaces": workspaces,
+            "scripted_dirs": scripted,
+            "log_offset": offset,
+        }
+        write_atomically(self.state_file, json.dumps(state_text))
         tools_text = ", ".join(union) or "built-ins only"
         if state is None:
             verb = "started"
@@ -235,12 +279,46 @@ class BackgroundWorker:
             )
         return done
 
+    def _check_loadable(self, union: list[str], recorded: list[str]) -> None:
+        """Load `union` here, as the worker will, and refuse now what would kill it at its start."""
+        try:
+            DecisionPolicy.from_env()  # a malformed key list (STRATAGEM_APPROVER_KEYS) the worker would refuse
+            ToolRegistry.from_modules(union)
+        except StratagemError as exc:
+            try:
+                ToolRegistry.from_modules(recorded)
+            except StratagemError:
+                raise ConfigError(
+                    f"this home's background worker cannot load the tools its runs use: {exc}; fix that, and run again"
+                ) from None
+            # What the runs of this home use already loads: this run's tools clash with them.
+            raise ConfigError(
+                f"this home's background worker cannot serve this run's tools beside those of its other runs: {exc}; "
+                f"or run this plan from a home of its own (STRATAGEM_HOME=DIR and TEMPORAL_ADDRESS=localhost:PORT, "
+                f"a free port). The worker of {self.home} goes on serving its runs"
+            ) from None
+
     def stop(self) -> int | None:
-        """Stop this home's background worker if it runs. Returns the pid it stopped."""
-        pid = self.running_pid()
-        if pid is not None:
-            self._stop(pid)
+        """Stop this home's background worker if it runs. Returns the pid it stopped. worker.json
+        says it was stopped, so that it is not reported as having exited (`exited`)."""
+        state = self._state()
+        if state is None:
+            return None
+        pid = int(state["pid"])
+        self._stop(pid)
+        write_atomically(self.state_file, json.dumps({**state, "stopped": True}))
         return pid
+
+    def exited(self) -> WorkerExit | None:
+        """How this home's background worker ended, if one was started here and is not running:
+        stopped (`stratagem down`), or exited, with the last error line of its own log."""
+        state = self._recorded()
+        pid = state.get("pid") if state else None
+        if state is None or not isinstance(pid, int) or alive(pid, _WORKER_MARKER):
+            return None
+        offset = state.get("log_offset")
+        words = last_words(self.log_file, offset if isinstance(offset, int) else None)
+        return WorkerExit(pid=pid, stopped=bool(state.get("stopped")), last_line=words, log=self.log_file)
 
     def _stop(self, pid: int, wait_seconds: float = 15) -> None:
         # SIGTERM lets the worker finish its current activities' bookkeeping and leave cleanly.

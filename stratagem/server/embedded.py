@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..run_types import STATUS_SEARCH_ATTRIBUTE
 from .addresses import MAX_PORT, is_listening, is_local, split_address
 from .home import prepare_home, write_atomically
+from .marks import mark_when_serving
 from .processes import alive, cmdline
 
 
@@ -54,6 +55,22 @@ class EmbeddedServer:
     @property
     def pid_file(self) -> Path:
         return self.home / "server.pid"
+
+    @property
+    def address_file(self) -> Path:
+        """The address this home's server last listened at; kept when it stops (`served_here`)."""
+        return self.home / "server.address"
+
+    def served_here(self) -> bool:
+        """Whether this home's server last listened at this address: `wait` starts it again
+        there (after `stratagem down`, a reboot), as `run` would."""
+        try:
+            last = self.address_file.read_text().strip()
+            return (
+                is_local(last) and is_local(self.address) and split_address(last)[1] == split_address(self.address)[1]
+            )
+        except (OSError, ConfigError):
+            return False
 
     @property
     def namespaces(self) -> list[str]:
@@ -114,6 +131,19 @@ class EmbeddedServer:
                 f"a second one cannot share {self.database}: stop it, or set STRATAGEM_HOME to another folder"
             )
 
+    def port_of(self, pid: int) -> int | None:
+        """The port this home's server `pid` listens on: from its command line, else from the
+        address recorded when it started; None if neither tells."""
+        args = cmdline(pid) or []
+        try:
+            return int(args[args.index("--port") + 1])
+        except (ValueError, IndexError):
+            pass
+        try:
+            return split_address(self.address_file.read_text().strip())[1]
+        except (OSError, ConfigError):
+            return None
+
     def _where(self, pid: int) -> str:
         args = cmdline(pid) or []
         try:
@@ -137,6 +167,7 @@ class EmbeddedServer:
                 "use that one"
             )
         write_atomically(self.pid_file, str(pid))
+        write_atomically(self.address_file, self.address)
 
     def _forget_pid(self, pid: int) -> None:
         try:
@@ -164,6 +195,7 @@ class EmbeddedServer:
                 if is_listening(self.address, timeout=0.2) and process.poll() is None:
                     self._record_pid(process.pid)
                     recorded = True
+                    mark_when_serving(self.address, self.namespaces, self.home.resolve())
                 else:
                     time.sleep(0.2)
             if not recorded:
@@ -263,5 +295,11 @@ class EmbeddedServer:
 
 
 def owns_server(server: EmbeddedServer) -> bool:
-    """True if the server listening at the address is the embedded one this home started."""
-    return server.running_pid() is not None and is_listening(server.address)
+    """True if the server listening at the address is the embedded one this home started: it
+    runs, on this port (this home's server on another port does not make the one here its own),
+    and something listens here."""
+    pid = server.running_pid()
+    if pid is None:
+        return False
+    port = server.port_of(pid)
+    return (port is None or port == split_address(server.address)[1]) and is_listening(server.address)
