@@ -220,10 +220,12 @@ async def test_terminal_review_shows_the_plan_and_takes_an_edit(cli_env, tmp_pat
 
 
 # A human step whose answer the next step uses.
+DAYS = {"type": "object", "properties": {"days": {"type": "integer"}}, "required": ["days"]}
 TERMS = {
     "goal": "terms",
     "steps": [
-        {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Which terms?"},
+        # Typed: a later step reads a field of the answer (an untyped one may be a sentence).
+        {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Which terms?", "answer_schema": DAYS},
         step("log", "record", ["terms"], label="${terms.days} days"),
     ],
 }

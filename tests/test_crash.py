@@ -387,7 +387,13 @@ def test_embedded_server_killed_with_runs_in_three_states(tmp_path):
         "asking": {
             "goal": "wait for a person",
             "steps": [
-                {"id": "terms", "title": "Terms", "kind": "human", "instructions": "Which payment terms?"},
+                {
+                    "id": "terms",
+                    "title": "Terms",
+                    "kind": "human",
+                    "instructions": "Which payment terms?",
+                    "answer_schema": {"type": "object", "properties": {"days": {"type": "integer"}}},
+                },
                 work("after_answer", "${terms.days} days", 0.2, ["terms"]),
             ],
         },
