@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
 import logging
@@ -356,6 +357,19 @@ def keyed_home(home: Path) -> str:
     if not (home / "keys").exists():
         (home / "keys").symlink_to(SESSION_KEYS, target_is_directory=True)
     return str(home)
+
+
+def session_approver_keys() -> dict[str, str]:
+    """The environment that lets a CLI process host a run's workflow on a server its home did not
+    start (stratagem.cli.session.host_policy): the session's public keys, configured, as an
+    operator gives a CLI the workers' keys."""
+    from stratagem.signing import Keyring
+
+    path = SESSION_HOME / "approvers"
+    keys = Keyring(SESSION_KEYS).approver_keys()
+    lines = [f"{name}:{base64.b64encode(key).decode()}" for name, key in sorted(keys.items())]
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return {"STRATAGEM_APPROVER_KEYS": f"@{path}"}
 
 
 def cli_environment(env: WorkflowEnvironment, harness: Harness, home: Path) -> dict[str, str]:

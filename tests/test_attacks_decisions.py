@@ -535,3 +535,55 @@ async def test_an_old_signed_answer_sent_again_is_not_taken_for_a_question_asked
     await run.answer(AnswerInput(step_id="ask", answer={"vendor": "acme"}, by="dana"))
     assert (await run.result()).status is Phase.succeeded
     assert [c["label"] for c in harness.calls() if c["tool"] == "fails_once"] == ["mallory", "acme"]
+
+
+async def test_a_command_does_not_decide_with_a_key_its_own_home_just_made(dev_env, tmp_path):
+    """Against a server its home did not start, the CLI used to host the run's workflow trusting
+    its home's keys: while no worker held the run, `approve --by dana` from another machine, with a
+    dana key made there on the spot, was taken. It no longer hosts there; the workers decide."""
+    from stratagem.signing import Signer
+
+    dana = Signer.generate("dana-ops")
+    task_queue = f"cli-host-{uuid.uuid4().hex[:8]}"
+    workspace = tmp_path / "ws"
+    worker_env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "TEMPORAL_TASK_QUEUE": task_queue,
+        "STRATAGEM_HOME": str(tmp_path / "worker-home"),
+        "STRATAGEM_WORKSPACE": str(workspace),
+        "STRATAGEM_APPROVER_KEYS": dana.public_line(),  # the deployment trusts the real dana-ops
+    }
+
+    def worker() -> subprocess.Popen[str]:
+        command = [sys.executable, "-m", "stratagem.cli", "worker", "--tools", FIXTURE_TOOLS]
+        return subprocess.Popen(command, cwd=ROOT, env=worker_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    first = worker()
+    try:
+        plan = PlanDraft.model_validate(PAY)
+        started = await start_run(
+            dev_env.client, RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="ops")), task_queue=task_queue
+        )
+        run = get_run(dev_env.client, started.id)
+        await wait_until(run, lambda s: bool(s.pending))
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+    # No worker holds the run now. Mallory, from her own machine and home, decides as dana-ops.
+    mallory = {k: v for k, v in worker_env.items() if k not in ("STRATAGEM_APPROVER_KEYS", "STRATAGEM_HOME")} | {
+        "STRATAGEM_HOME": str(tmp_path / "mallory-home"),
+        "CLI_CWD": str(tmp_path),
+    }
+    forging = asyncio.create_task(acli("approve", run.id, "--revision", "1", "--by", "dana-ops", env=mallory))
+    await asyncio.sleep(3)
+    second = worker()  # the workers come back, and they judge it
+    try:
+        forged = await forging
+        assert forged.returncode != 0
+        assert "does not match" in forged.stderr or "does not trust" in forged.stderr, forged.stderr
+        status = await wait_until(run, lambda s: bool(s.pending))
+        assert status.phase is Phase.awaiting_approval and calls(workspace) == []
+    finally:
+        second.terminate()
+        second.wait(timeout=30)

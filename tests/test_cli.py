@@ -12,7 +12,7 @@ import sys
 import time
 
 import yaml
-from conftest import keyed_home
+from conftest import keyed_home, session_approver_keys
 from support import FIXTURE_TOOLS
 from support.cli import TOOLS, acli, cli, one_line_error, write_plan
 from support.plans import step
@@ -466,6 +466,8 @@ async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activit
         "TEMPORAL_TASK_QUEUE": queue,
         "STRATAGEM_HOME": keyed_home(tmp_path / "home"),
         "CLI_CWD": str(tmp_path),
+        # A server this home did not start: the CLI hosts the workflow only with the keys configured.
+        **session_approver_keys(),
     }
     shown = await acli("status", finished.id, "--json", env=env)
     assert shown.returncode == 0, shown.stderr

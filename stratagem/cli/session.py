@@ -39,6 +39,7 @@ from ..server import (
     marked_home,
     owns_server,
 )
+from ..signing import ALLOW_UNSIGNED_ENV, APPROVER_KEYS_ENV, ISSUER_KEYS_ENV, DecisionPolicy
 from . import render
 from .errors import CliError
 
@@ -247,6 +248,20 @@ def host_activities() -> list[Callable[..., Any]]:
     return [*(unavailable(name) for name in HOST_UNAVAILABLE), describe_tools_here(None)]
 
 
+def host_policy(config: Settings) -> DecisionPolicy | None:
+    """The keys a command checks decisions with while it hosts a run's workflow, or None when it
+    must not host it. On this home's own server: the home's keys and the configured ones, as the
+    home's workers. On any other server: only keys configured here (the operator gives the CLI the
+    workers' own), for a key this command's home made is no key that server's workers trust. A
+    command that trusted it once took, while no worker held the run, a decision its user had
+    signed with a key just made for someone else (`--by dana`)."""
+    if owns_server(embedded(config)):
+        return DecisionPolicy.from_env()
+    if not any(os.environ.get(name, "").strip() for name in (APPROVER_KEYS_ENV, ISSUER_KEYS_ENV, ALLOW_UNSIGNED_ENV)):
+        return None
+    return DecisionPolicy.from_env({k: v for k, v in os.environ.items() if k != "STRATAGEM_HOME"})
+
+
 @asynccontextmanager
 async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
     """A workflow-only worker for the length of a command.
@@ -255,8 +270,13 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
     approve and the rest work even while no `stratagem worker` runs; steps still wait for a
     real worker, which has the activities. No cache, so nothing sticks to this short-lived
     process when it exits. This process has no tools, so it leaves the work a workflow does
-    in its own worker (local activities) to real workers (`HostOnly`).
+    in its own worker (local activities) to real workers (`HostOnly`). It hosts only where it
+    knows which keys the workers trust (`host_policy`); elsewhere the workers answer alone.
     """
+    policy = host_policy(settings())
+    if policy is None:
+        yield
+        return
     worker = Worker(
         client,
         task_queue=task_queue,
@@ -268,7 +288,7 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
         # Decisions are checked here as a worker checks them, and a decision taken here moves the
         # run on in this process: its spans (the review's end, say) are exported from here, with
         # the same ids the worker would give them (stratagem.plugin).
-        plugins=worker_plugins(client),
+        plugins=worker_plugins(client, policy),
     )
     async with worker:
         yield
