@@ -133,8 +133,26 @@ class StratagemPlugin(SimplePlugin):
         return [*kept, *added]
 
 
-def worker_plugins(client: Client, decision_policy: DecisionPolicy | None = None) -> list[StratagemPlugin]:
-    """The plugins a worker on `client` needs: none when the client carries a StratagemPlugin
-    (`connect` puts one there) and no other keys are asked for; otherwise one."""
-    on_client = any(isinstance(p, StratagemPlugin) for p in client.config().get("plugins", []))
-    return [] if on_client and decision_policy is None else [StratagemPlugin(decision_policy=decision_policy)]
+class DecisionKeys(SimplePlugin):
+    """Checks decisions against `policy` on a worker whose client's StratagemPlugin set up the
+    rest: a second StratagemPlugin there would configure the worker twice."""
+
+    def __init__(self, policy: DecisionPolicy) -> None:
+        super().__init__(f"{PLUGIN_NAME}.decision-keys")
+        self.policy = policy
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        config = super().configure_worker(config)
+        mine = VerifyDecisions(self.policy)
+        given = list(config.get("interceptors") or [])
+        placed = [mine if isinstance(i, VerifyDecisions) else i for i in given]
+        config["interceptors"] = placed if mine in placed else [*placed, mine]
+        return config
+
+
+def worker_plugins(client: Client, decision_policy: DecisionPolicy | None = None) -> list[SimplePlugin]:
+    """The plugins a worker on `client` needs: when the client carries a StratagemPlugin
+    (`connect` puts one there), none, or only `decision_policy`'s keys; otherwise one."""
+    if not any(isinstance(p, StratagemPlugin) for p in client.config().get("plugins", [])):
+        return [StratagemPlugin(decision_policy=decision_policy)]
+    return [] if decision_policy is None else [DecisionKeys(decision_policy)]

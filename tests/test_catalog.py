@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from conftest import session_approver_keys
 from support import FIXTURE_TOOLS
 from support.plans import step
 from temporalio.api.enums.v1 import EventType
@@ -17,6 +18,7 @@ from stratagem.client import sign_auto_approval, start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.roles import Role, role_queue
 from stratagem.run_types import Phase, RunInput, RunOptions
+from stratagem.signing import Keyring
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 
@@ -94,12 +96,15 @@ async def test_a_workflow_only_worker_takes_the_catalogue_of_the_tools_role_not_
     assert scheduled(history, activity_io.DESCRIBE_TOOLS) == [role_queue(queue, Role.tools)]
 
 
-async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_worker(dev_env, tmp_path):
+async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_worker(dev_env, tmp_path, monkeypatch):
     """`stratagem status` and the rest host the workflow while they run. If such a process takes
     a run's first workflow task, the task completes (no failure, no retry elsewhere) and the
     catalogue waits for a worker with tools."""
     from stratagem.cli.session import workflow_host
 
+    Keyring.of_home().signer("ada")  # the author's key, which lets the run approve itself, listed below
+    for name, value in session_approver_keys().items():
+        monkeypatch.setenv(name, value)  # the keys the workers trust: a command hosts only then
     queue = f"catalog-{uuid.uuid4().hex[:8]}"
     async with workflow_host(dev_env.client, queue):
         run = await start_run(dev_env.client, run_input(), task_queue=queue)

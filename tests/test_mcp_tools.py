@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from conftest import harness_for, keyed_home
+from conftest import harness_for, keyed_home, session_approver_keys
 from support import FIXTURE_TOOLS
 from support.cli import acli, cli, one_line_error, write_plan
 from support.mcp_server import SCRIPT, serving_http
@@ -431,7 +431,10 @@ async def test_the_command_line_runs_a_plan_with_a_stdio_server(cli_env, tmp_pat
     )
     done = await acli("run", "--plan", plan, "--tools", TIME, "--auto-approve", "--json", "--id", "cli-mcp", env=env)
     assert done.returncode == 0, done.stderr
-    waited = json.loads((await acli("wait", "cli-mcp", "--json", env=env)).stdout)
+    # The workers' keys, the one that run just made among them: `wait` hosts the workflow with them.
+    waited_out = await acli("wait", "cli-mcp", "--json", env={**env, **session_approver_keys()})
+    assert waited_out.returncode == 0, waited_out.stderr
+    waited = json.loads(waited_out.stdout)
     assert waited["outputs"]["now"]["timezone"] == "UTC"
 
 

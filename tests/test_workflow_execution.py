@@ -68,6 +68,11 @@ async def test_human_step_takes_an_answer_by_update_or_signal(harness):
                 "title": "Ask budget",
                 "kind": "human",
                 "instructions": "Budget for ${profile.name}?",
+                "answer_schema": {
+                    "type": "object",
+                    "properties": {"amount": {"type": "integer"}},
+                    "required": ["amount"],
+                },
                 "depends_on": ["profile"],
             },
             {
