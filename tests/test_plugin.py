@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
 from support import FIXTURE_TOOLS
 from support.plans import awaiting
 from temporalio.client import WorkflowUpdateFailedError
-from temporalio.worker import UnsandboxedWorkflowRunner, WorkerConfig
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from stratagem.client import connect, start_run
@@ -27,6 +28,7 @@ from stratagem.store import FileStore
 from stratagem.telemetry import tracing_enabled
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
+from stratagem.workflows import StratagemRun
 
 ALICE = Signer.generate("alice")
 
@@ -59,7 +61,18 @@ async def test_a_worker_needs_its_own_plugin_only_when_its_client_has_none_or_ot
     assert any(isinstance(p, StratagemPlugin) for p in client.config()["plugins"])
     assert worker_plugins(client) == []
     keys = DecisionPolicy.from_env({})
-    assert [p.decision_policy for p in worker_plugins(client, keys)] == [keys]
+    # Other keys on a connected client: only the decision check, in its place, and no second
+    # StratagemPlugin (Temporal warns that such a plugin runs twice).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        worker = Worker(
+            client,
+            task_queue=f"tq-{uuid.uuid4().hex[:8]}",
+            workflows=[StratagemRun],
+            plugins=worker_plugins(client, keys),
+        )
+    checks = [i for i in worker.config(active_config=True)["interceptors"] if isinstance(i, VerifyDecisions)]
+    assert [check.policy for check in checks] == [keys]
 
 
 async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployments_keys(

@@ -122,6 +122,8 @@ async def watching_worker(config: Settings, run_id: str, *, json_mode: bool) -> 
 
 # How long `run` waits for a local server that listens but does not serve yet.
 STARTING_SERVER_WAIT = 30.0
+# How long `run` asks a server this home did not start, at an address nobody named, whose it is.
+UNNAMED_SERVER_WAIT = 5.0
 # Each query and decision the CLI sends a run: generous (a long run's replay on the host), but
 # bounded, so that one lost as the run ends is asked again rather than waited on for ever.
 RUN_TIMEOUT = timedelta(seconds=60)
@@ -156,8 +158,13 @@ async def open_client(config: Settings, *, start_server: bool = False, json_mode
     # wrote its files into the other's workspace.
     unnamed = start_server and not address_named(config) and not owns_server(server)
     try:
-        client = await _connect(config, patient=start_server and is_local(config.address))
-    except CliError:
+        if unnamed:
+            # Refused either way; connecting only finds which home's server it is. Something
+            # that listens but speaks no Temporal kept the SDK trying for 30 s.
+            client = await asyncio.wait_for(_connect(config, patient=False), UNNAMED_SERVER_WAIT)
+        else:
+            client = await _connect(config, patient=start_server and is_local(config.address))
+    except (CliError, TimeoutError):
         if unnamed:
             raise _not_ours(config) from None
         raise
