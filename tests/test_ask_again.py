@@ -4,6 +4,7 @@ later steps read their fields, and a repair can ask the question again."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 from support.cli import TOOLS, acli, one_line_error, write_plan
@@ -108,10 +109,18 @@ async def test_a_sentence_for_a_typed_question_is_refused_at_the_command_line(cl
     await harness.wait_for(
         _run(harness, "typed-review"), lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending)
     )
+    # `status` shows the command that answers it, with the JSON it takes, not "TEXT".
+    shown = await acli("status", "typed-review", env={**env, "COLUMNS": "200"})
+    hint = next(line for line in shown.stdout.splitlines() if "answer with:" in line)
+    assert hint.endswith(
+        """stratagem answer typed-review finance_review '{"status": "confirmed", "reviewer": "..."}' --json-value"""
+    )
+    assert "fields: status: confirmed / corrected; reviewer: string" in shown.stdout
     sentence = await acli("answer", "typed-review", "finance_review", "the numbers look fine to me", env=env)
     one_line_error(sentence, "step 'finance_review' refused the answer")
-    answer = json.dumps({"status": "confirmed", "reviewer": "Dana Whitfield, Finance lead"})
-    taken = await acli("answer", "typed-review", "finance_review", answer, "--json-value", "--by", "dana", env=env)
+    # The hinted command, its placeholder filled in as a person would, is taken.
+    command = shlex.split(hint.split("answer with: stratagem ", 1)[1].replace("...", "Dana Whitfield, Finance lead"))
+    taken = await acli(*command, "--by", "dana", env=env)
     assert taken.returncode == 0, taken.stderr
     waited = await acli("wait", "typed-review", "--json", env=env)
     assert json.loads(waited.stdout)["outputs"] == {"write": "confirmed by Dana Whitfield, Finance lead"}

@@ -17,8 +17,8 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 
 from ..catalog import ToolCatalog
 from ..client import RunHandle
-from ..ledger import EventKind, Ledger
-from ..run_types import DecisionKind, PendingDecision, Phase, RunResult
+from ..ledger import EventKind
+from ..run_types import PendingDecision, Phase, RunResult
 from ..server import owns_server
 from . import render, show
 from .attempts import LostAttempts
@@ -54,16 +54,6 @@ async def follow_attached(run: RunHandle, args: argparse.Namespace, by: str) -> 
             json_mode=args.json,
         )
         return 130
-
-
-def _answer_schema(ledger: Ledger, pending: PendingDecision) -> dict[str, Any] | None:
-    """The answer schema of the human step a question comes from, if it has one."""
-    if pending.kind is not DecisionKind.human_answer or pending.step_id is None:
-        return None
-    try:
-        return ledger.revision(pending.revision).step(pending.step_id).answer_schema
-    except KeyError:  # a revision or step this ledger does not hold
-        return None
 
 
 def _key(pending: PendingDecision) -> tuple[str, int, str | None, str | None]:
@@ -122,13 +112,17 @@ async def _follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str
             if asking is None:
                 asking = next((p for k, p in pending.items() if k not in later), None)
                 if asking is not None:
-                    render.console.print(question(asking, _answer_schema(ledger, asking), kept()), end="", markup=False)
+                    render.console.print(
+                        question(asking, render.answer_schema_of(ledger, asking), kept()), end="", markup=False
+                    )
             elif fresh:
-                render.console.print(question(asking, _answer_schema(ledger, asking), kept()), end="", markup=False)
+                render.console.print(
+                    question(asking, render.answer_schema_of(ledger, asking), kept()), end="", markup=False
+                )
             if asking is not None:
                 reply = await prompter.line(timeout=0.3)
                 if reply is not None:
-                    schema = _answer_schema(ledger, asking)
+                    schema = render.answer_schema_of(ledger, asking)
                     if await respond(run, asking, reply, by, prompter, drafts, schema) == "later":
                         later.add(_key(asking))
                         render.console.print(
@@ -140,7 +134,9 @@ async def _follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str
                 continue
         for key, waiting in pending.items():
             if key not in hinted:
-                render.note(render.decision_hint(run.id, waiting), json_mode=json_mode)
+                render.note(
+                    render.decision_hint(run.id, waiting, render.answer_schema_of(ledger, waiting)), json_mode=json_mode
+                )
                 hinted.add(key)
         await asyncio.sleep(0.3)
     return await finish(run, json_mode=json_mode)

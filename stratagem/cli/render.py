@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -14,12 +15,13 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from ..answers import answer_fields, describe_field
 from ..catalog import ToolCatalog
 from ..graph import topological_order
 from ..ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
 from ..plan import PlanDraft, StepKind
 from ..risk import risk_label
-from ..run_types import PendingDecision, RunResult, RunStatus
+from ..run_types import DecisionKind, PendingDecision, RunResult, RunStatus
 from ..stored import describe, is_stored
 from ..usage import Budget, UsageTotals
 from ..visible_text import written_out
@@ -195,7 +197,8 @@ def carried_text(pending: PendingDecision) -> str:
     return "\n".join(lines) + "\n"
 
 
-def decision_hint(run_id: str, pending: PendingDecision) -> str:
+def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] | None = None) -> str:
+    """What a person can do about `pending`, as commands; `schema`: a question's answer schema."""
     if pending.kind.value == "plan_approval":
         return carried_text(pending) + (
             f"waiting for approval of revision {pending.revision}: "
@@ -226,10 +229,43 @@ def decision_hint(run_id: str, pending: PendingDecision) -> str:
             f"  raise it with: stratagem budget {run_id} --tokens N --cost USD --calls N --seconds N  (any of them)\n"
             f"  or stop with:  stratagem budget {run_id} --stop --reason TEXT"
         )
-    return (
-        f"step '{pending.step_id}' asks: {pending.prompt}\n"
-        f"  answer with: stratagem answer {run_id} {pending.step_id} TEXT   (add --json-value if TEXT is JSON)"
+    asks = f"step '{pending.step_id}' asks: {pending.prompt}\n"
+    fields = answer_fields(schema)
+    if not fields:
+        return (
+            asks
+            + f"  answer with: stratagem answer {run_id} {pending.step_id} TEXT   (add --json-value if TEXT is JSON)"
+        )
+    # A typed answer: a sentence would be refused, so the hint shows the JSON it takes.
+    template = json.dumps({name: _placeholder(sub) for name, sub, _ in fields}, ensure_ascii=False)
+    described = "; ".join(
+        f"{name}{'' if required else ' (optional)'}: {describe_field(sub)}"
+        + (f", {sub['description']}" if isinstance(sub.get("description"), str) else "")
+        for name, sub, required in fields
     )
+    return asks + (
+        f"  answer with: stratagem answer {run_id} {pending.step_id} {shlex.quote(template)} --json-value\n"
+        f"  fields: {described}\n"
+        f"  or run `stratagem wait {run_id}` at a terminal, which asks field by field"
+    )
+
+
+def _placeholder(schema: dict[str, Any]) -> Any:
+    """A value of the kind a field takes, for the example answer a hint shows."""
+    if schema.get("enum"):
+        return schema["enum"][0]
+    kinds: dict[str, Any] = {"integer": 0, "number": 0, "boolean": True, "array": [], "object": {}}
+    return kinds.get(str(schema.get("type")), "...")
+
+
+def answer_schema_of(ledger: Ledger | None, pending: PendingDecision) -> dict[str, Any] | None:
+    """The answer schema of the human step a question comes from, if it has one."""
+    if ledger is None or pending.kind is not DecisionKind.human_answer or pending.step_id is None:
+        return None
+    try:
+        return ledger.revision(pending.revision).step(pending.step_id).answer_schema
+    except KeyError:  # a revision or step this ledger does not hold
+        return None
 
 
 def status_view(
@@ -261,7 +297,7 @@ def status_view(
     if plan is not None:
         console.print(plan_table(plan, ledger, catalog=catalog))
     for pending in status.pending:
-        console.print(decision_hint(status.run_id, pending))
+        console.print(decision_hint(status.run_id, pending, answer_schema_of(ledger, pending)))
 
 
 def result_view(result: RunResult) -> None:
