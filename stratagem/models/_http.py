@@ -162,17 +162,31 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
 def http_client(provider: Provider) -> Any:
-    """The HTTP client the provider's SDK uses, reading at most MAX_RESPONSE_BYTES of a body.
+    """The HTTP client handed to the SDK's public constructor (`http_client=`): it reads at most
+    MAX_RESPONSE_BYTES of a body, through its transport.
 
-    The SDKs ship their own copy of httpx under another name in some versions (anthropic's
-    `httpx2`), so the client is built from whichever module the SDK uses.
+    The client must be of the httpx the SDK is built on. openai 3.57 and anthropic 2.14 are built
+    on httpx2 (pydantic's fork, a package of its own that both require): their constructors take
+    `http_client: httpx2.AsyncClient`, openai's README configures it with httpx2's transports, and
+    anthropic refuses an `httpx` client outright. The SDK versions before them took httpx's. Which
+    one is read from the SDK's `DefaultAsyncHttpxClient`, public (in its `__all__`) and documented
+    as an alias of that AsyncClient, so nothing of the SDK's private modules is imported. The
+    client is the plain AsyncClient rather than that default: the SDK's pool limits would differ.
     """
     return _capped_client_class(_sdk_httpx(provider))()
 
 
+@functools.cache
 def _sdk_httpx(provider: Provider) -> ModuleType:
-    base = importlib.import_module(f"{provider.sdk_name}._base_client")
-    return getattr(base, "httpx2", None) or base.httpx
+    default = provider.sdk.DefaultAsyncHttpxClient
+    for name in ("httpx2", "httpx"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # an SDK on httpx needs no httpx2 installed, and the other way round
+            continue
+        if issubclass(default, module.AsyncClient):
+            return module
+    raise ModelConfigError(f"the {provider.sdk_name} SDK's HTTP client is neither httpx2's nor httpx's")
 
 
 @functools.cache
