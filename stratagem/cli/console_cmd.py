@@ -16,6 +16,7 @@ from ..errors import ConfigError
 from ..notify import CONSOLE_URL_ENV
 from ..signing import Keyring, Signer
 from . import render
+from .arguments import Commands
 from .errors import CliError
 from .session import open_client, settings
 
@@ -39,6 +40,66 @@ def console_secret() -> bytes:
         path.write_text(secrets.token_urlsafe(48))
         path.chmod(0o600)
     return path.read_text().strip().encode()
+
+
+def add_console_commands(commands: Commands) -> None:
+    """`console`, and `console-user` and `console-token`, which manage the people it lets in."""
+    console = commands.add(
+        "console",
+        cmd_console,
+        "serve the review console: the inbox and every decision, in a browser and over HTTP",
+        json=False,
+    )
+    console.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    console.add_argument("--port", type=int, default=8400, help="port (default: 8400)")
+    console.add_argument(
+        "--auth",
+        choices=["local", "users", "header"],
+        default="local",
+        help="who decides: local (your OS user; loopback only), users (passwords in --users), or header (set by "
+        "a reverse proxy at --trusted-proxy)",
+    )
+    console.add_argument("--users", metavar="FILE", help="the users file (default: $STRATAGEM_HOME/console-users.yaml)")
+    console.add_argument("--header", default="X-Forwarded-User", help="--auth header: the header naming the person")
+    console.add_argument(
+        "--trusted-proxy",
+        action="append",
+        dest="trusted_proxies",
+        metavar="ADDRESS",
+        help="--auth header: a proxy address or network; repeatable",
+    )
+    console.add_argument(
+        "--public-url",
+        action="append",
+        dest="public_urls",
+        metavar="URL",
+        help="an address people open the console at, e.g. https://review.example.com behind a proxy; the "
+        "console answers to no other name but its own address (default: $STRATAGEM_CONSOLE_URL); repeatable",
+    )
+
+    console_user = commands.add(
+        "console-user",
+        cmd_console_user,
+        "set a console password for NAME (ending their sessions), or remove NAME",
+        json=False,
+    )
+    console_user.add_argument("name")
+    console_user.add_argument("--users", metavar="FILE")
+    how = console_user.add_mutually_exclusive_group()
+    how.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    how.add_argument(
+        "--remove", action="store_true", help="remove NAME and their API tokens; their sessions end at once"
+    )
+
+    console_token = commands.add(
+        "console-token",
+        cmd_console_token,
+        "make an API token acting for a person (printed once)",
+        json=False,
+    )
+    console_token.add_argument("label", help="what the token is for, e.g. slack-bot")
+    console_token.add_argument("--user", required=True, help="the person its decisions are recorded as")
+    console_token.add_argument("--users", metavar="FILE")
 
 
 async def cmd_console(args: argparse.Namespace) -> int:

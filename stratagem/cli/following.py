@@ -21,6 +21,7 @@ from ..ledger import EventKind
 from ..run_types import PendingDecision, Phase, RunResult
 from ..server import owns_server
 from . import render, show
+from .arguments import Commands
 from .attempts import LostAttempts
 from .decisions import reviewer
 from .errors import FAILED, CliError
@@ -162,6 +163,31 @@ async def finish(run: RunHandle, *, json_mode: bool) -> int:
     else:
         render.result_view(result)
     return 0 if result.status is Phase.succeeded else FAILED
+
+
+def add_following(commands: Commands) -> None:
+    wait = commands.add(
+        "wait",
+        cmd_wait,
+        "follow a run until it ends, exiting like `run`; at a terminal, ask for its decisions as `run` does",
+    )
+    wait.add_argument("run_id")
+    wait.add_argument("--by", metavar="NAME", help="your name, recorded with the decisions you take here")
+
+    watch = commands.add(
+        "watch",
+        cmd_watch,
+        "stream a run's progress events from an offset until it ends; reconnects after a disconnect",
+    )
+    watch.add_argument("run_id")
+    watch.add_argument(
+        "--from",
+        dest="after",
+        type=int,
+        default=0,
+        metavar="SEQ",
+        help="start after this event number (default: from the start)",
+    )
 
 
 async def cmd_wait(args: argparse.Namespace) -> int:

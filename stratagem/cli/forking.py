@@ -15,11 +15,22 @@ from ..scheduling import reconcile
 from ..server import owns_server
 from ..validation import plan_problems
 from . import render
+from .arguments import Commands
 from .decisions import reviewer
 from .errors import CliError
 from .following import follow_attached
 from .session import RUN_TIMEOUT, background_worker, embedded, find_run, open_client, settings, workflow_host
 from .start import detached
+
+
+def add_fork(commands: Commands) -> None:
+    fork = commands.add("fork", cmd_fork, "start a new run from a revision of another, carrying what succeeded")
+    fork.add_argument("run_id")
+    fork.add_argument("--revision", type=int, help="the revision to start from (default: the latest)")
+    fork.add_argument("--plan", metavar="FILE", help="start from this edited plan instead; changed steps run again")
+    fork.add_argument("--id", metavar="RUN_ID", help="the new run's id")
+    fork.add_argument("--detach", action="store_true", help="print the new run's id and return at once")
+    fork.add_argument("--by", metavar="NAME")
 
 
 async def cmd_fork(args: argparse.Namespace) -> int:

@@ -10,8 +10,14 @@ import sys
 from ..run_types import WORKFLOW_NAME
 from ..store import default_store, is_stored, load_value
 from . import render, show
+from .arguments import Commands
 from .errors import CliError
 from .session import hosted_run, open_client, settings, worker_gone
+
+
+def add_status(commands: Commands) -> None:
+    status = commands.add("status", cmd_status, "show a run's phase, plan, steps and pending decisions")
+    status.add_argument("run_id")
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
@@ -27,6 +33,32 @@ async def cmd_status(args: argparse.Namespace) -> int:
     if not status.phase.finished and (gone := worker_gone(settings(), status.run_id)):
         render.note(f"note: {gone}")
     return 0
+
+
+def add_views(commands: Commands) -> None:
+    """`audit`, `show` and `output`: a run's record, its plan and a step's output."""
+    audit = commands.add("audit", cmd_audit, "print every plan revision, decision and event as JSON Lines", json=False)
+    audit.add_argument("run_id")
+
+    show = commands.add(
+        "show", cmd_show, "show a plan revision as a graph, as Mermaid, or what changed between revisions"
+    )
+    show.add_argument("run_id")
+    show.add_argument("--revision", type=int, metavar="N", help="this revision instead of the newest")
+    shape = show.add_mutually_exclusive_group()
+    shape.add_argument("--mermaid", action="store_true", help="print a Mermaid flowchart")
+    shape.add_argument("--diff", nargs=2, type=int, metavar=("A", "B"), help="what changed from revision A to B")
+
+    output = commands.add(
+        "output",
+        cmd_output,
+        "print a step's output (loaded from the output store if it is there): text as it is, other values as indented JSON",
+    )
+    output.add_argument("run_id")
+    output.add_argument("step_id")
+    output.add_argument(
+        "--transcript", action="store_true", help="print an llm step's conversation instead, one message per block"
+    )
 
 
 async def cmd_audit(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from ..client import AWAITING_QUERY, REGISTER_STATUS_HINT, has_status_attribute
 from ..config import Settings
 from ..run_types import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, Phase
 from . import render
+from .arguments import Commands, positive
 from .errors import CliError
 from .session import open_client, settings
 
@@ -62,6 +63,22 @@ async def _has_pending_activities(client: Client, run_id: str) -> bool:
     except RPCError:
         return False
     return bool(description.raw_description.pending_activities)
+
+
+def add_list(commands: Commands) -> None:
+    list_runs = commands.add("list", cmd_list, "list runs, newest first; or the approval inbox")
+    list_runs.add_argument(
+        "--status",
+        choices=sorted([*LIST_STATUSES, AWAITING]),
+        help=f"only runs in this state; {AWAITING}: every run waiting for a person, oldest first",
+    )
+    list_runs.add_argument(
+        "--limit",
+        type=positive(int),
+        default=50,
+        metavar="N",
+        help="show at most N runs (default: 50): the newest, or in the inbox the longest waiting",
+    )
 
 
 async def cmd_list(args: argparse.Namespace) -> int:

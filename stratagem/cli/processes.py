@@ -13,10 +13,18 @@ from ..server import is_listening
 from ..signing import DecisionPolicy
 from ..tools import ToolRegistry
 from ..worker import run_worker
-from ..worker_options import check_worker_args, child_argv, describe_worker, run_processes
+from ..worker_options import add_worker_arguments, check_worker_args, child_argv, describe_worker, run_processes
 from . import render
+from .arguments import Commands
 from .errors import CliError
 from .session import background_worker, embedded, settings
+
+
+def add_processes(commands: Commands) -> None:
+    worker = commands.add("worker", cmd_worker, "run a worker: every role, or those named by --role", json=False)
+    add_worker_arguments(worker)
+
+    commands.add("server", cmd_server, "run the embedded Temporal server (SQLite under STRATAGEM_HOME)", json=False)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -56,6 +64,10 @@ def cmd_server(args: argparse.Namespace) -> int:
     if status not in (0, 130, -signal.SIGINT, -signal.SIGTERM):
         render.errors.print(f"the Temporal server stopped with status {status}; see {server.log_file}", markup=False)
     return status
+
+
+def add_down(commands: Commands) -> None:
+    commands.add("down", cmd_down, "stop this home's embedded Temporal server and background worker (runs are kept)")
 
 
 async def cmd_down(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from ..usage import Budget
 from ..validation import plan_notes, validate_plan
 from ..worker import build_worker
 from . import render
+from .arguments import Commands, positive
 from .decisions import reviewer
 from .errors import CliError
 from .following import follow_attached
@@ -59,6 +60,77 @@ def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | 
         return None
     scripted = plan_file.resolve().with_name("models.yaml")
     return f"scripted:{scripted}" if scripted.exists() else None
+
+
+def add_run(commands: Commands) -> None:
+    """`stratagem run`'s options: `run_options` turns them into the run's."""
+    run = commands.add("run", cmd_run, "start a run from a goal or a plan file, and follow it")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("goal", nargs="?", help="what to achieve (needs --planner)")
+    source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person")
+    run.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="tool module, .py file, or MCP server (mcp:stdio:COMMAND [ARGS], mcp:http:URL); repeatable",
+    )
+    run.add_argument("--planner", metavar="MODEL", help="planner model, e.g. openai:gpt-4.1 or scripted:planner.yaml")
+    run.add_argument("--executor", metavar="MODEL", help="executor model for llm steps (default: the planner)")
+    run.add_argument(
+        "--tier", action="append", default=[], metavar="NAME=MODEL", help="a model tier llm steps may name; repeatable"
+    )
+    run.add_argument("--synthesizer", metavar="MODEL", help="model that summarises the outcome at the end")
+    run.add_argument(
+        "--verifier", metavar="TIER|MODEL", help="checks llm steps' success criteria (default: the step's own model)"
+    )
+    run.add_argument(
+        "--final-check",
+        action="store_true",
+        help="before the run counts as a success, the verifier judges the final outputs against the goal",
+    )
+    run.add_argument("--config", metavar="FILE", help="models, tiers, budget and prices (default: $STRATAGEM_CONFIG)")
+    run.add_argument(
+        "--mode", choices=["plan", "joint"], default="plan", help="joint: one model thinks and acts in one loop"
+    )
+    run.add_argument(
+        "--allow-tool",
+        action="append",
+        dest="allow_tools",
+        metavar="TOOL",
+        help="joint mode: a tool the model may call; repeatable (default: all)",
+    )
+    run.add_argument("--max-tool-rounds", type=positive(int), metavar="N", help="model calls one llm step may make")
+    run.add_argument("--budget-tokens", type=positive(int), metavar="N", help="pause the run past this many tokens")
+    run.add_argument(
+        "--budget-cost", type=positive(float), metavar="USD", help="pause the run past this estimated cost"
+    )
+    run.add_argument("--budget-calls", type=positive(int), metavar="N", help="pause the run past this many model calls")
+    run.add_argument(
+        "--budget-seconds", type=positive(float), metavar="N", help="pause the run this long after it started"
+    )
+    run.add_argument("--auto-approve", action="store_true", help="approve the plan and gated steps without asking")
+    run.add_argument(
+        "--approver",
+        action="append",
+        dest="approvers",
+        metavar="NAME",
+        help="only these people may approve, reject, revise or change the budget; repeatable",
+    )
+    run.add_argument(
+        "--on-failure",
+        choices=["repair", "fail"],
+        help="when a failed step cannot be replanned: wait for a person to repair it (default), or fail "
+        "(the default with --auto-approve)",
+    )
+    run.add_argument(
+        "--whole-plan-approval",
+        action="store_true",
+        help="review every revision as a whole, not only the steps it changed",
+    )
+    run.add_argument("--detach", action="store_true", help="print the run id and return at once")
+    run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
+    run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
 
 
 def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDraft | None) -> RunOptions:
