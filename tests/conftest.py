@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
 import json
 import logging
 import os
@@ -131,53 +130,52 @@ register_provider("slow", SlowScriptedModel)
 
 
 # ---------------------------------------------------------------------------- test groups
-# Every test gets one marker, from what it needs: `system` starts processes or uses the dev
-# server (real time), `workflow` runs workflows on the time-skipping server, `unit` needs
-# neither. `python -m pytest -m unit` is the fast subset; the README's command runs them all.
+# Every test names its group with one marker: `system` starts processes or uses the dev server
+# (real time), `workflow` runs workflows on the time-skipping server, `unit` needs neither. A
+# module says it once (`pytestmark = pytest.mark.unit`); where a module mixes groups, each test
+# says its own. `python -m pytest -m unit` is the fast subset; the README's command runs them all.
+# The groups were once guessed from each test's source, which missed processes a helper starts
+# in another module; a marker is read where the test is. The fixtures are what can be checked.
+GROUPS = ("unit", "workflow", "system")
 SYSTEM_FIXTURES = frozenset({"dev_env", "dev_harness", "cli_env"})
 WORKFLOW_FIXTURES = frozenset({"time_env", "harness"})
-_PROCESS_CALLS = ("subprocess.", "cli(", "Popen(")  # "cli(" also catches acli( and run_cli(
 
 
-def group_of(item: pytest.Item) -> str:
-    # A module may say so itself (`pytestmark = pytest.mark.system`) when its processes start
-    # where the source does not show it: an MCP server the tool registry starts, say.
-    for marker in item.iter_markers():
-        if marker.name in ("unit", "workflow", "system"):
-            return marker.name
-    fixtures = set(getattr(item, "fixturenames", ()))
-    if fixtures & SYSTEM_FIXTURES:
-        return "system"
-    if any(call in _source_with_helpers(getattr(item, "function", None)) for call in _PROCESS_CALLS):
-        return "system"
-    if fixtures & WORKFLOW_FIXTURES:
-        return "workflow"
-    return "unit"
-
-
-def _source_with_helpers(function: Any) -> str:
-    """The test's source and that of the functions of its own module it calls (one level)."""
-    if function is None:
-        return ""
-    module = inspect.getmodule(function)
-    code = getattr(function, "__code__", None)
-    parts = [function]
-    for name in code.co_names if code else ():
-        helper = getattr(module, name, None)
-        if inspect.isfunction(helper) and helper.__module__ == function.__module__:
-            parts.append(helper)
-    sources = []
-    for part in parts:
-        try:
-            sources.append(inspect.getsource(part))
-        except (OSError, TypeError):
-            pass
-    return "\n".join(sources)
+def group_problem(nodeid: str, markers: list[str], fixtures: set[str]) -> str | None:
+    """What is wrong with a test's group markers (`markers`: the names of all its markers), and
+    the fix; None when it has one group and its fixtures fit it."""
+    groups = [name for name in markers if name in GROUPS]
+    if not groups:
+        return (
+            f"{nodeid} has no test group: add `pytestmark = pytest.mark.<group>` to its module, or"
+            f" `@pytest.mark.<group>` to the test, with <group> one of {', '.join(GROUPS)}"
+        )
+    if len(groups) > 1:
+        return (
+            f"{nodeid} is in {len(groups)} test groups ({', '.join(groups)}): keep one, on the test"
+            " or on its module, not both"
+        )
+    needs = "system" if fixtures & SYSTEM_FIXTURES else "workflow" if fixtures & WORKFLOW_FIXTURES else "unit"
+    if GROUPS.index(groups[0]) < GROUPS.index(needs):
+        used = sorted(fixtures & (SYSTEM_FIXTURES if needs == "system" else WORKFLOW_FIXTURES))
+        return f"{nodeid} is marked {groups[0]} but uses {', '.join(used)}: mark it {needs}"
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(getattr(pytest.mark, group_of(item)))
+    problems = [
+        problem
+        for item in items
+        if (
+            problem := group_problem(
+                item.nodeid,
+                [marker.name for marker in item.iter_markers()],
+                set(getattr(item, "fixturenames", ())),
+            )
+        )
+    ]
+    if problems:
+        raise pytest.UsageError("\n".join(["tests without exactly one fitting group (tests/conftest.py):", *problems]))
 
 
 @pytest.fixture(scope="session")

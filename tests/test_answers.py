@@ -28,6 +28,8 @@ from stratagem.run_types import AnswerInput, DecisionKind, PendingDecision
 from stratagem.tools import ToolRegistry, tool
 from stratagem.validation import plan_problems
 
+pytestmark = pytest.mark.unit
+
 TERMS = {
     "type": "object",
     "properties": {"status": {"enum": ["ok", "change"]}, "days": {"type": "integer", "minimum": 0}},

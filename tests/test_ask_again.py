@@ -25,6 +25,7 @@ async def repair_waits(harness, run):
     return await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_repair)
 
 
+@pytest.mark.workflow
 async def test_a_failed_step_asks_the_person_again_and_runs_with_the_new_answer(harness):
     plan = {
         "goal": "onboard",
@@ -65,6 +66,7 @@ async def test_a_failed_step_asks_the_person_again_and_runs_with_the_new_answer(
     assert [(e.step_id, e.data["action"]) for e in repaired] == [("ask", "ask_again")]
 
 
+@pytest.mark.workflow
 async def test_an_answer_a_succeeded_step_used_is_not_asked_again(harness):
     """Asking again would leave a step that succeeded with the old answer: the plan is revised instead."""
     plan = {
@@ -87,6 +89,7 @@ async def test_an_answer_a_succeeded_step_used_is_not_asked_again(harness):
     assert [c["label"] for c in harness.calls() if c["tool"] == "record"] == ["noted ACME"]
 
 
+@pytest.mark.system
 async def test_a_sentence_for_a_typed_question_is_refused_at_the_command_line(cli_env, tmp_path):
     """What the finance lead of the monthly report did: typed a sentence where the report reads
     fields. The plan now says what the answer is, and the sentence is refused before it is taken."""
@@ -132,6 +135,7 @@ def _run(harness, run_id: str):
     return get_run(harness.client, run_id)
 
 
+@pytest.mark.unit
 def test_a_field_of_an_untyped_answer_is_refused_when_the_plan_is_validated():
     from stratagem.plan import PlanDraft
     from stratagem.tools import ToolRegistry
@@ -165,6 +169,7 @@ def test_a_field_of_an_untyped_answer_is_refused_when_the_plan_is_validated():
     assert problems(asked(), "${ask.vendor}", human_fields=False) == []  # runs from before level 7 replay
 
 
+@pytest.mark.unit
 async def test_a_refused_field_is_the_only_one_asked_again(tmp_path):
     """When the run refuses one field of a typed answer (its schema changed by a revision, say),
     the terminal keeps the others and asks only that one."""

@@ -54,6 +54,7 @@ async def ui_env(converter):
     await env.shutdown()
 
 
+@pytest.mark.unit
 async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(ui_env, tmp_path, monkeypatch):
     env, ui_port = ui_env
     # The operator listed the UI's address explicitly (the worst case), and the README's bare form too.
@@ -112,6 +113,7 @@ async def test_an_executor_cannot_approve_its_own_step_through_the_temporal_ui(u
         assert not [c for c in harness.calls() if c.get("label") == "paid"]
 
 
+@pytest.mark.workflow
 async def test_a_run_cannot_make_the_worker_read_a_file_of_its_choosing(harness, tmp_path, monkeypatch):
     secret = tmp_path / "private" / "shadow.yaml"
     secret.parent.mkdir()
@@ -131,6 +133,7 @@ def tool_step(id: str, tool: str, depends_on: list[str] = (), **fields) -> dict:
     return {"id": id, "title": id, "tool": tool, "args": args, "depends_on": list(depends_on), **fields}
 
 
+@pytest.mark.workflow
 async def test_a_replan_cannot_lower_risk_or_swap_a_payee_without_a_person(harness):
     approved = {
         "goal": "pay the vendor",
@@ -166,6 +169,7 @@ async def test_a_replan_cannot_lower_risk_or_swap_a_payee_without_a_person(harne
 CONCEAL = "\x1b[8m"
 
 
+@pytest.mark.system
 async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
     from support.cli import acli
 
@@ -211,6 +215,7 @@ async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
 # --- a forged start cannot skip the gates (item 2) --------------------------------------------------
 
 
+@pytest.mark.workflow
 async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
     from stratagem.ledger import Ledger
     from stratagem.plan import Author, AuthorKind, Plan, Step
@@ -245,6 +250,7 @@ async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
     assert harness.calls() == []  # the payment never ran
 
 
+@pytest.mark.unit
 def test_a_plan_too_large_for_a_workflow_task_is_refused_before_it_starts():
     from pydantic import ValidationError
 
@@ -285,6 +291,7 @@ async def failed_run(harness, plan: dict):
     return run
 
 
+@pytest.mark.workflow
 async def test_a_plan_cannot_send_a_secret_to_another_allowlisted_host(harness, crm_and_logs):
     crm, logs = crm_and_logs
     run = await failed_run(harness, {"goal": "sync deals", "steps": [send_token("push", logs.url("/ingest"))]})
@@ -294,6 +301,7 @@ async def test_a_plan_cannot_send_a_secret_to_another_allowlisted_host(harness, 
     assert logs.log == [] and crm.log == []
 
 
+@pytest.mark.workflow
 async def test_a_secret_sent_to_a_url_from_a_steps_output_is_refused_when_sent(harness, crm_and_logs):
     crm, logs = crm_and_logs
     plan = {
@@ -310,6 +318,7 @@ async def test_a_secret_sent_to_a_url_from_a_steps_output_is_refused_when_sent(h
     assert logs.log == [] and crm.log == []
 
 
+@pytest.mark.workflow
 async def test_a_bound_host_cannot_redirect_a_secret_to_another_host(harness, crm_and_logs):
     crm, logs = crm_and_logs
     away = crm.url("/redirect?to=" + quote(logs.url("/ingest"), safe=""))
@@ -325,6 +334,7 @@ async def test_a_bound_host_cannot_redirect_a_secret_to_another_host(harness, cr
 LEAKS = ("sk-live-0123456789abcdef", "ghp_0123456789abcdefghijABCDEFGHIJ", "s3cr3t-bearer-value")
 
 
+@pytest.mark.workflow
 async def test_a_tools_error_leaves_no_credential_in_history_ledger_or_log(harness, caplog):
     reason = f"upstream said: key {LEAKS[0]} token {LEAKS[1]} Authorization: Bearer {LEAKS[2]}"
     plan = {"goal": "g", "steps": [{"id": "charge", "title": "Charge", "tool": "broken", "args": {"reason": reason}}]}
@@ -347,6 +357,7 @@ async def test_a_tools_error_leaves_no_credential_in_history_ledger_or_log(harne
     assert "[redacted]" in (await run.ledger()).steps["charge"].error
 
 
+@pytest.mark.workflow
 async def test_an_executors_failed_tool_call_is_stored_and_shown_to_the_model_redacted(harness):
     reason = f"vault answered with {LEAKS[0]}"
     executor = harness.script(
@@ -376,6 +387,7 @@ def looping_executor(harness, name: str, steps: str, calls: int = 12, tokens: in
     return harness.script(name, {"executor": script})
 
 
+@pytest.mark.workflow
 async def test_steps_started_together_cannot_spend_past_the_token_budget(harness):
     executor = looping_executor(harness, "greedy.yaml", "bcd", calls=8)
     cheap = harness.script(
@@ -409,6 +421,7 @@ async def test_steps_started_together_cannot_spend_past_the_token_budget(harness
     assert result.status is Phase.succeeded and set(result.outputs) == {"b", "c", "d"}
 
 
+@pytest.mark.workflow
 async def test_one_step_cannot_make_more_model_calls_than_the_budget(harness):
     executor = looping_executor(harness, "chatty.yaml", "s")
     plan = {"goal": "g", "steps": [{"id": "s", "title": "s", "kind": "llm", "instructions": "loop", "tools": ["add"]}]}
@@ -420,6 +433,7 @@ async def test_one_step_cannot_make_more_model_calls_than_the_budget(harness):
     assert any(e.kind is EventKind.budget_exhausted and e.step_id == "s" for e in ledger.events)
 
 
+@pytest.mark.workflow
 async def test_oversized_refused_signals_do_not_grow_the_ledger(harness):
     run = await harness.start(PAY_PLAN)
     await harness.wait_for(run, lambda s: bool(s.pending))
@@ -439,6 +453,7 @@ async def test_oversized_refused_signals_do_not_grow_the_ledger(harness):
 PAY_PLAN = {"goal": "pay", "steps": [{"id": "pay", "title": "Pay", "tool": "record", "args": {"label": "paid"}}]}
 
 
+@pytest.mark.workflow
 async def test_an_executors_gated_call_cannot_be_approved_by_a_plan_a_signal_or_a_non_approver(harness):
     """A plan that marks the call's tool harmless, a signal from someone off the approver list,
     and an update from a name the step does not list: the wire never happens."""
@@ -478,6 +493,7 @@ async def test_an_executors_gated_call_cannot_be_approved_by_a_plan_a_signal_or_
     assert harness.calls() == []  # rejected: the model was told, the wire never ran
 
 
+@pytest.mark.workflow
 async def test_a_plan_cannot_name_approvers_to_widen_who_decides(harness):
     """A planner that writes `approvers: [mallory]` on its payment step gets a step only people on
     both lists could approve: with the run's list [bob], nobody, so the plan is refused outright;

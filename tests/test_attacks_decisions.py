@@ -14,6 +14,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from support import FIXTURE_TOOLS
 from support.cli import ROOT, acli
 from support.signing import send_signed
@@ -56,6 +57,7 @@ async def wait_until(run, predicate, timeout: float = 30):
 # --- item 8: unsigned decisions are refused by default ------------------------------------------
 
 
+@pytest.mark.system
 async def test_a_worker_from_a_home_without_keys_refuses_what_the_plain_temporal_cli_sends(dev_env, tmp_path):
     home, workspace = tmp_path / "home", tmp_path / "ws"
     task_queue = f"signed-{uuid.uuid4().hex[:8]}"
@@ -128,6 +130,7 @@ async def test_a_worker_from_a_home_without_keys_refuses_what_the_plain_temporal
     assert "decisions: signed only" in output  # the worker says which mode it is in
 
 
+@pytest.mark.system
 async def test_a_worker_says_when_the_operator_lets_unsigned_decisions_in(dev_env, tmp_path):
     env = {
         **os.environ,
@@ -164,6 +167,7 @@ def _line_with(process: subprocess.Popen, text: str) -> str:
 # --- item 7: answers follow who may decide -------------------------------------------------------
 
 
+@pytest.mark.workflow
 async def test_an_answer_follows_the_runs_approver_list(harness):
     plan = {
         "goal": "pay who the finance lead names",
@@ -221,6 +225,7 @@ GATED = {
 }
 
 
+@pytest.mark.workflow
 async def test_a_fork_cannot_bring_its_own_outputs_or_name_a_run_that_does_not_exist(harness):
     forged = {"payee": "mallory", "pay": {"label": "pay mallory"}}
     for fork in (
@@ -251,6 +256,7 @@ async def test_a_fork_cannot_bring_its_own_outputs_or_name_a_run_that_does_not_e
     assert harness.calls() == []
 
 
+@pytest.mark.workflow
 async def test_a_fork_carries_only_what_the_source_run_recorded_and_shows_every_value(harness):
     source = await harness.start(GATED, approvers=["dana"])
     await harness.wait_for(source, lambda s: bool(s.pending))
@@ -296,6 +302,7 @@ async def _settled(run) -> None:
 # --- item 3: a per-call approval shows every argument and binds to them ---------------------------
 
 
+@pytest.mark.workflow
 async def test_a_long_memo_cannot_hide_the_payee_of_a_call_waiting_for_approval(harness):
     memo = "Routine settlement of the quarterly invoices. " * 200  # 9,400 characters before the payee
     arguments = {"memo": memo, "amount": 99999, "to": "mallory"}
@@ -330,6 +337,7 @@ async def test_a_long_memo_cannot_hide_the_payee_of_a_call_waiting_for_approval(
 # --- a workspace that holds the home cannot reach its keys ---------------------------------------
 
 
+@pytest.mark.workflow
 async def test_a_step_cannot_read_or_plant_a_key_when_the_workspace_holds_the_home(harness, monkeypatch):
     """With STRATAGEM_WORKSPACE set above STRATAGEM_HOME (the user's home folder, say), a plan's
     file steps could read a person's private key, or write a key the worker would then trust for
@@ -370,6 +378,7 @@ async def test_a_step_cannot_read_or_plant_a_key_when_the_workspace_holds_the_ho
 # --- item 10: the review table cuts nothing, however narrow the terminal --------------------------
 
 
+@pytest.mark.unit
 def test_the_review_table_folds_every_cell_at_any_width():
     import io
 
@@ -402,6 +411,7 @@ def test_the_review_table_folds_every_cell_at_any_width():
 # --- found by attacking this issue's own defaults -------------------------------------------------
 
 
+@pytest.mark.system
 async def test_a_cron_start_neither_approves_itself_nor_brings_a_state(dev_harness):
     """Temporal starts a cron schedule's next run with the first input and calls it continued: its
     auto_approve went unchecked, and a forged approved state was taken, from the second run on."""
@@ -460,6 +470,7 @@ async def test_a_cron_start_neither_approves_itself_nor_brings_a_state(dev_harne
     assert harness.calls() == []  # and none of them paid
 
 
+@pytest.mark.workflow
 async def test_a_signed_decision_counts_once_and_on_its_own_run_only(harness):
     """Decisions read from a run's history, sent again to it or to a new run under the same id."""
     from temporalio.client import WorkflowUpdateFailedError
@@ -494,6 +505,7 @@ async def test_a_signed_decision_counts_once_and_on_its_own_run_only(harness):
     assert [c["label"] for c in harness.calls()] == ["acme"]
 
 
+@pytest.mark.workflow
 async def test_an_old_signed_answer_sent_again_is_not_taken_for_a_question_asked_again(harness):
     """A question asked again (a repair) is answered anew: the first answer, read from the history
     and sent again with its valid signature, counts for nothing."""
@@ -537,6 +549,7 @@ async def test_an_old_signed_answer_sent_again_is_not_taken_for_a_question_asked
     assert [c["label"] for c in harness.calls() if c["tool"] == "fails_once"] == ["mallory", "acme"]
 
 
+@pytest.mark.system
 async def test_a_command_does_not_decide_with_a_key_its_own_home_just_made(dev_env, tmp_path):
     """Against a server its home did not start, the CLI used to host the run's workflow trusting
     its home's keys: while no worker held the run, `approve --by dana` from another machine, with a

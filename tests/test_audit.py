@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from support.plans import SIDE_EFFECT, step
 
 from stratagem.plan import PlanDraft
 from stratagem.run_types import ApproveInput, ReviseInput
+
+pytestmark = pytest.mark.workflow
 
 
 async def test_audit_records_cover_revisions_decisions_and_events(harness):

@@ -12,6 +12,7 @@ from bench import __main__ as bench_main
 from bench.common import median, pair_ratios
 
 
+@pytest.mark.system
 def test_the_results_name_every_changed_file_in_full(tmp_path, monkeypatch):
     def git(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -28,6 +29,7 @@ def test_the_results_name_every_changed_file_in_full(tmp_path, monkeypatch):
     assert meta["git_dirty_files"] == ["BENCHMARKS.md", "core.py"]
 
 
+@pytest.mark.unit
 def test_a_paired_ratio_is_not_fooled_by_the_machine_slowing_down():
     # The concurrency measure of one full run (steps/s, in the order run): the machine slowed
     # for the last two pairs, so each side's median came from a different speed.
@@ -37,6 +39,7 @@ def test_a_paired_ratio_is_not_fooled_by_the_machine_slowing_down():
     assert median(pair_ratios(stratagem, bare)) == pytest.approx(95 / 119)
 
 
+@pytest.mark.unit
 def test_a_paired_ratio_refuses_unpaired_figures():
     with pytest.raises(ValueError, match="one baseline figure for each"):
         pair_ratios([1.0, 2.0], [1.0])

@@ -154,6 +154,7 @@ def greedy_calls(ledger: Any) -> list[Any]:
     return [c for c in ledger.calls if c.step_id in set("abcd")]
 
 
+@pytest.mark.workflow
 async def test_parallel_steps_on_a_greedy_openai_model_stay_within_the_token_budget(harness, no_keys) -> None:
     books = Books(BUDGET - WARM_UP)
     with GreedyOpenAI(books) as server:
@@ -172,6 +173,7 @@ async def test_parallel_steps_on_a_greedy_openai_model_stay_within_the_token_bud
         assert result.status is Phase.succeeded and set(result.outputs) == set("abcd")
 
 
+@pytest.mark.workflow
 async def test_parallel_steps_on_a_greedy_anthropic_model_stay_within_the_token_budget(harness, no_keys) -> None:
     books = Books(BUDGET - WARM_UP)
     with GreedyAnthropic(books) as server:
@@ -186,6 +188,7 @@ async def test_parallel_steps_on_a_greedy_anthropic_model_stay_within_the_token_
         assert all(r.body["max_tokens"] <= 4096 for r in server.requests)
 
 
+@pytest.mark.workflow
 async def test_parallel_steps_on_a_greedy_scripted_model_stay_within_the_token_budget(harness) -> None:
     answer = {"text": "word " * GREEDY, "usage": {"input_tokens": 120, "output_tokens": GREEDY}}
     executor = harness.script("greedy.yaml", {"executor": {s: answer for s in "abcd"}})
@@ -195,6 +198,7 @@ async def test_parallel_steps_on_a_greedy_scripted_model_stay_within_the_token_b
     assert greedy_calls(ledger) and all(c.output_tokens < GREEDY for c in ledger.calls)
 
 
+@pytest.mark.workflow
 async def test_a_cost_budget_caps_output_by_its_price(harness, no_keys) -> None:
     books = Books(10**9)
     with GreedyOpenAI(books) as server:
@@ -208,6 +212,7 @@ async def test_a_cost_budget_caps_output_by_its_price(harness, no_keys) -> None:
         assert greedy_calls(ledger) and all(r.body["max_tokens"] < 500 for r in server.requests)
 
 
+@pytest.mark.workflow
 async def test_a_verifiers_call_is_held_to_the_steps_budget_too(harness) -> None:
     verdict = json.dumps({"met": True, "reason": "all there " * 2_000})  # ~5,000 tokens of verdict
     executor = harness.script("judged.yaml", {"executor": {"s": "done"}, "verifier": {"s": [{"text": verdict}]}})
@@ -228,6 +233,7 @@ async def test_a_verifiers_call_is_held_to_the_steps_budget_too(harness) -> None
 WORDY = {"goal": "g", "steps": [{"id": "s", "title": "s", "kind": "llm", "instructions": "Read this. " * 360}]}
 
 
+@pytest.mark.workflow
 async def test_a_step_alone_whose_input_the_bound_overstates_is_not_stopped_for_ever(harness, no_keys) -> None:
     """~4,000 bytes of instructions: bounded at ~4,300 tokens, more than the budget; the server
     charges ~1,200. Stopped at its budget, the step would be dispatched again with the same, for
@@ -246,6 +252,7 @@ async def test_a_step_alone_whose_input_the_bound_overstates_is_not_stopped_for_
         assert [r.body["max_tokens"] for r in server.requests] == [1, 3_000 - 2 * probe.input_tokens - 1]
 
 
+@pytest.mark.workflow
 async def test_a_step_alone_whose_input_does_not_fit_asks_a_person(harness, no_keys) -> None:
     books = Books(2_000)
     with GreedyOpenAI(books, writes=2) as server:
@@ -263,6 +270,7 @@ async def test_a_step_alone_whose_input_does_not_fit_asks_a_person(harness, no_k
 # --- what the providers send, and what they do when a cap is above the model's own -----------------
 
 
+@pytest.mark.unit
 async def test_a_cap_above_the_models_own_limit_is_sent_again_at_that_limit(no_keys) -> None:
     with FakeOpenAI() as server:
         no_keys.setenv("STRATAGEM_MODEL_URLS", server.base_url)
@@ -277,6 +285,7 @@ async def test_a_cap_above_the_models_own_limit_is_sent_again_at_that_limit(no_k
         assert [r.body["max_tokens"] for r in server.requests] == [900_000, 16_384, 16_384]
 
 
+@pytest.mark.unit
 async def test_anthropic_lowers_a_cap_the_model_refuses(no_keys) -> None:
     with FakeAnthropic() as server:
         no_keys.setenv("STRATAGEM_MODEL_URLS", server.base_url)
@@ -290,6 +299,7 @@ async def test_anthropic_lowers_a_cap_the_model_refuses(no_keys) -> None:
         assert [r.body["max_tokens"] for r in server.requests] == [100_000, 8_192]
 
 
+@pytest.mark.unit
 async def test_a_refusal_that_allows_no_less_stands(no_keys) -> None:
     with FakeOpenAI() as server:
         no_keys.setenv("STRATAGEM_MODEL_URLS", server.base_url)

@@ -25,6 +25,8 @@ from stratagem.models.tokens import (
 )
 from stratagem.usage import Allowance, CallUsage, NoRoom, Price, Room, UsageTotals, room_for_call, share_of
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_limits_servers_state_are_read() -> None:
     assert allowed_output("This model supports at most 4096 completion tokens, whereas you provided 9999.") == (

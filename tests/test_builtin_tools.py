@@ -25,6 +25,8 @@ from stratagem.tools.builtin import csv_rows, guard
 from stratagem.tools.builtin.allowlist import check_allowed, http_allowlist
 from stratagem.tools.registry import ToolContext, ToolRegistry
 
+pytestmark = pytest.mark.unit
+
 ALLOWLIST = "STRATAGEM_HTTP_ALLOWLIST"
 
 

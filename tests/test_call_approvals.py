@@ -24,6 +24,8 @@ from stratagem.store import FileStore, hydrate, is_stored, store_value
 from stratagem.tools import ToolContext, ToolRegistry, tool
 from stratagem.usage import Allowance
 
+pytestmark = pytest.mark.unit
+
 APPROVED = activity_io.CallDecision(approved=True, by="dana")
 REJECTED = activity_io.CallDecision(approved=False, by="dana", reason="too expensive")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from conftest import session_approver_keys
 from support import FIXTURE_TOOLS
 from support.plans import step
@@ -21,6 +22,8 @@ from stratagem.run_types import Phase, RunInput, RunOptions
 from stratagem.signing import Keyring
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
+
+pytestmark = pytest.mark.system
 
 PLAN = {"goal": "add twice", "steps": [step("a", "add", a=1, b=2), step("b", "add", ["a"], a=3, b=4)]}
 

@@ -28,6 +28,7 @@ GREET = llm(
 )
 
 
+@pytest.mark.workflow
 async def test_a_step_that_skips_its_required_tool_is_sent_back_and_then_calls_it(harness) -> None:
     model = harness.script(
         "exec.yaml",
@@ -54,6 +55,7 @@ async def test_a_step_that_skips_its_required_tool_is_sent_back_and_then_calls_i
     assert len(sent_back) == 1 and "needs a call of record" in sent_back[0]
 
 
+@pytest.mark.workflow
 async def test_a_step_that_never_meets_its_criteria_triggers_a_criteria_unmet_replan(harness) -> None:
     model = harness.script("exec.yaml", {"executor": {"greet": [{"text": "Hello Ada! I recorded it."}]}})
     first = {"goal": "g", "steps": [GREET]}
@@ -87,6 +89,7 @@ async def test_a_step_that_never_meets_its_criteria_triggers_a_criteria_unmet_re
     assert [c["tool"] for c in harness.calls()] == ["record"]  # only the replanned step's call
 
 
+@pytest.mark.workflow
 async def test_the_verifier_model_judges_and_its_reason_reaches_the_executor(harness) -> None:
     step = llm("summary", "Summarise the quarter in one line.", success_criteria=["mentions revenue"])
     executor = harness.script(
@@ -107,6 +110,7 @@ async def test_the_verifier_model_judges_and_its_reason_reaches_the_executor(har
     assert any("no word on revenue" in m["content"] for m in transcript if m["role"] == "user")
 
 
+@pytest.mark.workflow
 async def test_an_answer_that_breaks_the_output_schema_is_sent_back(harness) -> None:
     schema = {"type": "object", "properties": {"total": {"type": "number"}}, "required": ["total"]}
     step = llm("sum", "Add up the invoices.", output_schema=schema)
@@ -118,6 +122,7 @@ async def test_an_answer_that_breaks_the_output_schema_is_sent_back(harness) -> 
     assert result.outputs == {"sum": {"total": 1200.5}}
 
 
+@pytest.mark.workflow
 async def test_an_output_schema_that_is_never_met_fails_the_step(harness) -> None:
     schema = {"type": "object", "properties": {"total": {"type": "number"}}, "required": ["total"]}
     step = llm("sum", "Add up the invoices.", output_schema=schema)
@@ -129,6 +134,7 @@ async def test_an_output_schema_that_is_never_met_fails_the_step(harness) -> Non
     assert "still wrong after 2 corrections (the answer lacks field 'total')" in (ledger.steps["sum"].error or "")
 
 
+@pytest.mark.unit
 def test_an_output_schema_on_the_wrong_kind_of_step_or_with_refs_is_refused() -> None:
     from stratagem.catalog import ToolCatalog
     from stratagem.plan import PlanDraft
@@ -144,6 +150,7 @@ def test_an_output_schema_on_the_wrong_kind_of_step_or_with_refs_is_refused() ->
     assert any(p.startswith("step 'x': output_schema") and "is not a valid schema" in p for p in problems)
 
 
+@pytest.mark.unit
 def test_criteria_naming_a_tool_need_a_successful_call_of_it() -> None:
     step = Step.model_validate({**GREET, "tools": ["record", "read_note"]})
     failed = ToolCallRecord(call=0, tool="record", status=ToolCallStatus.error, message="boom")
@@ -155,6 +162,7 @@ def test_criteria_naming_a_tool_need_a_successful_call_of_it() -> None:
     assert missing_tool_calls(other, []) is None
 
 
+@pytest.mark.unit
 def test_progress_from_before_verification_still_loads() -> None:
     """A checkpoint written by a worker without the verifier resumes on one with it."""
     old = {"messages": [], "calls": [], "tool_calls": [], "json_repairs": 1}
@@ -166,6 +174,7 @@ def test_progress_from_before_verification_still_loads() -> None:
 # --- the final check ----------------------------------------------------------------------------
 
 
+@pytest.mark.workflow
 async def test_the_final_check_sends_a_run_that_missed_its_goal_back_to_the_planner(harness) -> None:
     first = {"goal": "g", "steps": [{"id": "draft", "title": "Draft", "tool": "record", "args": {"label": "draft"}}]}
     second = {
@@ -195,6 +204,7 @@ async def test_the_final_check_sends_a_run_that_missed_its_goal_back_to_the_plan
     assert [c.purpose for c in ledger.calls].count("verify") == 2  # usage like any other
 
 
+@pytest.mark.workflow
 async def test_without_the_option_no_final_check_is_made(harness) -> None:
     plan = {"goal": "g", "steps": [{"id": "a", "title": "A", "tool": "record", "args": {"label": "a"}}]}
     planner = harness.script("planner.yaml", {"planner": [{"plan": plan}]})

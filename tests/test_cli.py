@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 from conftest import keyed_home, session_approver_keys
 from support import FIXTURE_TOOLS
@@ -20,6 +21,8 @@ from support.ports import free_port_pair, wait_listening
 from support.terminal import Terminal, terminal_run_id
 
 from stratagem.client import get_run
+
+pytestmark = pytest.mark.system
 
 
 async def test_detached_run_approved_from_another_terminal(cli_env, tmp_path):

@@ -26,6 +26,7 @@ async def status_json(run_id: str, env: dict) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.system
 async def test_a_budget_pauses_the_run_and_the_command_line_raises_it(cli_env, tmp_path):
     env, _ = cli_env
     usage = {"usage": {"input_tokens": 70, "output_tokens": 30}}
@@ -81,6 +82,7 @@ async def test_a_budget_pauses_the_run_and_the_command_line_raises_it(cli_env, t
     assert any(r["type"] == "decision" and r["action"] == "budget" and r["by"] == "dana" for r in audit)
 
 
+@pytest.mark.system
 async def test_joint_mode_and_tiers_from_the_command_line(cli_env, tmp_path):
     env, harness = cli_env
     (tmp_path / "joint.yaml").write_text(
@@ -114,6 +116,7 @@ async def test_joint_mode_and_tiers_from_the_command_line(cli_env, tmp_path):
     assert json.loads(tiered.stdout)["outputs"] == {"q": "quick answer"}
 
 
+@pytest.mark.system
 async def test_model_option_mistakes_are_one_line(cli_env, tmp_path):
     env, _ = cli_env
     env = {k: v for k, v in env.items() if k not in KEYLESS}
@@ -150,6 +153,7 @@ async def test_model_option_mistakes_are_one_line(cli_env, tmp_path):
     )
 
 
+@pytest.mark.unit
 def test_limits_typed_at_the_prompt_are_checked():
     assert parse_limits("tokens=200000, cost=2.5 calls=10 seconds=90") == {
         "tokens": 200000,
@@ -169,6 +173,7 @@ def test_limits_typed_at_the_prompt_are_checked():
             parse_limits(text)
 
 
+@pytest.mark.system
 async def test_values_no_model_takes_are_one_line(cli_env, tmp_path):
     env, _ = cli_env
     done = await acli("run", "g", "--planner", "scripted:p.yaml", "--max-tool-rounds", "500", env=env)
@@ -177,6 +182,7 @@ async def test_values_no_model_takes_are_one_line(cli_env, tmp_path):
     assert done.returncode == 2 and "'nan' is not a finite number" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.system
 async def test_a_stored_output_is_described_and_printed_on_demand(cli_env, tmp_path):
     env, _ = cli_env
     plan = write_plan(tmp_path / "big.yaml", {"goal": "g", "steps": [step("huge", "big_output", kib=40)]})
@@ -190,6 +196,7 @@ async def test_a_stored_output_is_described_and_printed_on_demand(cli_env, tmp_p
     one_line_error(await acli("output", "cli-big", "huge", "--transcript", env=env), "step 'huge' has no transcript")
 
 
+@pytest.mark.system
 async def test_watch_streams_from_an_offset_without_gaps_or_repeats(cli_env, tmp_path):
     env, _ = cli_env
     plan = write_plan(

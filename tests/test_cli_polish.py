@@ -10,12 +10,15 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import yaml
 from conftest import keyed_home
 from support.cli import TOOLS, acli, cli, one_line_error, write_plan
 from support.ports import free_port_pair, wait_listening
 
 from stratagem.server import is_listening
+
+pytestmark = pytest.mark.system
 
 
 async def test_outputs_and_transcripts_read_as_text_and_json_stays_for_machines(cli_env, tmp_path):

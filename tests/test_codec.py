@@ -70,6 +70,7 @@ ID_A, ID_B = key_id(key_bytes(KEY_A)), key_id(key_bytes(KEY_B))
 # --- the codec on its own ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 async def test_round_trip_hides_everything_and_keeps_the_payload_exact():
     codec = EncryptionCodec(key_bytes(KEY_A))
     original = Payload(metadata={"encoding": b"json/plain", "extra": b"kept"}, data=f'"{SECRET_OUTPUT}"'.encode())
@@ -83,6 +84,7 @@ async def test_round_trip_hides_everything_and_keeps_the_payload_exact():
     assert await codec.decode([sealed, again]) == [original, original]
 
 
+@pytest.mark.unit
 async def test_unencrypted_payloads_are_refused_unless_the_operator_accepts_them():
     plain = [
         Payload(metadata={"encoding": b"json/plain"}, data=b'{"phase": "running"}'),
@@ -95,6 +97,7 @@ async def test_unencrypted_payloads_are_refused_unless_the_operator_accepts_them
     assert await EncryptionCodec(key_bytes(KEY_A), accept_plain=True).decode(plain) == plain
 
 
+@pytest.mark.unit
 async def test_a_wrong_key_names_both_key_ids_and_never_garbles():
     [sealed] = await EncryptionCodec(key_bytes(KEY_A)).encode(
         [Payload(metadata={"encoding": b"json/plain"}, data=b"1")]
@@ -125,6 +128,7 @@ async def test_a_wrong_key_names_both_key_ids_and_never_garbles():
         await EncryptionCodec(key_bytes(KEY_A)).decode([tampered])
 
 
+@pytest.mark.unit
 async def test_failures_are_sealed_but_key_mismatches_stay_readable():
     converter = data_converter({"STRATAGEM_ENCRYPTION_KEY": KEY_A})
     sealed = Failure()
@@ -167,6 +171,7 @@ async def test_failures_are_sealed_but_key_mismatches_stay_readable():
         ),
     ],
 )
+@pytest.mark.unit
 async def test_a_malformed_key_is_one_clear_line(env: dict[str, str], expected: str):
     with pytest.raises(ConfigError) as info:
         data_converter(env)
@@ -185,6 +190,7 @@ async def test_a_malformed_key_is_one_clear_line(env: dict[str, str], expected: 
         await connect(settings)
 
 
+@pytest.mark.unit
 def test_no_key_leaves_the_converter_unchanged():
     assert data_converter({}) is stratagem_data_converter
     assert data_converter({"STRATAGEM_ENCRYPTION_KEY": "  "}) is stratagem_data_converter
@@ -305,6 +311,7 @@ async def replay(history: WorkflowHistory, client: Client) -> None:
     await replayer.replay_workflow(history)
 
 
+@pytest.mark.system
 async def test_histories_hold_only_ciphertext(dev_env: WorkflowEnvironment, tmp_path: Path):
     client = await client_with(dev_env, KEY_A)
     plain = await Client.connect(target(dev_env), namespace=dev_env.client.namespace)  # no codec, no pydantic
@@ -402,6 +409,7 @@ async def test_histories_hold_only_ciphertext(dev_env: WorkflowEnvironment, tmp_
     assert (await get_run(rotated, good.id).result()).outputs == {"payroll": f"{SECRET_OUTPUT} for Ada"}
 
 
+@pytest.mark.system
 async def test_decisions_and_queries_work_encrypted(dev_env: WorkflowEnvironment, tmp_path: Path):
     """Updates, their refusals (failures, so encoded) and queries all round-trip through the codec."""
     client = await client_with(dev_env, KEY_A)
@@ -429,6 +437,7 @@ async def test_decisions_and_queries_work_encrypted(dev_env: WorkflowEnvironment
     assert_nothing_readable(await plain.get_workflow_handle(run.id).fetch_history())
 
 
+@pytest.mark.system
 async def test_a_run_started_before_encryption_stays_readable(dev_env: WorkflowEnvironment, tmp_path: Path):
     """The run's input was written in the clear (encryption off); everything after is sealed."""
     unencrypted = await client_with(dev_env, None)
@@ -458,6 +467,7 @@ async def test_a_run_started_before_encryption_stays_readable(dev_env: WorkflowE
     await replay(history, client)
 
 
+@pytest.mark.system
 async def test_a_worker_with_the_wrong_key_fails_its_task_and_changes_nothing(
     dev_env: WorkflowEnvironment, tmp_path: Path
 ):
@@ -499,6 +509,7 @@ async def test_a_worker_with_the_wrong_key_fails_its_task_and_changes_nothing(
     assert_nothing_readable(await plain.get_workflow_handle(run.id).fetch_history())
 
 
+@pytest.mark.system
 async def test_a_plain_decision_from_a_client_without_the_key_is_refused(dev_env: WorkflowEnvironment, tmp_path: Path):
     """The attack: encryption is on, and someone without the key approves in plain JSON."""
     client = await client_with(dev_env, KEY_A)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
 from support import FIXTURE_TOOLS
 from support.plans import GREETING
 
@@ -18,6 +19,8 @@ from stratagem.payloads import stratagem_data_converter
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step
 from stratagem.run_types import DecisionKind, PendingDecision, Phase, RunOptions, RunState
 from stratagem.tools import ToolRegistry
+
+pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

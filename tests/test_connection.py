@@ -36,6 +36,7 @@ def settings_from(monkeypatch, **env: str) -> Settings:
     return Settings.from_env()
 
 
+@pytest.mark.unit
 def test_an_api_key_turns_tls_on_and_never_shows(monkeypatch):
     settings = settings_from(
         monkeypatch, TEMPORAL_ADDRESS="ns.acct.tmprl.cloud:7233", TEMPORAL_NAMESPACE="ns.acct", TEMPORAL_API_KEY=API_KEY
@@ -45,6 +46,7 @@ def test_an_api_key_turns_tls_on_and_never_shows(monkeypatch):
     assert settings.secured and API_KEY not in repr(settings)
 
 
+@pytest.mark.unit
 def test_a_profile_file_and_the_environment_over_it(monkeypatch, tmp_path):
     config = tmp_path / "temporal.toml"
     config.write_text(
@@ -69,6 +71,7 @@ def test_a_profile_file_and_the_environment_over_it(monkeypatch, tmp_path):
         settings_from(monkeypatch, TEMPORAL_CONFIG_FILE=str(config), TEMPORAL_PROFILE="staging")
 
 
+@pytest.mark.unit
 def test_a_missing_certificate_is_one_line(monkeypatch, tmp_path):
     with pytest.raises(ConfigError, match=f"Temporal connection: cannot read {tmp_path}/client.pem: no such file"):
         settings_from(
@@ -166,6 +169,7 @@ class MutualTlsProxy:
         self.server.close()
 
 
+@pytest.mark.system
 async def test_mutual_tls_through_a_profile_file(dev_env, tmp_path):
     pki = write_pki(tmp_path)
     proxy = MutualTlsProxy(dev_env.client.service_client.config.target_host, pki)
@@ -196,6 +200,7 @@ async def test_mutual_tls_through_a_profile_file(dev_env, tmp_path):
         await proxy.stop()
 
 
+@pytest.mark.system
 def test_the_api_key_reaches_no_log(dev_env, tmp_path):
     """A worker given an API key (sent as a bearer token; this dev server ignores it) connects,
     and neither its output nor a failing command's error shows the key."""

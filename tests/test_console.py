@@ -55,6 +55,7 @@ def awaiting(status: Any) -> bool:
     return status.phase is Phase.awaiting_approval
 
 
+@pytest.mark.system
 async def test_the_inbox_and_run_page_render_untrusted_text_as_text(dev_harness):
     plan = {"goal": f"pay {XSS}", "steps": [{**step("pay", "record", label=XSS), "title": XSS}]}
     run = await dev_harness.start(plan)
@@ -75,6 +76,7 @@ async def test_the_inbox_and_run_page_render_untrusted_text_as_text(dev_harness)
         assert (await http.get("/docs")).status_code == 404  # its scripts would come from a CDN
 
 
+@pytest.mark.system
 async def test_a_form_decision_needs_the_persons_csrf_token_and_records_who_they_are(dev_harness):
     run = await dev_harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
     await until(dev_harness, run, awaiting)
@@ -92,6 +94,7 @@ async def test_a_form_decision_needs_the_persons_csrf_token_and_records_who_they
     assert (decision.action, decision.by, decision.comment) == (DecisionAction.approve, "ops", "fine")
 
 
+@pytest.mark.system
 async def test_two_approvers_at_once_one_wins_the_other_is_told(dev_harness):
     run = await dev_harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
     await until(dev_harness, run, awaiting)
@@ -109,6 +112,7 @@ async def test_two_approvers_at_once_one_wins_the_other_is_told(dev_harness):
     assert len([d for d in (await run.ledger()).decisions if d.action is DecisionAction.approve]) == 1
 
 
+@pytest.mark.system
 async def test_a_run_nobody_serves_gets_an_answer_not_a_hung_page(dev_env):
     run = await start_run(
         dev_env.client,
@@ -136,6 +140,7 @@ async def test_a_run_nobody_serves_gets_an_answer_not_a_hung_page(dev_env):
         await run.handle.terminate(reason="test finished")
 
 
+@pytest.mark.system
 async def test_users_sign_in_tokens_decide_over_rest_and_the_approver_list_applies(dev_harness, tmp_path):
     users = Users(path=tmp_path / "users.yaml")
     users.set_password("dana", "correct horse")
@@ -178,6 +183,7 @@ async def test_users_sign_in_tokens_decide_over_rest_and_the_approver_list_appli
     assert {d.by for d in (await run.ledger()).decisions} == {"dana"}
 
 
+@pytest.mark.system
 async def test_a_typed_answer_is_refused_then_taken_through_the_form(dev_harness):
     schema = {
         "type": "object",
@@ -208,6 +214,7 @@ async def test_a_typed_answer_is_refused_then_taken_through_the_form(dev_harness
     assert (await run.result()).outputs == {"terms": {"days": 30, "ok": "yes"}}
 
 
+@pytest.mark.system
 async def test_a_broken_edit_comes_back_with_its_problems_and_nothing_lost(dev_harness):
     run = await dev_harness.start({"goal": "g", "steps": [step("one", "record", label="x")]})
     await until(dev_harness, run, awaiting)
@@ -228,6 +235,7 @@ async def test_a_broken_edit_comes_back_with_its_problems_and_nothing_lost(dev_h
     assert (await run.status()).revision == 2
 
 
+@pytest.mark.system
 async def test_the_event_stream_resumes_from_the_last_event_id(dev_harness):
     run = await dev_harness.start({"goal": "g", "steps": [step("one", "record", label="x")]}, auto_approve=True)
     await run.result()
@@ -241,6 +249,7 @@ async def test_the_event_stream_resumes_from_the_last_event_id(dev_harness):
         assert first["kind"] == "run_started"
 
 
+@pytest.mark.system
 async def test_a_proxy_header_counts_only_from_the_trusted_proxy(dev_harness):
     identity = {"header": "X-Forwarded-User", "proxies": ["10.0.0.0/8"]}
     async with console(dev_harness, AuthMode.header, **identity, peer="10.1.2.3") as proxied:
@@ -250,6 +259,7 @@ async def test_a_proxy_header_counts_only_from_the_trusted_proxy(dev_harness):
         assert (await direct.get("/api/whoami", headers={"X-Forwarded-User": "lee"})).status_code == 401
 
 
+@pytest.mark.unit
 def test_local_mode_refuses_a_non_loopback_address_and_passwords_are_hashed():
     from stratagem.errors import ConfigError
 
@@ -270,6 +280,7 @@ def test_local_mode_refuses_a_non_loopback_address_and_passwords_are_hashed():
     assert identity.session_user(identity.session_cookie("dana", now=0)) is None  # expired
 
 
+@pytest.mark.system
 async def test_where_decisions_are_signed_the_console_signs_for_the_person_it_signed_in(dev_env, tmp_path, monkeypatch):
     from conftest import harness_for
 
@@ -296,6 +307,7 @@ async def test_where_decisions_are_signed_the_console_signs_for_the_person_it_si
         assert (approval.by, approval.signed_by) == ("ops", "console")
 
 
+@pytest.mark.system
 async def test_the_console_command_as_a_new_user_runs_it(cli_env, tmp_path):
     """`stratagem console-user`, `console-token` and `console` as processes: a person added, a
     token made and shown once, the console serving a sign-in, and its refusals one line each."""
@@ -357,6 +369,7 @@ async def test_the_console_command_as_a_new_user_runs_it(cli_env, tmp_path):
         process.wait(timeout=10)
 
 
+@pytest.mark.workflow
 async def test_a_console_signs_with_its_homes_issuer_key_which_that_homes_workers_trust(harness):
     """Nothing configured (the quickstart): the console signs as its home's issuer, and the run
     records the person it signed in with that issuer as the proof."""

@@ -37,6 +37,8 @@ from stratagem.console.identity import SESSION_COOKIE
 from stratagem.run_types import Phase
 from stratagem.signing import Signer
 
+pytestmark = pytest.mark.system
+
 PAYMENT = {
     "goal": "pay the vendor",
     "steps": [{"id": "pay", "title": "Pay ACME", "tool": "pay", "args": {"amount": 99999, "to": "ACME"}}],

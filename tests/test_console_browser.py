@@ -30,7 +30,10 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # test; on a machine without one (apt-get install chromium) it is skipped, saying why.
 if CHROMIUM is None and os.environ.get("STRATAGEM_REQUIRE_BROWSER"):
     raise RuntimeError("STRATAGEM_REQUIRE_BROWSER is set but there is no chromium: apt-get install chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine: apt-get install chromium")
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine: apt-get install chromium"),
+]
 XSS = "<img src=x onerror=alert(1)>"
 
 

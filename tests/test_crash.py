@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import CRASH_TOOLS
 from support.cli import cli, one_line_error, write_plan
 from support.ports import free_port_pair, wait_listening
@@ -39,6 +40,8 @@ from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.plugin import StratagemPlugin
 from stratagem.run_types import ApproveInput, Phase, RepairAction, RepairInput, RunInput, RunOptions
 from stratagem.workflows import StratagemRun
+
+pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = int(os.environ.get("CRASH_SEED", "20251121"))

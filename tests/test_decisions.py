@@ -24,6 +24,8 @@ from stratagem.run_types import (
     RunState,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def pending(kind: DecisionKind, step_id: str | None) -> PendingDecision:
     return PendingDecision(kind=kind, revision=1, since=NOW, step_id=step_id)

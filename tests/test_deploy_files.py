@@ -22,6 +22,8 @@ import yaml
 from stratagem import config
 from stratagem.cli import parser, processes
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"

@@ -67,6 +67,7 @@ class Example:
 # --- The plans -----------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_every_example_folder_is_covered():
     found = sorted(p.parent.name for p in EXAMPLES.glob("*/plan.yaml"))
     assert found == sorted(NAMES)
@@ -79,6 +80,7 @@ def test_every_example_folder_is_covered():
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.unit
 def test_plan_validates_against_its_tools(name):
     example = Example(name)
     plan = example.plan()
@@ -98,6 +100,7 @@ def test_plan_validates_against_its_tools(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.unit
 def test_readme_runs_the_plan_the_way_the_cli_does(name):
     """`run --plan` loads tools.py and models.yaml beside the plan itself; the READMEs once told
     users to pass --tools, while the main README said it was automatic."""
@@ -106,6 +109,7 @@ def test_readme_runs_the_plan_the_way_the_cli_does(name):
     assert "--tools" not in readme
 
 
+@pytest.mark.unit
 def test_plans_use_parallel_steps_gates_and_people():
     kinds = {}
     for name in NAMES:
@@ -181,6 +185,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
 
 
+@pytest.mark.workflow
 async def test_vendor_onboarding_end_to_end(time_env, tmp_path):
     example = Example("vendor_onboarding")
     async with example_harness(time_env, tmp_path, example) as harness:
@@ -220,6 +225,7 @@ async def test_vendor_onboarding_end_to_end(time_env, tmp_path):
     }
 
 
+@pytest.mark.workflow
 async def test_vendor_onboarding_stops_before_paying_when_a_check_fails(time_env, tmp_path):
     example = Example("vendor_onboarding")
     data = example.plan().model_dump(mode="json")
@@ -243,6 +249,7 @@ async def test_vendor_onboarding_stops_before_paying_when_a_check_fails(time_env
     assert not (harness.workspace / "payments").exists()
 
 
+@pytest.mark.workflow
 async def test_expense_claim_refuses_a_free_text_answer_and_is_repaired(time_env, tmp_path):
     """The example's README, as a person at the terminal would live it."""
     example = Example("expense_claim")
@@ -284,6 +291,7 @@ async def test_expense_claim_refuses_a_free_text_answer_and_is_repaired(time_env
     assert len(rows) == 1 and rows[0].startswith("Ada Lovelace,184,P-EC-7-2026-11,")
 
 
+@pytest.mark.workflow
 async def test_monthly_report_end_to_end(time_env, tmp_path):
     example = Example("monthly_report")
     async with example_harness(time_env, tmp_path, example) as harness:
@@ -326,6 +334,7 @@ async def test_monthly_report_end_to_end(time_env, tmp_path):
     assert "${" not in report
 
 
+@pytest.mark.workflow
 async def test_employee_onboarding_end_to_end(time_env, tmp_path):
     example = Example("employee_onboarding")
     async with example_harness(time_env, tmp_path, example) as harness:
@@ -365,6 +374,7 @@ def context(tmp_path: Path, step_id: str = "step", run_id: str = "run-1") -> Too
     return ToolContext(run_id=run_id, step_id=step_id, revision=1, attempt=1, workspace=tmp_path, execution_id="exec-1")
 
 
+@pytest.mark.unit
 def test_vendor_checks_follow_the_real_rules():
     tools = Example("vendor_onboarding").module()
     assert tools.validate_vat("DE 129.273.398")["vat_id"] == "DE129273398"
@@ -385,6 +395,7 @@ def test_vendor_checks_follow_the_real_rules():
         tools.check_sanctions("Anything Ltd", "kp")
 
 
+@pytest.mark.unit
 def test_payments_are_scheduled_once_per_idempotency_key(tmp_path):
     tools = Example("vendor_onboarding").module()
     first = tools.schedule_payment("ACME", 1200, "DE89370400440532013000", ctx=context(tmp_path, "pay"))
@@ -397,6 +408,7 @@ def test_payments_are_scheduled_once_per_idempotency_key(tmp_path):
         tools.schedule_payment("ACME", 0, "DE89370400440532013000", ctx=context(tmp_path, "zero"))
 
 
+@pytest.mark.unit
 def test_report_kpis_refuse_paths_outside_the_data_folder():
     tools = Example("monthly_report").module()
     with pytest.raises(ToolError, match="outside the data folder"):
@@ -407,6 +419,7 @@ def test_report_kpis_refuse_paths_outside_the_data_folder():
         tools.ticket_sla("October")
 
 
+@pytest.mark.unit
 def test_a_new_hire_gets_one_account_however_often_the_step_runs(tmp_path):
     tools = Example("employee_onboarding").module()
     args = ("Zoë Lindqvist", "Engineering", "Platform Engineer", "m@example.com", "2025-11-03")
@@ -440,6 +453,7 @@ def quickstart(plan_file: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.system
 def test_quickstart_runs_the_example(name, tmp_path):
     example = Example(name)
     done = quickstart(example.plan_file, tmp_path)
@@ -455,6 +469,7 @@ def test_quickstart_runs_the_example(name, tmp_path):
     assert (tmp_path / "workspace").is_dir()
 
 
+@pytest.mark.system
 def test_quickstart_without_an_answer_stops_and_says_what_is_missing(tmp_path):
     folder = tmp_path / "report"
     shutil.copytree(EXAMPLES / "monthly_report", folder, ignore=shutil.ignore_patterns("answers.yaml", "__pycache__"))
@@ -474,6 +489,7 @@ def shipping_tools() -> Any:
     return registry, sys.modules[registry.get("quote_freight").function.__module__]
 
 
+@pytest.mark.unit
 def test_the_scripted_planner_s_plans_validate_against_the_example_s_tools():
     registry, _ = shipping_tools()
     script = yaml.safe_load((SHIPPING / "models.yaml").read_text())
@@ -489,6 +505,7 @@ def test_the_scripted_planner_s_plans_validate_against_the_example_s_tools():
     assert {s.id for s in first.steps} - {s.id for s in revised.steps} == {"quote_nordbahn"}
 
 
+@pytest.mark.unit
 def test_carriers_quote_only_where_they_deliver_and_an_order_ships_once(tmp_path):
     _, tools = shipping_tools()
     with pytest.raises(ToolError, match="Nordbahn Cargo does not deliver to AT") as refused:
@@ -507,6 +524,7 @@ def test_carriers_quote_only_where_they_deliver_and_an_order_ships_once(tmp_path
     assert (booked["pickup_on"], booked["delivery_on"]) == ("2025-11-10", "2025-11-13")  # Monday + 3 working days
 
 
+@pytest.mark.system
 async def test_order_shipping_is_planned_fails_replans_and_succeeds_as_its_readme_says(dev_env, tmp_path):
     """The README's command, word for word, at a terminal, approving as its README says."""
     from support.terminal import Terminal, terminal_run_id

@@ -9,6 +9,7 @@ import json
 import weakref
 from pathlib import Path
 
+import pytest
 import yaml
 from support import FIXTURE_TOOLS
 from temporalio.testing import ActivityEnvironment
@@ -20,6 +21,8 @@ from stratagem.ledger import ToolCallRecord, ToolCallStatus
 from stratagem.models import Message, ScriptedModel, ToolCall
 from stratagem.plan import Step, StepKind
 from stratagem.tools import ToolRegistry
+
+pytestmark = pytest.mark.unit
 
 
 def request(tools: list[str]) -> activity_io.LlmStepInput:

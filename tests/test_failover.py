@@ -33,6 +33,7 @@ def ask() -> ModelRequest:
     return ModelRequest(purpose=Purpose.execute, messages=[Message(role="user", content="hi")])
 
 
+@pytest.mark.unit
 async def test_an_outage_moves_the_call_to_the_next_model_and_later_calls_start_there(fakes) -> None:
     first, second = fakes
     first.enqueue(Reply.error(503, "overloaded"))
@@ -48,6 +49,7 @@ async def test_an_outage_moves_the_call_to_the_next_model_and_later_calls_start_
     assert again.text == "again" and again.failovers == [] and len(first.requests) == 1
 
 
+@pytest.mark.unit
 async def test_the_last_models_failure_is_the_calls(fakes) -> None:
     first, second = fakes
     first.enqueue(Reply.error(401, "bad key"))
@@ -57,6 +59,7 @@ async def test_the_last_models_failure_is_the_calls(fakes) -> None:
         await model.complete(ask())
 
 
+@pytest.mark.workflow
 async def test_a_failover_tier_on_a_run_records_which_model_answered_and_why(harness, fakes) -> None:
     first, second = fakes
     first.enqueue(Reply.error(500, "the model crashed"))
@@ -74,6 +77,7 @@ async def test_a_failover_tier_on_a_run_records_which_model_answered_and_why(har
     assert event.step_id == "sum" and "the model crashed" in event.message and backup in event.message
 
 
+@pytest.mark.workflow
 async def test_a_step_that_failed_on_a_cheap_model_is_escalated_once_before_a_replan(harness) -> None:
     cheap = harness.script("cheap.yaml", {"executor": {"sum": [{"fail": "cannot do this"}]}})
     strong = harness.script("strong.yaml", {"executor": {"sum": "Done by the strong model."}})
@@ -94,6 +98,7 @@ async def test_a_step_that_failed_on_a_cheap_model_is_escalated_once_before_a_re
     assert not [e for e in ledger.events if e.kind is EventKind.step_failed]
 
 
+@pytest.mark.workflow
 async def test_escalation_happens_once_then_the_failure_stands(harness) -> None:
     cheap = harness.script("cheap.yaml", {"executor": {"sum": [{"fail": "cannot"}]}})
     strong = harness.script("strong.yaml", {"executor": {"sum": [{"fail": "cannot either"}]}})
@@ -137,6 +142,7 @@ def _args(config: Path) -> argparse.Namespace:
     )
 
 
+@pytest.mark.unit
 def test_lists_in_the_configuration_become_failover_tiers_and_escalation(tmp_path: Path) -> None:
     config = tmp_path / "stratagem.yaml"
     config.write_text(
@@ -157,6 +163,7 @@ def test_lists_in_the_configuration_become_failover_tiers_and_escalation(tmp_pat
     assert "openai:gpt-4.1" in options.models  # priced like the others
 
 
+@pytest.mark.unit
 def test_configuration_mistakes_in_failover_and_escalation_are_named(tmp_path: Path) -> None:
     config = tmp_path / "stratagem.yaml"
     config.write_text("executor: [openai:ok, gpt-4.1]\nescalate: {executor: huge}\n")
@@ -170,6 +177,7 @@ def test_configuration_mistakes_in_failover_and_escalation_are_named(tmp_path: P
 # --- attacks: what a run chooses is untrusted --------------------------------------------------------
 
 
+@pytest.mark.workflow
 async def test_a_run_chosen_fallback_gets_no_key(harness, fakes, monkeypatch) -> None:
     """A run lists its own server as the fallback of a trusted model, and makes sure the trusted
     one fails: the call that reaches the attacker's server carries no key of the worker's."""
@@ -190,6 +198,7 @@ async def test_a_run_chosen_fallback_gets_no_key(harness, fakes, monkeypatch) ->
         assert secret not in json.dumps(stolen.headers) and secret not in json.dumps(stolen.body)
 
 
+@pytest.mark.workflow
 async def test_an_answer_that_talks_the_verifier_round_does_not_pass_a_criterion_the_record_settles(harness) -> None:
     """The executor never calls its tool and writes a verdict into its answer; the verifier model
     is fooled and says met. The engine's record decides first: the step fails, nothing ran."""

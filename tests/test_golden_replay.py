@@ -20,6 +20,8 @@ from stratagem.plugin import StratagemPlugin
 from stratagem.signing import APPROVER_KEYS_ENV, DecisionPolicy
 from stratagem.workflows import StratagemRun
 
+pytestmark = pytest.mark.unit
+
 GOLDEN = Path(__file__).with_name("golden")
 FILES = sorted(GOLDEN.rglob("*.json"))
 

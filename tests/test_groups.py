@@ -1,11 +1,16 @@
 """The test groups (tests/conftest.py): `-m unit` leaves out every test that needs a Temporal
-server or starts a process, and the three groups together are the whole suite."""
+server or starts a process, and the three groups together are the whole suite. Each test names its
+group with a marker; collection refuses a test with none, with two, or with fixtures its group
+does not allow."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+from conftest import group_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +37,7 @@ def collected(markers: list[str | None]) -> list[set[str]]:
     return found
 
 
+@pytest.mark.system
 def test_the_unit_group_needs_no_server_and_the_groups_cover_the_suite():
     unit, workflow, system, everything = collected(["unit", "workflow", "system", None])
     assert unit | workflow | system == everything
@@ -41,3 +47,36 @@ def test_the_unit_group_needs_no_server_and_the_groups_cover_the_suite():
     assert all(not t.startswith("tests/test_catalog.py::") for t in unit)
     assert "tests/test_examples.py::test_quickstart_runs_the_example[vendor_onboarding]" in system
     assert any(t.startswith("tests/test_compact.py::") for t in unit)
+
+
+@pytest.mark.unit
+def test_a_test_without_a_group_is_refused_with_the_fix():
+    problem = group_problem("tests/test_x.py::test_y", ["parametrize", "asyncio"], set())
+    assert problem and problem.startswith("tests/test_x.py::test_y has no test group")
+    assert "pytestmark = pytest.mark.<group>" in problem and "unit, workflow, system" in problem
+
+
+@pytest.mark.unit
+def test_a_test_in_two_groups_is_refused_even_twice_the_same():
+    # A module's `pytestmark` and the test's own marker both count: the test must not say it twice.
+    problem = group_problem("tests/test_x.py::test_y", ["system", "unit"], set())
+    assert problem and "in 2 test groups (system, unit)" in problem
+    assert group_problem("tests/test_x.py::test_y", ["unit", "unit"], set())
+
+
+@pytest.mark.unit
+def test_a_test_whose_fixtures_need_a_server_is_refused_in_a_group_without_one():
+    problem = group_problem("tests/test_x.py::test_y", ["unit"], {"harness", "time_env", "tmp_path"})
+    assert problem == "tests/test_x.py::test_y is marked unit but uses harness, time_env: mark it workflow"
+    problem = group_problem("tests/test_x.py::test_y", ["workflow"], {"cli_env", "dev_env", "harness"})
+    assert problem == "tests/test_x.py::test_y is marked workflow but uses cli_env, dev_env: mark it system"
+    assert "mark it system" in (group_problem("t", ["unit"], {"dev_harness"}) or "")
+
+
+@pytest.mark.unit
+def test_a_test_may_be_in_a_heavier_group_than_its_fixtures_need():
+    # A test that starts a process shows no fixture for it: `system` is its author's word.
+    assert group_problem("t", ["unit"], {"tmp_path"}) is None
+    assert group_problem("t", ["workflow"], {"harness"}) is None
+    assert group_problem("t", ["system"], set()) is None
+    assert group_problem("t", ["system", "timeout"], {"harness"}) is None

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import payload_sizes
 from support.plans import step
 
 from stratagem.client import execution_histories
 from stratagem.ledger import ROUTINE_EVENTS, EventKind, Ledger
 from stratagem.store import is_stored
+
+pytestmark = pytest.mark.workflow
 
 STEPS = 2000
 

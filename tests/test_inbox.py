@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from support.cli import acli
 from support.plans import GREETING, step
 from temporalio.client import Client
 
 from stratagem.client import STATUS_KEY, has_status_attribute
 from stratagem.run_types import AnswerInput, ApproveInput, Phase, RejectInput
+
+pytestmark = pytest.mark.system
 
 
 async def status_attribute(run) -> str | None:

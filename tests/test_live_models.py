@@ -15,6 +15,8 @@ import pytest
 
 from stratagem.ledger import ToolCallStatus
 
+pytestmark = pytest.mark.workflow
+
 LIVE = os.environ.get("STRATAGEM_LIVE_MODELS") == "1"
 MODELS = {
     "openai": ("OPENAI_API_KEY", os.environ.get("STRATAGEM_LIVE_OPENAI_MODEL", "gpt-4.1-mini")),

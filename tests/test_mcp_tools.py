@@ -40,7 +40,7 @@ from stratagem.validation import validate_plan
 
 TIME = f"mcp:stdio:{sys.executable} -m mcp_server_time --local-timezone UTC"
 TEST_SERVER = f"mcp:stdio:{sys.executable} {SCRIPT}"
-# These start MCP servers, processes the tests' source does not show (tests/conftest.py, group_of).
+# These start MCP servers, processes the tests' source does not show: `system` (tests/conftest.py).
 starts_servers = pytest.mark.system
 
 SEEN: dict[str, list[ModelRequest]] = {}
@@ -214,6 +214,7 @@ async def test_an_executor_calls_the_time_server_through_its_allowlist(time_env,
 # ------------------------------------------------------------------ the test server, Streamable HTTP
 
 
+@pytest.mark.workflow
 async def test_the_idempotency_key_reaches_the_server_in_meta(time_env, tmp_path, http_server):
     registry = ToolRegistry.from_modules([FIXTURE_TOOLS, f"mcp:http:{http_server.url}"])
     async with harness_for(time_env, tmp_path, registry) as harness:
@@ -234,6 +235,7 @@ async def test_the_idempotency_key_reaches_the_server_in_meta(time_env, tmp_path
     assert by_text["hello"]["meta"][IDEMPOTENCY_META] == step_key
 
 
+@pytest.mark.unit
 async def test_annotations_raise_risk_and_the_operator_has_the_last_word(http_server):
     plain = ToolRegistry.from_modules([f"mcp:http:{http_server.url}"], builtins=False).catalog()
     echo, note, wipe = plain.get("echo"), plain.get("add_note"), plain.get("wipe")
@@ -258,6 +260,7 @@ async def test_annotations_raise_risk_and_the_operator_has_the_last_word(http_se
     assert needs_approval(gated, high) and not needs_approval(gated, plain)
 
 
+@pytest.mark.unit
 async def test_failures_and_large_outputs(http_server):
     registry = ToolRegistry.from_modules([f"mcp:http:{http_server.url}"], builtins=False)
     with pytest.raises(ToolError, match="cannot do it: no reason") as failed:
@@ -300,6 +303,7 @@ async def test_characters_a_server_hides_in_descriptions_reach_no_planner_catalo
         assert hidden == [], hidden
 
 
+@pytest.mark.unit
 def test_a_parameter_name_with_hidden_characters_is_refused_in_one_line():
     """A name cannot be cleaned like a description: the server expects it as it wrote it."""
     from mcp.types import Tool
@@ -377,12 +381,14 @@ async def test_one_session_per_loop_is_reused_and_replaced_when_its_server_dies(
         ),
     ],
 )
+@pytest.mark.unit
 def test_a_bad_source_is_one_clear_line(spec, expected):
     with pytest.raises(ToolRegistrationError) as refused:
         ToolRegistry.from_modules([spec], builtins=False)
     assert expected in str(refused.value) and "\n" not in str(refused.value)
 
 
+@pytest.mark.unit
 def test_the_forms_a_source_takes():
     source = parse_source("mcp[prefix=fs, only=read+write, approval, timeout=5]:stdio:npx -y '@scope/server' /data")
     assert source.command == ("npx", "-y", "@scope/server", "/data")
@@ -438,6 +444,7 @@ async def test_the_command_line_runs_a_plan_with_a_stdio_server(cli_env, tmp_pat
     assert waited["outputs"]["now"]["timezone"] == "UTC"
 
 
+@pytest.mark.system
 def test_the_command_line_refuses_a_bad_source_in_one_line(tmp_path):
     env = {**os.environ, "STRATAGEM_HOME": keyed_home(tmp_path / "home")}
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("now", "get_current_time", timezone="UTC")]})
@@ -447,6 +454,7 @@ def test_the_command_line_refuses_a_bad_source_in_one_line(tmp_path):
     one_line_error(cli("run", "--plan", plan, "--tools", "mcp:carrier-pigeon:coop", env=env), "unknown MCP transport")
 
 
+@pytest.mark.system
 def test_the_command_line_and_the_worker_do_not_import_the_mcp_sdk_until_a_server_is_named() -> None:
     """The SDK takes about 0.6 s to import; every command and worker start would pay it."""
     import subprocess

@@ -10,6 +10,8 @@ from stratagem.errors import ConfigError
 from stratagem.model_config import load_config, run_prices
 from stratagem.usage import Price
 
+pytestmark = pytest.mark.unit
+
 
 def write(tmp_path, text: str):
     path = tmp_path / "stratagem.yaml"

@@ -24,6 +24,8 @@ from stratagem.models.negotiation import (
     forget_learned,
 )
 
+pytestmark = pytest.mark.unit
+
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 GREET = ToolSpec(
     name="greet",

@@ -33,6 +33,7 @@ def receiver(monkeypatch):
     hook.close()
 
 
+@pytest.mark.workflow
 async def test_each_decision_a_run_waits_on_is_notified_once_with_a_link_the_console_trusts(harness, receiver):
     plan = {"goal": "pay acme", "steps": [{**step("pay", "record", label="paid"), "requires_approval": True}]}
     run = await harness.start(plan)
@@ -72,6 +73,7 @@ async def until_received(harness: Any, receiver: Receiver, count: int) -> None:
     raise AssertionError(f"only {len(receiver.received)} notifications arrived: {receiver.received}")
 
 
+@pytest.mark.unit
 async def test_a_retried_notification_is_not_sent_twice(receiver, tmp_path):
     from temporalio.testing import ActivityEnvironment
 
@@ -93,6 +95,7 @@ async def test_a_retried_notification_is_not_sent_twice(receiver, tmp_path):
     assert len(receiver.received) == 2
 
 
+@pytest.mark.unit
 def test_without_channels_a_worker_offers_no_notifications(monkeypatch):
     for name in ("STRATAGEM_NOTIFY_SLACK_URL", "STRATAGEM_NOTIFY_WEBHOOK_URL"):
         monkeypatch.delenv(name, raising=False)
@@ -111,6 +114,7 @@ PAYLOADS = (
 )
 
 
+@pytest.mark.workflow
 async def test_a_goal_cannot_mention_anyone_or_link_anywhere_in_a_notification(harness, receiver):
     plan = {
         "goal": f"pay acme {PAYLOADS}",

@@ -12,6 +12,8 @@ from stratagem.errors import PlanFileError
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, StepKind
 from stratagem.plan_files import dump_plan, load_plan_file, parse_plan_data
 
+pytestmark = pytest.mark.unit
+
 PLAN_YAML = """\
 goal: Welcome a new customer
 reason: written by hand

@@ -23,6 +23,8 @@ from stratagem.planner import (
 )
 from stratagem.tools import ToolCatalog, ToolRegistry
 
+pytestmark = pytest.mark.unit
+
 
 def add(a: int, b: int) -> int:
     """Add two integers."""

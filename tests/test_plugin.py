@@ -33,6 +33,7 @@ from stratagem.workflows import StratagemRun
 ALICE = Signer.generate("alice")
 
 
+@pytest.mark.unit
 def test_a_worker_is_configured_to_run_the_workflow_and_check_decisions_after_its_own_interceptors() -> None:
     shared = SharedQueues()
     keys = DecisionPolicy.from_env({"STRATAGEM_APPROVER_KEYS": ALICE.public_line()})
@@ -53,6 +54,7 @@ def test_a_worker_is_configured_to_run_the_workflow_and_check_decisions_after_it
     assert isinstance(strict["workflow_runner"], SandboxedWorkflowRunner)
 
 
+@pytest.mark.workflow
 async def test_a_worker_needs_its_own_plugin_only_when_its_client_has_none_or_other_keys_are_asked(time_env) -> None:
     bare = time_env.client
     assert [type(p) for p in worker_plugins(bare)] == [StratagemPlugin]
@@ -75,6 +77,7 @@ async def test_a_worker_needs_its_own_plugin_only_when_its_client_has_none_or_ot
     assert [check.policy for check in checks] == [keys]
 
 
+@pytest.mark.workflow
 async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployments_keys(
     time_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,6 +118,7 @@ async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployme
         assert (await run.result()).status is Phase.succeeded
 
 
+@pytest.mark.unit
 def test_the_sandbox_imports_the_workflow_package_afresh():
     """A passthrough entry covers its submodules: "stratagem" there would pass stratagem.workflows
     through unsandboxed, and the strict sandbox of the tests would catch nothing."""

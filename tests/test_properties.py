@@ -32,6 +32,8 @@ from stratagem.references import Reference, find_references, is_single_reference
 from stratagem.tools import ToolCatalog, ToolRegistry
 from stratagem.validation import plan_problems
 
+pytestmark = pytest.mark.unit
+
 PROPERTY = settings(
     max_examples=60,
     deadline=None,

@@ -35,6 +35,8 @@ from stratagem.models import (
 )
 from stratagem.models._http import PLACEHOLDER_KEY, split_base_url
 
+pytestmark = pytest.mark.unit
+
 KEY = "sk-test-0123456789abcdef"
 PLAN_SCHEMA = {
     "type": "object",

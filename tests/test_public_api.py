@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 import stratagem
+
+pytestmark = pytest.mark.unit
 
 PYTHON_PAGE = Path(__file__).resolve().parent.parent / "docs" / "python.md"
 

@@ -22,6 +22,8 @@ from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.plugin import StratagemPlugin
 from stratagem.run_types import AnswerInput, RunInput
 
+pytestmark = pytest.mark.system
+
 # Slow steps between quick ones: the run is still going while the stream reads it.
 CHAIN = {
     "goal": "a chain",

@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stratagem.ledger import EventKind
 from stratagem.run_types import Phase
 
@@ -32,6 +34,7 @@ async def run_blocks(blocks: list[tuple[int, str]], namespace: dict[str, Any]) -
             await asyncio.wait_for(outcome, timeout=60)
 
 
+@pytest.mark.unit
 def test_the_page_has_a_block_for_each_step_of_the_way():
     sources = "\n".join(source for _, source in python_blocks(PAGE.read_text(encoding="utf-8")))
     for used in ("stratagem.connect(", "stratagem.start_run(", "stratagem.load_plan_file(", "run.stream()"):
@@ -40,6 +43,7 @@ def test_the_page_has_a_block_for_each_step_of_the_way():
         assert used in sources, used
 
 
+@pytest.mark.system
 async def test_every_python_block_of_the_page_runs_against_a_real_server_and_worker(
     dev_env, dev_harness, monkeypatch, capsys
 ):
@@ -78,6 +82,7 @@ async def test_every_python_block_of_the_page_runs_against_a_real_server_and_wor
     assert f"run {run.id} has ended" in printed.splitlines()[-1]
 
 
+@pytest.mark.unit
 def test_every_block_compiles():
     """Fast, and names the block: the run above needs a server."""
     for line, source in python_blocks(PAGE.read_text(encoding="utf-8")):

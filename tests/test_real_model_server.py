@@ -110,6 +110,7 @@ def fresh_worker() -> Iterator[None]:
     yield
 
 
+@pytest.mark.unit
 async def test_planning_negotiates_json_mode_and_the_grammar_holds_the_plan_schema(llama: str) -> None:
     """The first call is refused (json_schema, HTTP 500); the next asks for JSON mode with the
     schema, which the server's grammar enforces: every answer fits the schema built from the
@@ -149,6 +150,7 @@ async def test_planning_negotiates_json_mode_and_the_grammar_holds_the_plan_sche
             assert "tool" not in step or step["tool"] in catalog.names
 
 
+@pytest.mark.unit
 async def test_the_output_limit_is_honoured(llama: str) -> None:
     """Sent as max_tokens: this server ignores max_completion_tokens and would write on."""
     model = load_model(f"openai:smollm2@{llama}")
@@ -157,6 +159,7 @@ async def test_the_output_limit_is_honoured(llama: str) -> None:
     assert response.usage.output_tokens <= 16 and response.stop_reason == "length"
 
 
+@pytest.mark.unit
 async def test_prompted_tool_calls_are_held_to_the_offered_tools(llama: str) -> None:
     """Native tools are ignored by this server's default chat format; the prompted protocol with
     the grammar makes every answer either a call of an offered tool, with its arguments, or a
@@ -183,6 +186,7 @@ async def test_prompted_tool_calls_are_held_to_the_offered_tools(llama: str) -> 
         assert response.text.strip(), "neither a call nor an answer"
 
 
+@pytest.mark.system
 async def test_a_run_on_the_real_server_reaches_review_or_says_why_not(dev_harness, llama: str) -> None:
     """`stratagem run "<goal>" --planner openai:smollm2@...`: the run never fails on the request
     format; it waits for review with a valid plan or ends with the planner's problems, and its
@@ -205,6 +209,7 @@ async def test_a_run_on_the_real_server_reaches_review_or_says_why_not(dev_harne
     await run.cancel()
 
 
+@pytest.mark.system
 async def test_an_llm_step_that_skips_its_required_tool_is_caught_on_the_real_server(dev_harness, llama: str) -> None:
     """SmolLM2 as executor and verifier. Whatever it answers, a step whose criterion names its
     tool succeeds only if the tool really ran."""

@@ -16,6 +16,8 @@ from stratagem.references import (
     resolve_text,
 )
 
+pytestmark = pytest.mark.unit
+
 OUTPUTS = {
     "profile": {"name": "Ada", "emails": ["ada@example.com", "ada@work.example"], "age": 36, "vip": True},
     "summary": "all good",

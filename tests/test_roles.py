@@ -92,6 +92,7 @@ def pid_of(identities_: set[str]) -> set[int]:
     return {int(identity.split("@", 1)[0]) for identity in identities_}
 
 
+@pytest.mark.system
 async def test_roles_in_separate_processes_and_a_killed_role_pauses_only_its_work(dev_env, tmp_path):
     executor = tmp_path / "executor.yaml"
     executor.write_text(
@@ -159,10 +160,12 @@ async def test_roles_in_separate_processes_and_a_killed_role_pauses_only_its_wor
         workers.stop_all()
 
 
+@pytest.mark.unit
 def test_role_queues():
     assert [role_queue("ops", r) for r in ALL_ROLES] == ["ops", "ops-planner", "ops-executor", "ops-tools"]
 
 
+@pytest.mark.unit
 def test_worker_options_are_checked_in_one_line(monkeypatch):
     parser = argparse.ArgumentParser()
     add_worker_arguments(parser)
@@ -232,6 +235,7 @@ def test_worker_options_are_checked_in_one_line(monkeypatch):
 
 
 @pytest.mark.parametrize("layout", [QueueLayout.shared, QueueLayout.split])
+@pytest.mark.system
 async def test_one_worker_for_every_role_keeps_activities_on_the_workflow_queue(dev_env, tmp_path, layout):
     """A worker serving every role sends a run's activities to the workflow's own queue, where the
     server can hand them straight back to it (the fast path); asked to split, it uses the role
@@ -278,6 +282,7 @@ async def test_one_worker_for_every_role_keeps_activities_on_the_workflow_queue(
         assert queues[activity_type] == {want}, activity_type
 
 
+@pytest.mark.unit
 def test_a_shared_layout_needs_every_role(tmp_path):
     with pytest.raises(ConfigError, match="a shared queue layout needs a worker that serves every role"):
         build_worker(
@@ -290,6 +295,7 @@ def test_a_shared_layout_needs_every_role(tmp_path):
         )
 
 
+@pytest.mark.system
 async def test_a_fan_out_starts_every_branch_with_the_workflow_task_that_scheduled_it(dev_env, tmp_path):
     """On a worker serving every role, the steps one workflow task starts come back with its
     completion (eager activities; stratagem.worker.EAGER_ACTIVITIES), instead of 3 at once and
@@ -325,6 +331,7 @@ async def test_a_fan_out_starts_every_branch_with_the_workflow_task_that_schedul
     assert max(started) - min(started) < 1_000_000, (max(started) - min(started)) / 1e6
 
 
+@pytest.mark.system
 async def test_a_worker_without_external_storage_visits_payloads_in_line(dev_env, tmp_path, monkeypatch):
     """The SDK's external-storage pass over each activation and completion ran every payload in a
     task of its own (three at a time), though no external storage is configured (the claim

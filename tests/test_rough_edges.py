@@ -15,6 +15,7 @@ from stratagem.plan_files import parse_plan_data
 from stratagem.run_types import Phase
 
 
+@pytest.mark.unit
 def test_a_model_reads_names_in_their_own_letters():
     """The executor's prompt once said Tom\\u00e1s where the onboarding's buddy is Tomás."""
     step = Step(id="welcome", title="Welcome", kind=StepKind.llm, instructions="Write the email.")
@@ -30,6 +31,7 @@ def test_a_model_reads_names_in_their_own_letters():
     assert "Tomás Reyes" in prompt and "Köln" in prompt and "\\u00" not in prompt
 
 
+@pytest.mark.workflow
 async def test_the_consoles_output_page_shows_letters_not_escapes(harness):
     run = await harness.start(
         {"goal": "g", "steps": [{"id": "city", "title": "City", "tool": "fetch_profile", "args": {"user": "köln"}}]},
@@ -43,6 +45,7 @@ async def test_the_consoles_output_page_shows_letters_not_escapes(harness):
     assert page.status_code == 200 and "köln" in page.text and "\\u00" not in page.text
 
 
+@pytest.mark.unit
 def test_plan_file_errors_come_all_at_once_naming_steps_by_id():
     data = {
         "goal": "g",
@@ -60,6 +63,7 @@ def test_plan_file_errors_come_all_at_once_naming_steps_by_id():
     assert "\n" not in message
 
 
+@pytest.mark.system
 async def test_status_piped_lays_its_table_out_wide(cli_env, tmp_path):
     """`stratagem status RUN | cat` wrapped the plan table into ten-character columns."""
     env, _ = cli_env
@@ -76,6 +80,7 @@ async def test_status_piped_lays_its_table_out_wide(cli_env, tmp_path):
     assert label in shown.stdout
 
 
+@pytest.mark.system
 async def test_following_a_run_says_when_a_killed_workers_attempt_is_retried(dev_env, tmp_path):
     """kill -9 of the worker mid-step: nothing said so until the step ended; now `wait` says which
     step's attempt was lost, and why, when its retry starts."""

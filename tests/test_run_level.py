@@ -9,6 +9,7 @@ import asyncio
 import json
 import uuid
 
+import pytest
 from support.plans import step
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
@@ -60,6 +61,7 @@ async def start_by_hand(harness, plan: dict, level: int):
     )
 
 
+@pytest.mark.workflow
 async def test_a_run_of_todays_client_writes_no_patch_markers_and_one_memo_per_task(harness):
     run = await harness.start(CHAIN, auto_approve=True)
     result = await run.result()
@@ -80,6 +82,7 @@ async def test_a_run_of_todays_client_writes_no_patch_markers_and_one_memo_per_t
     assert b'"level":%d' % RUN_LEVEL in started.input.payloads[0].data
 
 
+@pytest.mark.workflow
 async def test_a_run_without_a_level_still_gets_every_patched_rule(harness):
     # Dropping the level must not drop a rule: the credentials rule is a patched behaviour. A new
     # run without a level takes level 7's patch, and today's rules with it (issue #35: the level
@@ -101,6 +104,7 @@ async def test_a_run_without_a_level_still_gets_every_patched_rule(harness):
     assert scheduled == []  # nothing ran
 
 
+@pytest.mark.workflow
 async def test_todays_level_refuses_the_same_plan(harness):
     handle = await start_by_hand(harness, LEAKY, level=RUN_LEVEL)
     try:
@@ -110,6 +114,7 @@ async def test_todays_level_refuses_the_same_plan(harness):
         assert "literal credential" in str(getattr(exc, "cause", None) or exc)
 
 
+@pytest.mark.system
 async def test_a_run_above_the_workers_level_waits_and_runs_nothing(dev_harness):
     # On the dev server: a workflow task failing over and over keeps the time-skipping server
     # from skipping time for every later test, even once the run is terminated.
@@ -155,6 +160,7 @@ def memo_writes_in_the_approving_task(history) -> int:
     return writes
 
 
+@pytest.mark.system
 async def test_an_approval_starts_the_first_step_before_the_memo_says_running_and_list_says_running(cli_env):
     from support.cli import acli
 
@@ -177,6 +183,7 @@ async def test_an_approval_starts_the_first_step_before_the_memo_says_running_an
     assert await (await run.handle.describe()).memo_value("phase") == "succeeded"
 
 
+@pytest.mark.workflow
 async def test_an_approval_that_starts_a_question_writes_the_phase_at_once(harness):
     plan = {"goal": "ask", "steps": [{"id": "ask", "title": "Ask", "kind": "human", "instructions": "Budget?"}]}
     run = await harness.start(plan)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from stratagem.ledger import Ledger, StepRecord, StepStatus
 from stratagem.plan import Author, AuthorKind, Plan, PlanDraft
 from stratagem.scheduling import all_succeeded, ready_steps, reconcile, sink_steps
+
+pytestmark = pytest.mark.unit
 
 
 def step(step_id: str, *deps: str, **fields: Any) -> dict[str, Any]:

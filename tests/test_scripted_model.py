@@ -21,6 +21,8 @@ from stratagem.models import (
     split_model_string,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def write_script(tmp_path: Path, content: dict[str, Any], name: str = "script.yaml") -> Path:
     path = tmp_path / name

@@ -49,16 +49,19 @@ from stratagem.worker import build_worker
 
 
 @pytest.mark.parametrize("port", ["0", "65536", "99999"])
+@pytest.mark.unit
 def test_a_port_outside_1_to_65535_is_refused(port):
     with pytest.raises(ConfigError, match=f"has port {int(port)}; a port is a number from 1 to 65535"):
         split_address(f"localhost:{port}")
 
 
+@pytest.mark.unit
 def test_ports_at_the_edges_are_accepted():
     assert split_address("localhost:1") == ("localhost", 1)
     assert split_address("[::1]:65535") == ("::1", 65535)
 
 
+@pytest.mark.unit
 def test_the_ui_port_must_be_valid_too(tmp_path):
     server = EmbeddedServer("127.0.0.1:65000", tmp_path / "home")
     with pytest.raises(ConfigError, match="66000 is above 65535; use a port of at most 64535"):
@@ -66,6 +69,7 @@ def test_the_ui_port_must_be_valid_too(tmp_path):
     EmbeddedServer("127.0.0.1:64535", tmp_path / "home").check()
 
 
+@pytest.mark.unit
 def test_a_remote_address_is_not_started(tmp_path):
     with pytest.raises(ConfigError, match="not a local address"):
         EmbeddedServer("temporal.example.com:7233", tmp_path / "home").check()
@@ -74,6 +78,7 @@ def test_a_remote_address_is_not_started(tmp_path):
 # ---------------------------------------------------------------------------- STRATAGEM_HOME
 
 
+@pytest.mark.unit
 def test_a_home_that_is_a_file_is_one_clear_error(tmp_path):
     home = tmp_path / "home"
     home.write_text("not a folder")
@@ -88,6 +93,7 @@ def test_a_home_that_is_a_file_is_one_clear_error(tmp_path):
         EmbeddedServer("127.0.0.1:7233", home / "inner").check()
 
 
+@pytest.mark.unit
 def test_check_creates_a_missing_home_and_starts_nothing(tmp_path):
     home = tmp_path / "a" / "b"
     EmbeddedServer("127.0.0.1:7233", home).check()
@@ -101,6 +107,7 @@ def _namespaces(command: list[str]) -> list[str]:
     return [command[i + 1] for i, arg in enumerate(command) if arg == "--namespace"]
 
 
+@pytest.mark.unit
 def test_the_server_creates_the_configured_namespace(tmp_path):
     assert EmbeddedServer("127.0.0.1:7233", tmp_path).namespace == "default"
     assert _namespaces(EmbeddedServer("127.0.0.1:7233", tmp_path).command()) == ["default"]
@@ -148,6 +155,7 @@ async def _namespace_exists(address: str, namespace: str) -> bool:
         raise
 
 
+@pytest.mark.unit
 async def test_a_failed_start_never_overwrites_the_pid_of_a_live_server(tmp_path, monkeypatch):
     home = tmp_path / "home"
     port = free_port_pair()
@@ -201,6 +209,7 @@ async def test_a_failed_start_never_overwrites_the_pid_of_a_live_server(tmp_path
         _kill(pid)
 
 
+@pytest.mark.unit
 def test_a_server_that_exits_at_start_leaves_the_pid_file_alone(tmp_path):
     """The pid is written only once the server listens: a start that fails (here its UI port is
     taken) keeps whatever the file said."""
@@ -268,6 +277,7 @@ def worker_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.mark.system
 def test_recorded_tools_are_the_background_workers(tmp_path, worker_env):
     home = tmp_path / "home"
     home.mkdir()
@@ -286,6 +296,7 @@ def test_recorded_tools_are_the_background_workers(tmp_path, worker_env):
         _kill(fake.pid)
 
 
+@pytest.mark.system
 def test_a_worker_left_by_other_code_is_replaced(tmp_path, worker_env):
     """A background worker started by an older Stratagem would not serve what new runs ask of it
     (the role task queues, say): a change of the installed code restarts it, keeping its tools."""
@@ -303,6 +314,7 @@ def test_a_worker_left_by_other_code_is_replaced(tmp_path, worker_env):
         _kill(worker.running_pid())
 
 
+@pytest.mark.system
 def test_ensure_keeps_a_worker_that_already_has_the_tools_and_the_workspace(tmp_path, worker_env):
     home = tmp_path / "home"
     home.mkdir()
@@ -317,6 +329,7 @@ def test_ensure_keeps_a_worker_that_already_has_the_tools_and_the_workspace(tmp_
         _kill(fake.pid)
 
 
+@pytest.mark.system
 def test_a_new_api_key_restarts_the_worker_without_writing_the_key_down(tmp_path, worker_env, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
@@ -339,6 +352,7 @@ def test_a_new_api_key_restarts_the_worker_without_writing_the_key_down(tmp_path
             _kill(started)
 
 
+@pytest.mark.system
 def test_a_shell_without_keys_keeps_a_worker_that_has_them(tmp_path, worker_env, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
@@ -359,6 +373,7 @@ def test_a_shell_without_keys_keeps_a_worker_that_has_them(tmp_path, worker_env,
         _kill(state["pid"])
 
 
+@pytest.mark.system
 def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_path, worker_env):
     home = tmp_path / "home"
     home.mkdir()
@@ -383,6 +398,7 @@ def test_ensure_restarts_the_worker_for_a_new_workspace_keeping_its_tools(tmp_pa
         _kill(started)
 
 
+@pytest.mark.system
 def test_a_workspace_the_worker_already_allows_needs_no_restart(tmp_path, worker_env):
     home = tmp_path / "home"
     home.mkdir()
@@ -398,6 +414,7 @@ def test_a_workspace_the_worker_already_allows_needs_no_restart(tmp_path, worker
         _kill(fake.pid)
 
 
+@pytest.mark.system
 def test_ensure_restarts_the_worker_for_a_new_tool_or_namespace(tmp_path, worker_env, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
@@ -427,6 +444,7 @@ def test_ensure_restarts_the_worker_for_a_new_tool_or_namespace(tmp_path, worker
             _kill(pid)
 
 
+@pytest.mark.unit
 def test_a_stopped_worker_comes_back_with_its_recorded_tools(tmp_path, worker_env):
     home = tmp_path / "home"
     home.mkdir()
@@ -452,6 +470,7 @@ def _quote_module(folder: Path) -> str:
     return str(module)
 
 
+@pytest.mark.system
 def test_tools_that_clash_are_refused_before_the_worker_is_touched(tmp_path, worker_env):
     """Two plan folders whose tools share a name: started with both, the worker died at once. The
     refusal names both modules, and the running worker and worker.json stay as they were."""
@@ -480,6 +499,7 @@ def test_tools_that_clash_are_refused_before_the_worker_is_touched(tmp_path, wor
         _kill(fake.pid)
 
 
+@pytest.mark.system
 def test_how_the_worker_ended_is_read_from_its_own_log(tmp_path, worker_env):
     home = tmp_path / "home"
     home.mkdir()
@@ -508,6 +528,7 @@ def test_how_the_worker_ended_is_read_from_its_own_log(tmp_path, worker_env):
         _kill(fake.pid)
 
 
+@pytest.mark.system
 def test_a_worker_stopped_by_down_is_not_reported_as_exited(tmp_path, worker_env):
     home = tmp_path / "home"
     home.mkdir()
@@ -523,6 +544,7 @@ def test_a_worker_stopped_by_down_is_not_reported_as_exited(tmp_path, worker_env
         _kill(fake.pid)
 
 
+@pytest.mark.system
 def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env):
     """The folders of the scripted files `run` named are passed to the worker (STRATAGEM_SCRIPTED_DIRS)
     and kept; a folder already allowed (or inside one) needs no restart."""
@@ -547,6 +569,7 @@ def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env):
         _kill(started)
 
 
+@pytest.mark.unit
 def test_wait_starts_the_server_only_where_this_home_last_served(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -560,6 +583,7 @@ def test_wait_starts_the_server_only_where_this_home_last_served(tmp_path):
 # ---------------------------------------------------------------------------- a run nobody serves
 
 
+@pytest.mark.system
 async def test_a_run_without_a_worker_is_reported_as_unresponsive(dev_env):
     draft = PlanDraft.model_validate(SIDE_EFFECT)
     run = await start_run(
@@ -586,6 +610,7 @@ async def test_a_run_without_a_worker_is_reported_as_unresponsive(dev_env):
         await run.handle.terminate(reason="test finished")
 
 
+@pytest.mark.system
 async def test_a_query_that_gets_no_answer_from_an_ended_run_is_asked_again(dev_env, tmp_path):
     # A query that reaches a worker just as the run ends can be dropped with the run's cached
     # state (the console once hung on one). Here the first query reaches nobody, as a dropped one
@@ -655,6 +680,7 @@ class QueryCount(Interceptor):
         return Counting(next)
 
 
+@pytest.mark.system
 async def test_connect_can_use_a_quiet_runtime(dev_env):
     assert quiet_runtime() is quiet_runtime()
     address = dev_env.client.service_client.config.target_host
@@ -665,6 +691,7 @@ async def test_connect_can_use_a_quiet_runtime(dev_env):
 # ---------------------------------------------------------------------------- the CLI
 
 
+@pytest.mark.unit
 def test_a_lost_connection_is_one_line(monkeypatch, capsys):
     from stratagem.cli import following, main
     from stratagem.cli.session import connection_lost
@@ -701,6 +728,7 @@ async def _memo_phase(run) -> str | None:
     return (await (await run.handle.describe()).memo()).get("phase")
 
 
+@pytest.mark.system
 async def test_the_memo_tells_how_a_run_ended(dev_harness):
     succeeded = await dev_harness.start(SIDE_EFFECT, auto_approve=True)
     await succeeded.result()
@@ -728,6 +756,7 @@ async def test_the_memo_tells_how_a_run_ended(dev_harness):
     assert (await (await cancelled.handle.describe()).memo())["goal"] == SIDE_EFFECT["goal"]
 
 
+@pytest.mark.system
 async def test_the_memo_survives_continue_as_new(dev_harness):
     steps = [step(f"s{i}", "add", a=i, b=1) for i in range(10)]
     run = await dev_harness.start({"goal": "count", "steps": steps}, auto_approve=True, continue_as_new_after_events=30)
@@ -737,6 +766,7 @@ async def test_the_memo_survives_continue_as_new(dev_harness):
     assert memo == {"goal": "count", "phase": "succeeded"}
 
 
+@pytest.mark.system
 def test_down_stops_this_homes_server_and_worker_and_keeps_the_runs(tmp_path, worker_env, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
@@ -775,6 +805,7 @@ def test_down_stops_this_homes_server_and_worker_and_keeps_the_runs(tmp_path, wo
             _kill(running)
 
 
+@pytest.mark.system
 def test_a_killed_foreground_server_takes_its_temporal_child_along(tmp_path):
     home = tmp_path / "home"
     port = free_port_pair()
@@ -803,6 +834,7 @@ def test_a_killed_foreground_server_takes_its_temporal_child_along(tmp_path):
             _kill(running)
 
 
+@pytest.mark.system
 async def test_a_foreground_server_names_its_home_and_other_homes_keep_off_it(tmp_path):
     """`stratagem server` names its home in its namespace's data as soon as it serves, so that
     another home's command pointed at it is refused before this home's first command marks it."""
@@ -838,6 +870,7 @@ async def test_a_foreground_server_names_its_home_and_other_homes_keep_off_it(tm
             _kill(running)
 
 
+@pytest.mark.system
 async def test_a_burst_of_run_starts_asks_the_namespace_for_its_status_attribute_once(dev_env):
     """Every run start asks whether the namespace keeps run statuses (a search attribute). The
     answer is remembered, but starts that arrived while it was being asked each asked again: a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from rich.console import Console
 from support.cli import TOOLS, acli, one_line_error, write_plan
 from support.plans import step
@@ -69,6 +70,7 @@ def rendered(renderable) -> str:
     return capture.get()
 
 
+@pytest.mark.unit
 def test_diamond_layout_places_each_step_once_and_names_both_parents():
     roots, children = spanning_forest(DIAMOND)
     assert roots == ["top"]
@@ -81,6 +83,7 @@ def test_diamond_layout_places_each_step_once_and_names_both_parents():
     assert "succeeded · 1 attempt" in text
 
 
+@pytest.mark.unit
 def test_wide_dag_every_step_once():
     plan = wide()
     roots, children = spanning_forest(plan)
@@ -91,6 +94,7 @@ def test_wide_dag_every_step_once():
     assert text.count("after: s10-0, s10-1, s10-2") == 3
 
 
+@pytest.mark.unit
 def test_mermaid_edges_classes_and_escaping():
     plan = plan_of(
         [
@@ -122,6 +126,7 @@ def test_mermaid_edges_classes_and_escaping():
     assert '"' not in label and "[" not in label and "]" not in label and "\n" not in text.rstrip("\n").split("\n")[1]
 
 
+@pytest.mark.unit
 def test_diff_reports_added_removed_and_changed_fields():
     old = plan_of(
         [
@@ -175,6 +180,7 @@ def test_diff_reports_added_removed_and_changed_fields():
     assert diff_revisions(old, old)["changed"] == {} and "no step changed" in diff_lines(diff_revisions(old, old))
 
 
+@pytest.mark.unit
 def test_the_diff_names_the_list_item_that_was_removed():
     items = ["laptop", "monitor", "dock", "headset"]
     args = {"cost_center": "CC-4120 Operations and facilities", "employee": "Zoë Martin", "items": items}
@@ -188,6 +194,7 @@ def test_the_diff_names_the_list_item_that_was_removed():
     assert "    args.employee: Zoë Martin → Zoë M." in lines and '    args.extra: added {"a": 1}' in lines
 
 
+@pytest.mark.unit
 def test_json_and_header_carry_usage():
     ledger = ledger_of(DIAMOND, statuses={"top": StepStatus.succeeded})
     ledger.steps["top"].usage = UsageTotals(calls=2, input_tokens=100, output_tokens=20, cost_usd=0.0012)
@@ -199,6 +206,7 @@ def test_json_and_header_carry_usage():
     assert "120 tok · $0.0012" in text
 
 
+@pytest.mark.system
 async def test_show_on_a_revised_run(cli_env, tmp_path):
     env, _ = cli_env
     first = write_plan(
@@ -266,6 +274,7 @@ async def test_show_on_a_revised_run(cli_env, tmp_path):
     ]
 
 
+@pytest.mark.workflow
 async def test_a_superseded_revision_shows_what_ran_under_it(harness):
     """#36: `show --revision 1` marked a step succeeded under revision 1 that had failed there and
     succeeded only under revision 2."""

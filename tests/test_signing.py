@@ -47,6 +47,7 @@ def policy(*signers: Signer, allow_unsigned: bool = False, issuers: tuple[Signer
 # --- the signature ------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_signed_decision_verifies_for_its_run_and_kind_only():
     trusted = policy(ALICE)
     signed = ALICE.sign("run-1", "approve", ApproveInput(by="alice", revision=1))
@@ -59,6 +60,7 @@ def test_a_signed_decision_verifies_for_its_run_and_kind_only():
     assert "does not match" in trusted.verify("run-1", "approve", step).refused
 
 
+@pytest.mark.unit
 def test_a_claim_is_not_a_signature():
     trusted = policy(ALICE)
     unsigned = ApproveInput(by="alice", revision=1)
@@ -74,6 +76,7 @@ def test_a_claim_is_not_a_signature():
     assert "signed by 'alice'" in trusted.verify("run-1", "approve", as_bob).refused
 
 
+@pytest.mark.unit
 def test_an_issuer_signs_for_the_person_it_authenticated_and_only_as_signed():
     trusted = policy(ALICE, issuers=(CONSOLE,))
     issued = CONSOLE.issue("run-1", "approve", ApproveInput(by="whoever the browser said", revision=1), by="alice")
@@ -103,6 +106,7 @@ def test_an_issuer_signs_for_the_person_it_authenticated_and_only_as_signed():
         CONSOLE.issue("run-1", "approve", ApproveInput(by="x"), by=" ")
 
 
+@pytest.mark.unit
 def test_issuer_keys_are_a_setting_of_their_own():
     # Listed only as an issuer, the console's key makes the worker refuse unsigned decisions.
     only_console = DecisionPolicy.from_env({"STRATAGEM_ISSUER_KEYS": CONSOLE.public_line()})
@@ -137,6 +141,7 @@ def test_issuer_keys_are_a_setting_of_their_own():
     assert empty.requires_signatures and empty.legacy_unsigned
 
 
+@pytest.mark.unit
 def test_signing_is_the_default_and_only_the_operator_can_turn_it_off():
     # No key configured: unsigned decisions are refused all the same, saying how to sign.
     default = DecisionPolicy.from_env({})
@@ -152,6 +157,7 @@ def test_signing_is_the_default_and_only_the_operator_can_turn_it_off():
     assert "signed only; trusting alice" in policy(ALICE).describe()
 
 
+@pytest.mark.unit
 def test_a_home_trusts_the_keys_it_makes_even_after_the_worker_started(tmp_path: Path):
     home = tmp_path / "home"
     worker = DecisionPolicy.from_env({"STRATAGEM_HOME": str(home)})
@@ -185,6 +191,7 @@ def test_a_home_trusts_the_keys_it_makes_even_after_the_worker_started(tmp_path:
         keyring.signer("Dana Smith")
 
 
+@pytest.mark.unit
 def test_key_configuration_errors_are_one_line(tmp_path: Path):
     for env, expected in [
         ({"STRATAGEM_APPROVER_KEYS": "alice"}, "must be NAME:PUBLIC_KEY"),
@@ -216,6 +223,7 @@ async def temporal(env, *args: str) -> subprocess.CompletedProcess[str]:
 PAY = {"goal": "pay", "steps": [{"id": "pay", "title": "Pay", "tool": "record", "args": {"label": "paid"}}]}
 
 
+@pytest.mark.system
 async def test_forged_decisions_from_the_temporal_cli_change_nothing(dev_env, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATAGEM_APPROVER_KEYS", ALICE.public_line())
     monkeypatch.delenv("STRATAGEM_SIGNING_KEY", raising=False)
@@ -258,6 +266,7 @@ async def test_forged_decisions_from_the_temporal_cli_change_nothing(dev_env, tm
         assert [c["label"] for c in harness.calls()] == ["paid"]
 
 
+@pytest.mark.system
 async def test_a_console_approves_for_the_person_it_authenticated_and_nobody_else(dev_env, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATAGEM_APPROVER_KEYS", ALICE.public_line())
     monkeypatch.setenv("STRATAGEM_ISSUER_KEYS", CONSOLE.public_line())
@@ -288,6 +297,7 @@ async def test_a_console_approves_for_the_person_it_authenticated_and_nobody_els
         assert [c["label"] for c in harness.calls()] == ["paid"]
 
 
+@pytest.mark.system
 async def test_a_run_approves_itself_only_with_a_trusted_persons_signed_start(dev_env, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATAGEM_APPROVER_KEYS", ALICE.public_line())
     async with harness_for(dev_env, tmp_path) as harness:
@@ -345,6 +355,7 @@ async def test_a_run_approves_itself_only_with_a_trusted_persons_signed_start(de
         assert started.data["auto_approve_by"] == "alice"
 
 
+@pytest.mark.system
 async def test_the_cli_signs_with_the_key_keygen_wrote(dev_env, tmp_path, monkeypatch):
     from support.cli import acli
 
@@ -385,6 +396,7 @@ async def test_the_cli_signs_with_the_key_keygen_wrote(dev_env, tmp_path, monkey
         assert decisions and decisions[0]["signed_by"] == "alice"
 
 
+@pytest.mark.unit
 def test_a_person_cannot_take_the_name_of_the_homes_console(tmp_path: Path):
     """`stratagem approve --by console` would make a person's key that shadows the console's issuer
     key (a configured or home name keeps its first key), and every console decision would fail."""

@@ -48,10 +48,12 @@ ROOT = Path(__file__).resolve().parent.parent
         ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "console"}, []),
     ],
 )
+@pytest.mark.unit
 def test_traces_exporters_follow_the_standard_variables(env, expected):
     assert traces_exporters(env) == expected
 
 
+@pytest.mark.unit
 def test_an_exporter_stratagem_does_not_ship_is_one_clear_error():
     with pytest.raises(
         ConfigError,
@@ -60,6 +62,7 @@ def test_an_exporter_stratagem_does_not_ship_is_one_clear_error():
         traces_exporters({"OTEL_TRACES_EXPORTER": "zipkin"})
 
 
+@pytest.mark.unit
 def test_metrics_configuration():
     assert metrics_config({}) is None
     prometheus = metrics_config({"OTEL_METRICS_EXPORTER": "prometheus"})
@@ -164,6 +167,7 @@ def sample(lines: list[str], name: str, **labels: str) -> float | None:
     return None
 
 
+@pytest.mark.system
 async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_metrics(dev_env, tmp_path):
     collector = Collector()
     port = free_port()
@@ -258,6 +262,7 @@ async def test_a_worker_process_exports_spans_over_otlp_and_serves_prometheus_me
     assert attributes["stratagem.cost_usd"].double_value == pytest.approx(0.0018)
 
 
+@pytest.mark.system
 def test_a_bad_exporter_setting_stops_the_command_line_with_one_line():
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "zipkin", "TEMPORAL_ADDRESS": "127.0.0.1:1"}
     done = subprocess.run(

@@ -16,6 +16,8 @@ from stratagem.plan import Risk
 from stratagem.tools import ToolContext, ToolDefinition, ToolRegistry, idempotency_key, tool
 from stratagem.tools.registry import define_tool
 
+pytestmark = pytest.mark.unit
+
 
 class Address(BaseModel):
     city: str

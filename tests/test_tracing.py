@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from opentelemetry.trace import StatusCode
 from support import FIXTURE_TOOLS
 from support.plans import step
@@ -41,6 +42,7 @@ def tree(trace: Trace) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.workflow
 async def test_span_tree_of_a_run_with_a_replan(harness):
     first = {
         "goal": "onboard",
@@ -126,6 +128,7 @@ def llm_plan() -> dict:
     }
 
 
+@pytest.mark.system
 async def test_a_worker_restart_exports_every_span_once(dev_env, tmp_path):
     """The run waits for approval on one worker, which stops; another replays its history and
     finishes it. Spans the first worker ended are not exported again, and the spans the second
@@ -189,6 +192,7 @@ async def test_a_worker_restart_exports_every_span_once(dev_env, tmp_path):
     assert len(CAPTURE.spans) == before
 
 
+@pytest.mark.workflow
 async def test_a_continued_run_stays_one_trace(harness):
     plan = {
         "goal": "many",

@@ -3,12 +3,15 @@ record says after each move, which events the ledger gets, and which failure a r
 
 from __future__ import annotations
 
+import pytest
 from support.states import NOW, make_state
 
 from stratagem import transitions
 from stratagem.ledger import EventKind, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.run_types import Budget, RunOptions, RunState
 from stratagem.usage import CallUsage
+
+pytestmark = pytest.mark.unit
 
 
 def kinds(state: RunState) -> list[EventKind]:

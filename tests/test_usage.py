@@ -6,6 +6,8 @@ import pytest
 
 from stratagem.usage import DEFAULT_PRICES, Budget, Price, UsageTotals, exhausted, may_cross, price_for
 
+pytestmark = pytest.mark.unit
+
 
 def totals(calls: int = 0, i: int = 0, o: int = 0, cost: float = 0.0) -> UsageTotals:
     return UsageTotals(calls=calls, input_tokens=i, output_tokens=o, cost_usd=cost)

@@ -14,6 +14,8 @@ from stratagem.secret_bindings import SecretBinding, bindings_from_env, unbound_
 from stratagem.tools import ToolCatalog, ToolRegistry
 from stratagem.validation import plan_problems, validate_plan
 
+pytestmark = pytest.mark.unit
+
 
 def add(a: int, b: int) -> int:
     """Add two integers."""

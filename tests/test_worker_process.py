@@ -10,11 +10,14 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from support.plans import GREETING, step
 
 from stratagem.client import start_run
 from stratagem.plan import Author, AuthorKind, PlanDraft
 from stratagem.run_types import ApproveInput, Phase, RunInput, RunOptions
+
+pytestmark = pytest.mark.system
 
 ROOT = Path(__file__).resolve().parent.parent
 

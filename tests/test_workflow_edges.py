@@ -24,6 +24,7 @@ async def ends_cancelled(run) -> None:
     assert (await run.handle.describe()).status == WorkflowExecutionStatus.CANCELED
 
 
+@pytest.mark.system
 async def test_cancel_while_planning_ends_cancelled_not_failed(dev_harness):
     good = {"goal": "g", "steps": [step("only", "record", label="x")]}
     script = dev_harness.script("p.yaml", {"planner": [{"plan": good}]})
@@ -36,6 +37,7 @@ async def test_cancel_while_planning_ends_cancelled_not_failed(dev_harness):
     assert not any(e.kind is EventKind.run_failed for e in ledger.events)
 
 
+@pytest.mark.workflow
 async def test_cancel_while_awaiting_review(harness):
     run = await harness.start({"goal": "g", "steps": [step("a", "record", label="a")]})
     await harness.wait_for(run, awaiting)
@@ -45,6 +47,7 @@ async def test_cancel_while_awaiting_review(harness):
     assert ledger.steps["a"].status is StepStatus.cancelled and harness.calls() == []
 
 
+@pytest.mark.workflow
 async def test_a_reused_run_id_gets_fresh_idempotency_keys(harness):
     plan = PlanDraft.model_validate(
         {"goal": "log", "steps": [step("log", "append_csv_row", path="log.csv", row={"event": "onboarded"})]}
@@ -67,6 +70,7 @@ async def test_a_reused_run_id_gets_fresh_idempotency_keys(harness):
     assert (harness.workspace / "log.csv").read_text().splitlines() == ["event", "onboarded", "onboarded"]
 
 
+@pytest.mark.system
 async def test_continue_as_new_never_withdraws_a_question(dev_harness):
     steps = [step(f"q{i}", "add", a=i, b=1) for i in range(4)]
     steps += [
@@ -87,6 +91,7 @@ async def test_continue_as_new_never_withdraws_a_question(dev_harness):
     assert any(e.kind is EventKind.continued_as_new for e in ledger.events)
 
 
+@pytest.mark.system
 async def test_a_question_carried_by_continue_as_new_can_be_answered_later(dev_harness):
     # On the dev server: this polls the status while the run continues as new, and the
     # time-skipping test server can lose a query that races a continue-as-new, leaving its
@@ -104,6 +109,7 @@ async def test_a_question_carried_by_continue_as_new_can_be_answered_later(dev_h
     assert [e.kind for e in ledger.events if e.step_id == "ask"].count(EventKind.step_awaiting_answer) == 1
 
 
+@pytest.mark.workflow
 async def test_an_edit_of_a_stale_revision_is_refused(harness):
     run = await harness.start({"goal": "g", "steps": [step("a", "record", label="a")]})
     await harness.wait_for(run, awaiting)
@@ -115,6 +121,7 @@ async def test_an_edit_of_a_stale_revision_is_refused(harness):
     assert (await run.plan()).steps[0].args["label"] == "by A"
 
 
+@pytest.mark.workflow
 async def test_replan_approved_by_policy_is_not_recorded_as_auto_approve(harness):
     failing = {"goal": "g", "steps": [step("charge", "broken", reason="declined")]}
     fixed = {"goal": "g", "steps": [step("invoice", "record", label="invoice")]}
@@ -128,6 +135,7 @@ async def test_replan_approved_by_policy_is_not_recorded_as_auto_approve(harness
     assert ledger.auto_approved is False
 
 
+@pytest.mark.workflow
 async def test_attempts_are_counted_exactly(harness):
     plan = {
         "goal": "g",
@@ -143,6 +151,7 @@ async def test_attempts_are_counted_exactly(harness):
     assert wobbly.error == "RuntimeError: transient trouble on attempt 2"
 
 
+@pytest.mark.workflow
 async def test_large_outputs_live_in_the_store_and_still_feed_later_steps(harness):
     plan = {
         "goal": "g",
@@ -166,6 +175,7 @@ async def test_large_outputs_live_in_the_store_and_still_feed_later_steps(harnes
     assert max(payload_sizes(await run.handle.fetch_history())) < 64 * 1024
 
 
+@pytest.mark.system
 async def test_a_hanging_tool_times_out_each_attempt_and_fails_its_step(dev_harness):
     plan = {
         "goal": "g",
@@ -180,6 +190,7 @@ async def test_a_hanging_tool_times_out_each_attempt_and_fails_its_step(dev_harn
     assert [c for c in dev_harness.calls() if c["tool"] == "slow"] == []  # no attempt ever finished
 
 
+@pytest.mark.workflow
 async def test_a_decision_for_an_ended_or_unknown_run_says_which(harness):
     from stratagem.client import get_run
 

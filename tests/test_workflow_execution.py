@@ -21,6 +21,7 @@ async def failure_of(run) -> str:
     return str(info.value.cause)
 
 
+@pytest.mark.system
 async def test_diamond_branches_overlap_in_time(dev_harness):
     run = await dev_harness.start(diamond(seconds=1.5), auto_approve=True)
     result = await run.result()
@@ -33,6 +34,7 @@ async def test_diamond_branches_overlap_in_time(dev_harness):
     assert order == ["start", "left+right"]
 
 
+@pytest.mark.system
 async def test_parallelism_is_capped(dev_harness):
     plan = {"goal": "fan out", "steps": [step(f"s{i}", "slow", label=f"s{i}", seconds=0.5) for i in range(4)]}
     run = await dev_harness.start(plan, auto_approve=True, max_parallel=2)
@@ -42,6 +44,7 @@ async def test_parallelism_is_capped(dev_harness):
     assert peak == 2
 
 
+@pytest.mark.system
 async def test_a_ready_step_starts_without_waiting_for_its_wave(dev_harness):
     # quick -> after_quick must not wait for the slow sibling to finish.
     plan = {
@@ -58,6 +61,7 @@ async def test_a_ready_step_starts_without_waiting_for_its_wave(dev_harness):
     assert calls["after_quick"]["end"] < calls["slow_one"]["end"]
 
 
+@pytest.mark.workflow
 async def test_human_step_takes_an_answer_by_update_or_signal(harness):
     plan = {
         "goal": "collect approvals",
@@ -103,6 +107,7 @@ async def test_human_step_takes_an_answer_by_update_or_signal(harness):
     assert sorted(answered) == [("ask_budget", "fin"), ("ask_owner", "ops")]
 
 
+@pytest.mark.workflow
 async def test_a_wrong_typed_answer_is_refused_and_the_step_keeps_waiting(harness):
     terms = {"type": "object", "properties": {"status": {"enum": ["ok", "change"]}}, "required": ["status"]}
     plan = {
@@ -135,6 +140,7 @@ async def test_a_wrong_typed_answer_is_refused_and_the_step_keeps_waiting(harnes
     assert (await run.result()).outputs == {"file": "terms ok"}
 
 
+@pytest.mark.workflow
 async def test_llm_steps_and_synthesis_use_the_scripted_models(harness):
     model = harness.script(
         "models.yaml",
@@ -170,12 +176,14 @@ async def test_llm_steps_and_synthesis_use_the_scripted_models(harness):
     assert result.synthesis == "Ada was welcomed and classified as enterprise."
 
 
+@pytest.mark.workflow
 async def test_llm_step_without_executor_is_refused(harness):
     plan = {"goal": "x", "steps": [{"id": "think", "title": "Think", "kind": "llm", "instructions": "think"}]}
     run = await harness.start(plan, auto_approve=True)
     assert "the run has no executor model" in await failure_of(run)
 
 
+@pytest.mark.workflow
 async def test_transient_failures_are_retried_and_counted(harness):
     plan = {"goal": "retry", "steps": [step("wobbly", "flaky", label="ok", failures=2)]}
     run = await harness.start(plan, auto_approve=True, step_max_attempts=3)
@@ -190,6 +198,7 @@ def replan_script(harness, *revisions):
     return harness.script("planner.yaml", {"planner": [{"plan": r} for r in revisions]})
 
 
+@pytest.mark.workflow
 async def test_failure_then_replan_then_success(harness):
     first = {
         "goal": "onboard",
@@ -243,6 +252,7 @@ async def test_failure_then_replan_then_success(harness):
     )
 
 
+@pytest.mark.workflow
 async def test_replan_keeps_a_failed_step_and_runs_it_again_under_the_new_revision(harness):
     plan = {"goal": "retry later", "steps": [step("wobbly", "flaky", label="ok", failures=1)]}
     again = {"goal": "retry later", "steps": [{**step("wobbly", "flaky", label="ok", failures=1), "max_attempts": 2}]}
@@ -260,6 +270,7 @@ async def test_replan_keeps_a_failed_step_and_runs_it_again_under_the_new_revisi
     assert (record.revision, record.attempts) == (2, 3)
 
 
+@pytest.mark.workflow
 async def test_replan_cap_ends_the_run(harness):
     failing = {"goal": "doomed", "steps": [step("charge", "broken", reason="card declined")]}
     run = await harness.start(failing, auto_approve=True, max_replans=1, planner=replan_script(harness, failing))
@@ -271,6 +282,7 @@ async def test_replan_cap_ends_the_run(harness):
     assert len([c for c in harness.calls() if c["tool"] == "broken"]) == 2
 
 
+@pytest.mark.workflow
 async def test_planner_output_is_repaired_then_bounded(harness):
     good = {"goal": "g", "steps": [step("only", "record", label="fixed")]}
     planner = harness.script("p.yaml", {"planner": [{"text": "I think we should..."}, {"plan": good}]})
@@ -285,6 +297,7 @@ async def test_planner_output_is_repaired_then_bounded(harness):
     assert "the planner gave no valid plan in 3 attempt(s)" in message and "unknown tool 'nope'" in message
 
 
+@pytest.mark.workflow
 async def test_continue_as_new_keeps_the_run_correct(harness):
     steps = [step("s0", "add", a=0, b=1)]
     for i in range(1, 24):
@@ -300,6 +313,7 @@ async def test_continue_as_new_keeps_the_run_correct(harness):
     assert len([e for e in ledger.events if e.kind is EventKind.step_succeeded]) == 24  # no step ran twice
 
 
+@pytest.mark.system
 async def test_continue_as_new_carries_a_pending_human_step(dev_harness):
     # On the dev server: this polls the status while the run continues as new, and the
     # time-skipping test server can lose a query that races a continue-as-new, leaving its
@@ -315,6 +329,7 @@ async def test_continue_as_new_carries_a_pending_human_step(dev_harness):
     assert result.outputs["ask"] == "yes"
 
 
+@pytest.mark.system
 async def test_cancel_leaves_the_ledger_consistent(dev_harness):
     plan = {
         "goal": "long",
@@ -336,6 +351,7 @@ async def test_cancel_leaves_the_ledger_consistent(dev_harness):
     assert all(r.ended_at is not None for r in ledger.steps.values())
 
 
+@pytest.mark.workflow
 async def test_a_raising_tool_fails_its_step_not_the_worker(harness):
     plan = {"goal": "x", "steps": [step("bad", "unserializable")]}
     run = await harness.start(plan, auto_approve=True)
@@ -346,6 +362,7 @@ async def test_a_raising_tool_fails_its_step_not_the_worker(harness):
     assert (await run.result()).status is Phase.succeeded
 
 
+@pytest.mark.workflow
 async def test_local_tools_take_the_fast_path_with_the_same_guarantees(harness):
     from temporalio.api.enums.v1 import EventType
 
@@ -379,6 +396,7 @@ def write_plan(path: str, content: str) -> dict:
     return {"goal": "g", "steps": [step("w", "write_file", path=path, content=content)]}
 
 
+@pytest.mark.workflow
 async def test_each_run_writes_into_its_own_workspace(harness, tmp_path, monkeypatch):
     one, two = tmp_path / "folder-one" / "workspace", tmp_path / "folder-two" / "workspace"
     monkeypatch.setenv("STRATAGEM_WORKSPACE_ROOTS", f"{tmp_path / 'folder-one'}:{tmp_path / 'folder-two'}")
@@ -396,6 +414,7 @@ async def test_each_run_writes_into_its_own_workspace(harness, tmp_path, monkeyp
     assert (await first.status()).workspace == str(one)
 
 
+@pytest.mark.workflow
 async def test_a_run_cannot_choose_a_workspace_the_worker_does_not_allow(harness, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATAGEM_WORKSPACE_ROOTS", str(tmp_path / "allowed"))
     target = tmp_path / "elsewhere"

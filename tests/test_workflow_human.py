@@ -59,6 +59,7 @@ def llm(id: str, tools: list[str], depends_on: list[str] | None = None) -> dict[
 # ------------------------------------------------------------------ risk declared by the tool
 
 
+@pytest.mark.workflow
 async def test_a_plan_cannot_lower_a_tools_risk(harness):
     """`pay` is @tool(risk="high"); the plan says low. The step still waits for its own approval."""
     plan = {"goal": "pay acme", "steps": [{**step("pay", "pay", amount=900, to="acme"), "risk": "low"}]}
@@ -78,6 +79,7 @@ async def test_a_plan_cannot_lower_a_tools_risk(harness):
     assert [c["tool"] for c in harness.calls()] == ["pay"]
 
 
+@pytest.mark.workflow
 async def test_a_tool_that_requires_approval_gates_its_step(harness):
     run = await harness.start({"goal": "g", "steps": [step("wire", "wire_funds", amount=5, to="x")]})
     await harness.wait_for(run, awaiting)
@@ -97,6 +99,7 @@ def wire_script(harness, calls: list[dict[str, Any]]) -> str:
     return harness.script("wire.yaml", {"executor": {"settle": turns}})
 
 
+@pytest.mark.workflow
 async def test_an_llm_steps_call_to_a_gated_tool_waits_with_its_arguments(harness):
     model = wire_script(harness, [{"tool": "wire_funds", "args": {"amount": 900, "to": "acme"}}])
     run = await harness.start({"goal": "g", "steps": [llm("settle", ["wire_funds"])]}, executor=model)
@@ -136,6 +139,7 @@ async def test_an_llm_steps_call_to_a_gated_tool_waits_with_its_arguments(harnes
     assert ledger.usage.calls == 2
 
 
+@pytest.mark.workflow
 async def test_a_rejected_call_is_told_to_the_model_and_never_runs(harness):
     model = wire_script(
         harness,
@@ -160,6 +164,7 @@ async def test_a_rejected_call_is_told_to_the_model_and_never_runs(harness):
     assert "dana" in record.tool_calls[0].message
 
 
+@pytest.mark.workflow
 async def test_auto_approve_decides_calls_too(harness):
     model = wire_script(harness, [{"tool": "wire_funds", "args": {"amount": 1, "to": "x"}}])
     run = await harness.start(
@@ -185,6 +190,7 @@ async def approved(harness, plan: dict[str, Any], **options: Any):
     return run
 
 
+@pytest.mark.workflow
 async def test_a_failed_step_without_a_planner_waits_for_repair_and_a_retry_finishes_the_run(harness):
     run = await approved(harness, FAILS_ONCE)
     status = await harness.wait_for(run, phase("awaiting_repair"))
@@ -206,6 +212,7 @@ async def test_a_failed_step_without_a_planner_waits_for_repair_and_a_retry_fini
     assert EventKind.repair_requested in {e.kind for e in ledger.events}
 
 
+@pytest.mark.workflow
 async def test_skip_supplies_the_output_by_hand(harness):
     run = await approved(harness, FAILS_ONCE)
     await harness.wait_for(run, phase("awaiting_repair"))
@@ -217,6 +224,7 @@ async def test_skip_supplies_the_output_by_hand(harness):
     assert (record.status, record.output) == (StepStatus.succeeded, "by hand")
 
 
+@pytest.mark.workflow
 async def test_retry_with_new_arguments_is_a_new_revision_the_repairer_approved(harness):
     run = await approved(harness, FAILS_ONCE)
     await harness.wait_for(run, phase("awaiting_repair"))
@@ -235,6 +243,7 @@ async def test_retry_with_new_arguments_is_a_new_revision_the_repairer_approved(
     assert approval.data["covers"] == ["a"]
 
 
+@pytest.mark.workflow
 async def test_stop_ends_a_run_waiting_for_repair(harness):
     run = await approved(harness, FAILS_ONCE)
     await harness.wait_for(run, phase("awaiting_repair"))
@@ -243,6 +252,7 @@ async def test_stop_ends_a_run_waiting_for_repair(harness):
     assert status.phase is Phase.failed and "stopped by bob" in (status.reason or "")
 
 
+@pytest.mark.workflow
 async def test_unattended_runs_fail_as_before(harness):
     run = await harness.start(FAILS_ONCE, auto_approve=True)
     with pytest.raises(WorkflowFailureError):
@@ -250,12 +260,14 @@ async def test_unattended_runs_fail_as_before(harness):
     assert (await run.status()).phase is Phase.failed
 
 
+@pytest.mark.workflow
 async def test_on_failure_fail_ends_an_attended_run(harness):
     run = await approved(harness, FAILS_ONCE, on_failure="fail")
     status = await harness.wait_for(run, lambda s: s.phase.finished)
     assert status.phase is Phase.failed
 
 
+@pytest.mark.workflow
 async def test_a_repair_is_not_open_to_someone_off_the_approver_list(harness):
     run = await approved(harness, FAILS_ONCE, approvers=["bob"])
     await harness.wait_for(run, phase("awaiting_repair"))
@@ -267,6 +279,7 @@ async def test_a_repair_is_not_open_to_someone_off_the_approver_list(harness):
 # ------------------------------------------------------------------ partial re-approval
 
 
+@pytest.mark.workflow
 async def test_a_revision_asks_only_about_what_changed_and_keeps_step_approvals(harness):
     """`gated` is approved at its gate but waits for the one parallel slot; a revision made
     meanwhile adds a step. The review asks about that step only, and `gated` runs on the
@@ -299,6 +312,7 @@ async def test_a_revision_asks_only_about_what_changed_and_keeps_step_approvals(
     assert [c["label"] for c in harness.calls() if c["tool"] == "record"] == ["G", "N"]
 
 
+@pytest.mark.workflow
 async def test_a_gated_step_that_failed_is_asked_again_before_it_runs_again(harness):
     """Its first run may have had effects: an unchanged revision does not carry its step approval."""
     plan = {
@@ -323,6 +337,7 @@ async def test_a_gated_step_that_failed_is_asked_again_before_it_runs_again(harn
     assert (await run.result()).status is Phase.succeeded
 
 
+@pytest.mark.workflow
 async def test_a_revision_that_changes_nothing_keeps_the_approval(harness):
     run = await approved(harness, FAILS_ONCE)
     await harness.wait_for(run, phase("awaiting_repair"))
@@ -333,6 +348,7 @@ async def test_a_revision_that_changes_nothing_keeps_the_approval(harness):
     assert EventKind.approval_carried in {e.kind for e in ledger.events}
 
 
+@pytest.mark.workflow
 async def test_whole_plan_approval_asks_about_every_step(harness):
     run = await approved(harness, FAILS_ONCE, whole_plan_approval=True)
     await harness.wait_for(run, phase("awaiting_repair"))
@@ -345,6 +361,7 @@ async def test_whole_plan_approval_asks_about_every_step(harness):
 # ------------------------------------------------------------------ changes while running
 
 
+@pytest.mark.workflow
 async def test_a_plan_revised_while_running_holds_new_steps_until_approved(harness):
     plan = {"goal": "g", "steps": [step("long", "slow", label="L", seconds=3)]}
     run = await approved(harness, plan)
@@ -370,6 +387,7 @@ async def test_a_plan_revised_while_running_holds_new_steps_until_approved(harne
 # ------------------------------------------------------------------ forks
 
 
+@pytest.mark.workflow
 async def test_a_fork_runs_again_only_what_changed(harness):
     plan = {
         "goal": "g",
@@ -409,6 +427,7 @@ async def test_a_fork_runs_again_only_what_changed(harness):
 # ------------------------------------------------------------------ who may decide what
 
 
+@pytest.mark.workflow
 async def test_a_step_names_who_may_approve_it(harness):
     plan = {"goal": "g", "steps": [{**step("pay", "record", label="P"), "approvers": ["finance"]}]}
     run = await approved(harness, plan, approver_groups={"finance": ["dana", "lee"]})
@@ -419,6 +438,7 @@ async def test_a_step_names_who_may_approve_it(harness):
     assert (await run.result()).status is Phase.succeeded
 
 
+@pytest.mark.system
 async def test_a_paused_call_survives_a_continue_as_new(dev_harness):
     """A step beside the paused one ends, the history is long enough, and the run continues as
     new while the call waits: the new execution picks the pause up, and the call runs once.
@@ -449,6 +469,7 @@ async def test_a_paused_call_survives_a_continue_as_new(dev_harness):
     assert sorted(c["tool"] for c in harness.calls()) == ["record", "slow", "wire_funds"]
 
 
+@pytest.mark.unit
 def test_validation_notes_what_a_tool_changes_about_a_plan():
     from support import FIXTURE_TOOLS
 
@@ -472,6 +493,7 @@ def test_validation_notes_what_a_tool_changes_about_a_plan():
     ]
 
 
+@pytest.mark.workflow
 async def test_an_output_given_by_hand_must_match_the_tools_return_type(harness):
     plan = {"goal": "g", "steps": [{**step("a", "broken", reason="down")}, step("b", "record", ["a"], label="x")]}
     run = await approved(harness, plan)
@@ -483,6 +505,7 @@ async def test_an_output_given_by_hand_must_match_the_tools_return_type(harness)
     assert (await run.result()).status is Phase.succeeded
 
 
+@pytest.mark.workflow
 async def test_a_replan_that_changes_one_step_asks_only_about_that_step(harness):
     first = {
         "goal": "ship",
@@ -509,6 +532,7 @@ async def test_a_replan_that_changes_one_step_asks_only_about_that_step(harness)
     assert (await run.ledger()).decisions[-1].covers == ["book"]
 
 
+@pytest.mark.workflow
 async def test_a_revision_still_under_review_is_not_run_by_a_repair(harness):
     """Revised while a step runs; that step then fails and is retried by a person. The revision
     nobody approved yet is reviewed before anything of it runs."""
@@ -528,6 +552,7 @@ async def test_a_revision_still_under_review_is_not_run_by_a_repair(harness):
     assert [c["tool"] for c in harness.calls()] == ["slow_fail", "slow_fail", "record"]
 
 
+@pytest.mark.workflow
 async def test_a_paused_call_outlives_a_repair_of_another_step(harness):
     """A sibling fails while an llm step waits on a call: the call stays open through the repair,
     and once decided the step goes on at the same call (one wire, key c0)."""

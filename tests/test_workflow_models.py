@@ -45,6 +45,7 @@ def usage(i: int, o: int) -> dict:
     return {"usage": {"input_tokens": i, "output_tokens": o}}
 
 
+@pytest.mark.workflow
 async def test_executor_calls_allowed_tools_and_is_refused_the_rest(harness):
     model = harness.script(
         "exec.yaml",
@@ -91,6 +92,7 @@ async def test_executor_calls_allowed_tools_and_is_refused_the_rest(harness):
     assert len(told) == 1 and "not authorized" in told[0].content and "It was not run" in told[0].content
 
 
+@pytest.mark.workflow
 async def test_usage_and_cost_are_kept_per_call_step_and_run(harness):
     path = harness.script(
         "priced.yaml",
@@ -118,6 +120,7 @@ async def test_usage_and_cost_are_kept_per_call_step_and_run(harness):
     assert status.usage == ledger.usage
 
 
+@pytest.mark.workflow
 async def test_an_unpriced_model_is_counted_but_not_costed(harness):
     path = harness.script("unpriced.yaml", {"executor": {"a": {"text": "A", **usage(10, 5)}}})
     model = path.replace("scripted:", "recording:")  # not free like scripted:, and no price given
@@ -152,6 +155,7 @@ async def resumes_after_a_failed_attempt(harness) -> None:
     assert [t.attempt for t in record.tool_calls] == [1]
 
 
+@pytest.mark.workflow
 async def test_a_cost_limit_is_refused_while_a_model_has_no_price(harness):
     path = harness.script("unpriced2.yaml", {"executor": {"a": "A"}})
     run = await harness.start({"goal": "g", "steps": [llm("a")]}, executor=path.replace("scripted:", "recording:"))
@@ -161,16 +165,19 @@ async def test_a_cost_limit_is_refused_while_a_model_has_no_price(harness):
     await run.budget(BudgetInput(by="x", tokens=1000))  # tokens can always be counted
 
 
+@pytest.mark.workflow
 async def test_a_retry_resumes_the_conversation_and_counts_every_attempt(harness):
     await resumes_after_a_failed_attempt(harness)
 
 
+@pytest.mark.system
 async def test_the_dev_server_hands_the_checkpoint_to_the_next_attempt(dev_harness):
     # The time-skipping server does not promise to keep heartbeat details across a failure; the
     # real server does. Same scenario, on the server production uses.
     await resumes_after_a_failed_attempt(dev_harness)
 
 
+@pytest.mark.system
 async def test_a_timed_out_step_still_counts_the_calls_it_paid_for(dev_harness):
     model = dev_harness.script(
         "hang.yaml",
@@ -189,6 +196,7 @@ async def test_a_timed_out_step_still_counts_the_calls_it_paid_for(dev_harness):
     assert (ledger.usage.calls, ledger.usage.tokens) == (1, 55)
 
 
+@pytest.mark.workflow
 async def test_a_step_that_never_finishes_fails_with_its_usage_counted(harness):
     model = harness.script(
         "loop.yaml", {"executor": {"spin": {"call": {"tool": "record", "args": {"label": "again"}}, **usage(10, 1)}}}
@@ -206,6 +214,7 @@ async def test_a_step_that_never_finishes_fails_with_its_usage_counted(harness):
     assert ledger.usage.calls == 3 and len(record.tool_calls) == 3
 
 
+@pytest.mark.workflow
 async def test_tiers_route_steps_to_their_models(harness):
     default = harness.script("default.yaml", {"executor": {"plain": "from default"}})
     fast = harness.script("fast.yaml", {"executor": {"quick": "from fast"}})
@@ -216,6 +225,7 @@ async def test_tiers_route_steps_to_their_models(harness):
     assert models == {"plain": default, "quick": fast}
 
 
+@pytest.mark.workflow
 async def test_a_step_naming_an_unrouted_tier_is_refused_before_it_runs(harness):
     run = await harness.start(
         {"goal": "g", "steps": [llm("x", tier="huge")]}, auto_approve=True, executor="scripted:none.yaml"
@@ -225,6 +235,7 @@ async def test_a_step_naming_an_unrouted_tier_is_refused_before_it_runs(harness)
     assert "names model tier 'huge', which the run does not route (configured tiers: none)" in str(caught.value.cause)
 
 
+@pytest.mark.workflow
 async def test_the_same_model_plans_and_executes(harness):
     both = harness.script(
         "both.yaml",
@@ -238,6 +249,7 @@ async def test_the_same_model_plans_and_executes(harness):
     assert {c.purpose for c in (await run.ledger()).calls} == {"plan", "execute"}
 
 
+@pytest.mark.workflow
 async def test_joint_mode_is_one_reviewed_loop(harness):
     model = harness.script(
         "joint.yaml",
@@ -254,6 +266,7 @@ async def test_joint_mode_is_one_reviewed_loop(harness):
     assert [c["label"] for c in harness.calls()] == ["acted"]
 
 
+@pytest.mark.workflow
 async def test_joint_mode_does_not_replan(harness):
     model = harness.script(
         "joint_fail.yaml", {"executor": {"task": {"call": {"tool": "broken", "args": {"reason": "x"}}}}}
@@ -275,6 +288,7 @@ def four_steps(harness, name: str, delay: float = 0.0) -> tuple[str, dict]:
     return model, {"goal": "g", "steps": [llm(s) for s in "abcd"]}
 
 
+@pytest.mark.workflow
 async def test_the_budget_pauses_the_run_before_a_step_would_cross_the_line(harness):
     model, plan = four_steps(harness, "budget.yaml")
     run = await harness.start(plan, auto_approve=True, executor=model, budget={"tokens": 250})
@@ -306,6 +320,7 @@ async def test_the_budget_pauses_the_run_before_a_step_would_cross_the_line(harn
     assert ledger.decisions[-1].by == "bob" and ledger.decisions[-1].comment == "tokens 250 -> 1000. worth it"
 
 
+@pytest.mark.workflow
 async def test_a_person_may_stop_a_run_at_its_budget(harness):
     model, plan = four_steps(harness, "stop.yaml")
     run = await harness.start(plan, auto_approve=True, executor=model, budget={"model_calls": 2})
@@ -321,6 +336,7 @@ async def test_a_person_may_stop_a_run_at_its_budget(harness):
     assert ledger.usage.calls == 2
 
 
+@pytest.mark.workflow
 async def test_budget_decisions_are_checked(harness):
     model, plan = four_steps(harness, "checked.yaml")
     run = await harness.start(plan, executor=model)
@@ -336,6 +352,7 @@ async def test_budget_decisions_are_checked(harness):
     assert status.steps.succeeded == 1 and "model-call budget is used up (1 of 1)" in status.pending[0].prompt
 
 
+@pytest.mark.system
 async def test_an_ample_budget_keeps_steps_parallel(dev_harness):
     model, plan = four_steps(dev_harness, "ample.yaml", delay=0.5)
     run = await dev_harness.start(plan, auto_approve=True, executor=model, budget={"tokens": 100_000})
@@ -348,6 +365,7 @@ async def test_an_ample_budget_keeps_steps_parallel(dev_harness):
     assert max(r.started_at for r in rest) < min(r.ended_at for r in rest)
 
 
+@pytest.mark.workflow
 async def test_the_wall_clock_budget_holds_the_next_dispatch(harness):
     model = harness.script("wall.yaml", {"executor": {"later": "late"}})
     plan = {
@@ -369,6 +387,7 @@ async def test_the_wall_clock_budget_holds_the_next_dispatch(harness):
     assert (await run.result()).outputs == {"later": "late"}
 
 
+@pytest.mark.workflow
 async def test_a_used_up_budget_holds_a_human_step_too(harness):
     model = harness.script("big.yaml", {"executor": {"draft": {"text": "draft", **usage(700, 103)}}})
     plan = {

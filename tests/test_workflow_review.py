@@ -14,6 +14,8 @@ from stratagem.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.plan import AuthorKind, PlanDraft
 from stratagem.run_types import ApproveInput, Phase, RejectInput, ReviewTimeoutAction, ReviseInput
 
+pytestmark = pytest.mark.workflow
+
 
 async def refused(coro) -> str:
     with pytest.raises(DecisionRefusedError) as info:

@@ -71,6 +71,7 @@ async def history_text(run) -> str:
     return json.dumps(history.to_json_dict())
 
 
+@pytest.mark.workflow
 async def test_openai_plans_and_anthropic_executes_with_tools(harness, openai_fake, anthropic_fake):
     openai_fake.enqueue(Reply.json(PLAN, usage=(1200, 300)))
     anthropic_fake.enqueue(
@@ -122,6 +123,7 @@ async def test_openai_plans_and_anthropic_executes_with_tools(harness, openai_fa
     assert ANTHROPIC_KEY in (sent.get("x-api-key"), sent.get("authorization", "").removeprefix("Bearer "))
 
 
+@pytest.mark.workflow
 async def test_anthropic_plans_through_forced_tool_use(harness, anthropic_fake):
     anthropic_fake.enqueue(
         Reply.json({"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "add", "args": {"a": 1, "b": 2}}]})
@@ -134,6 +136,7 @@ async def test_anthropic_plans_through_forced_tool_use(harness, anthropic_fake):
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.workflow
 async def test_an_unauthorized_tool_call_is_refused_and_the_model_told(harness, provider, request):
     fake = request.getfixturevalue(f"{provider}_fake")
     model = openai_model(fake) if provider == "openai" else anthropic_model(fake)
@@ -165,6 +168,7 @@ async def test_an_unauthorized_tool_call_is_refused_and_the_model_told(harness, 
     assert [e.data["tool"] for e in ledger.events if e.kind is EventKind.tool_call_refused] == ["delete_records"]
 
 
+@pytest.mark.system
 async def test_rate_limits_are_retried_after_the_servers_retry_after(dev_harness, openai_fake):
     plan = {"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "add", "args": {"a": 2, "b": 2}}]}
     openai_fake.enqueue(Reply.error(429, "Rate limit reached", {"retry-after": "3"}), Reply.json(plan))
@@ -175,6 +179,7 @@ async def test_rate_limits_are_retried_after_the_servers_retry_after(dev_harness
     assert second.at - first.at >= 3.0
 
 
+@pytest.mark.workflow
 async def test_a_refused_key_fails_at_once_with_a_clear_message_and_no_key(harness, openai_fake):
     openai_fake.enqueue(Reply.error(401, f"Incorrect API key provided: {KEY}. You can find your API key at ..."))
     run = await harness.start(goal="g", planner=openai_model(openai_fake))
@@ -188,6 +193,7 @@ async def test_a_refused_key_fails_at_once_with_a_clear_message_and_no_key(harne
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.workflow
 async def test_a_run_cannot_send_the_workers_key_to_a_url_it_chose(harness, openai_fake, anthropic_fake, provider):
     # The attack: start a run whose executor names the attacker's server. The worker holds real keys
     # and has configured URLs of its own (the fakes above); the attacker's URL is not among them.
@@ -209,6 +215,7 @@ async def test_a_run_cannot_send_the_workers_key_to_a_url_it_chose(harness, open
     assert KEY not in await history_text(run) and ANTHROPIC_KEY not in await history_text(run)
 
 
+@pytest.mark.workflow
 async def test_an_invalid_request_is_not_retried(harness, openai_fake):
     openai_fake.enqueue(Reply.error(404, "The model `gpt-nope` does not exist"))
     run = await harness.start(goal="g", planner=openai_model(openai_fake, "gpt-nope"))
@@ -218,6 +225,7 @@ async def test_an_invalid_request_is_not_retried(harness, openai_fake):
     assert len(openai_fake.requests) == 1
 
 
+@pytest.mark.workflow
 async def test_a_garbled_response_is_retried(harness, anthropic_fake):
     plan = {"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "add", "args": {"a": 1, "b": 1}}]}
     anthropic_fake.enqueue(Reply.raw(b'{"id": "msg_1", "content": [tru'), Reply.json(plan))
@@ -226,6 +234,7 @@ async def test_a_garbled_response_is_retried(harness, anthropic_fake):
     assert len(anthropic_fake.requests) == 2
 
 
+@pytest.mark.workflow
 async def test_an_unusable_plan_is_sent_back_for_repair(harness, openai_fake):
     good = {"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "add", "args": {"a": 5, "b": 5}}]}
     openai_fake.enqueue(Reply.text("Sure! Here is my plan: first add, then..."), Reply.json(good))
@@ -237,6 +246,7 @@ async def test_an_unusable_plan_is_sent_back_for_repair(harness, openai_fake):
     assert [e.kind for e in events].count(EventKind.planning_attempt_invalid) == 1
 
 
+@pytest.mark.workflow
 async def test_malformed_tool_arguments_are_reported_to_the_model(harness, openai_fake):
     openai_fake.enqueue(
         Reply.bad_arguments("record", '{"label": '),
@@ -255,6 +265,7 @@ async def test_malformed_tool_arguments_are_reported_to_the_model(harness, opena
     assert "not a JSON object" in record.tool_calls[0].message
 
 
+@pytest.mark.workflow
 async def test_json_steps_use_the_json_response_format(harness, openai_fake):
     openai_fake.enqueue(Reply.text('{"score": 7}', usage=(10, 5)))
     plan = {
@@ -276,6 +287,7 @@ LLAMA_CPP_REFUSAL = (
 )
 
 
+@pytest.mark.workflow
 async def test_a_run_learns_what_its_endpoint_takes_and_says_so_in_the_ledger(harness, openai_fake) -> None:
     """A llama.cpp-like server: json_schema refused with a 500, native tools ignored. The planner's
     call moves to JSON mode with the schema; the executor's tools go through the prompted protocol
