@@ -8,6 +8,14 @@ every copy of that JSON is worker memory while the run moves to its next executi
 Only Stratagem's payload converter asks for it (`stratagem.payloads`), through the serialization
 context, so `model_dump` and everything the command line prints keep every field. Reading a
 compact payload fills the defaults back in: the round trip gives equal models (tests/test_compact.py).
+
+Why not pydantic's own `exclude_defaults`: the payloads Stratagem writes would change, byte for
+byte (compared on the state of tests/test_compact.py). It is one switch for a whole dump, so it
+also empties the models that are not compact (`RunState.approved_revision: null`, the zeros of a
+`StepRecord`'s `UsageTotals`); and it calls every `default_factory` to compare, so a `RunOptions`
+whose `budget` is `Budget()` and a `ToolSpec` whose `parameters` is the empty schema would lose
+fields that payloads keep today. Here each class opts in, and a factory counts only when it makes
+an empty list or dict.
 """
 
 from __future__ import annotations
