@@ -2,7 +2,8 @@
 MCP servers (`--tools mcp:stdio:COMMAND` or `mcp:http:URL`)."""
 
 from ..catalog import ToolCatalog, ToolSpec
-from .registry import ToolContext, ToolDefinition, ToolRegistry, canonical_tool_source, idempotency_key, tool
+from .definition import ToolContext, ToolDefinition, idempotency_key, tool
+from .registry import ToolRegistry, canonical_tool_source
 
 __all__ = [
     "ToolCatalog",

@@ -1,32 +1,25 @@
-"""Tools are plain Python functions registered with `@tool`.
-
-The function's typed parameters become its JSON schema (through pydantic), which is what the
-planner sees and what plans are validated against. A parameter annotated `ToolContext` is not
-part of the schema: the worker fills it with the run, step, revision and idempotency key.
+"""The tools one worker can run: the `@tool` functions of modules and files, and the tools of MCP
+servers, each checked and called as a `ToolRegistry` does. What a tool is, and the `@tool`
+decorator, are stratagem.tools.definition.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import importlib
 import importlib.util
-import inspect
 import sys
-import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any
 
-from jsonschema.validators import validator_for
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ..catalog import ToolCatalog, ToolSpec
+from ..catalog import ToolCatalog
 from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
-from ..plan import Risk
 from ..telemetry import tool_call_span
+from .definition import TOOL_MARK, ToolContext, ToolDefinition, define_tool, telling_schema
 from .mcp_sources import canonical_source, is_mcp_source, parse_source
 
 if TYPE_CHECKING:
@@ -34,232 +27,6 @@ if TYPE_CHECKING:
     # import, which every command and every worker would otherwise pay.
     from .mcp_servers import McpServer
     from .mcp_tools import McpTool
-
-_MARK = "__stratagem_tool__"
-
-
-@dataclass(frozen=True)
-class ToolContext:
-    """What a tool knows about the call it serves.
-
-    `idempotency_key` is `<run_id>/<execution_id>/<step_id>/r<revision>`: the same for every
-    retry of a step within one plan revision, including retries after a worker crash, and
-    different when a revision deliberately runs the step again. `execution_id` is unique to
-    the run (Temporal's first run id of the chain), so a later run that reuses a run id never
-    collides with an earlier one. Tools with side effects should pass it on
-    (as an `Idempotency-Key` header, a request id, a row key) so a repeated attempt has no
-    repeated effect.
-
-    When an llm step's executor calls a tool, `call` is the call's position in the step's
-    conversation and the key ends in `/c<call>`: each call of the conversation has its own
-    key, and a retried attempt that resumes the conversation makes the same calls with the
-    same keys.
-    """
-
-    run_id: str
-    step_id: str
-    revision: int
-    attempt: int
-    workspace: Path
-    execution_id: str
-    call: int | None = None
-
-    @property
-    def idempotency_key(self) -> str:
-        return idempotency_key(self.run_id, self.execution_id, self.step_id, self.revision, self.call)
-
-
-def idempotency_key(run_id: str, execution_id: str, step_id: str, revision: int, call: int | None = None) -> str:
-    key = f"{run_id}/{execution_id}/{step_id}/r{revision}"
-    return key if call is None else f"{key}/c{call}"
-
-
-@dataclass(frozen=True)
-class ToolDefinition:
-    """A registered tool. A Python tool's `arguments` model checks its arguments and gives its
-    schema; a tool that brings its own JSON Schema (an MCP server's) has `parameters` instead,
-    and its `function` is called as `function(arguments, context)`."""
-
-    name: str
-    description: str
-    function: Callable[..., Any]
-    arguments: type[BaseModel] | None
-    context_parameter: str | None
-    side_effects: bool
-    local: bool = False
-    returns: dict[str, Any] | None = None
-    risk: Risk | None = None
-    requires_approval: bool = False
-    irreversible: bool = False
-    parameters: dict[str, Any] | None = None
-
-    @functools.cached_property
-    def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.function)
-
-    @functools.cached_property
-    def _schema_validator(self) -> Any:
-        schema = self.parameters or {}
-        return validator_for(schema)(schema)
-
-    def spec(self) -> ToolSpec:
-        if self.arguments is not None:
-            schema = self.arguments.model_json_schema()
-            schema.pop("title", None)
-        else:
-            schema = dict(self.parameters or {"type": "object", "properties": {}})
-        return ToolSpec(
-            name=self.name,
-            description=self.description,
-            parameters=schema,
-            side_effects=self.side_effects,
-            local=self.local,
-            returns=self.returns,
-            risk=self.risk,
-            requires_approval=self.requires_approval,
-            irreversible=self.irreversible,
-        )
-
-
-def tool(
-    function: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    side_effects: bool = True,
-    local: bool = False,
-    risk: Risk | str | None = None,
-    requires_approval: bool = False,
-    irreversible: bool = False,
-) -> Any:
-    """Register a function as a tool. Use bare (`@tool`) or with options (`@tool(name=...)`).
-
-    `local=True` is the fast path for cheap, quick, deterministic tools: their steps run as
-    Temporal local activities, in the worker that runs the workflow, with no task queue round
-    trip. Keep it for tools that finish in well under a second.
-
-    A tool can say how dangerous it is, and no plan can say less (stratagem.risk):
-    `risk="low" | "medium" | "high"` is the least risk of a step that calls it;
-    `requires_approval=True` makes every use wait for a person; `irreversible=True` (effects
-    that cannot be undone) means both risk high and approval. A tool step that calls such a tool
-    waits for its approval, however the plan marks it; an llm step's executor pauses before each
-    call to it until a person approves or rejects that call (stratagem.executor). The worker's
-    own registration decides this, never a plan or a request."""
-
-    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
-        definition = define_tool(
-            fn,
-            name=name,
-            description=description,
-            side_effects=side_effects,
-            local=local,
-            risk=risk,
-            requires_approval=requires_approval,
-            irreversible=irreversible,
-        )
-        setattr(fn, _MARK, definition)
-        return fn
-
-    return mark(function) if function is not None else mark
-
-
-def define_tool(
-    fn: Callable[..., Any],
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    side_effects: bool = True,
-    local: bool = False,
-    risk: Risk | str | None = None,
-    requires_approval: bool = False,
-    irreversible: bool = False,
-) -> ToolDefinition:
-    tool_name = name or fn.__name__
-    try:
-        tool_risk = None if risk is None else Risk(risk)
-    except ValueError:
-        choices = ", ".join(repr(r.value) for r in Risk)
-        raise ToolRegistrationError(f"tool '{tool_name}': risk must be one of {choices}, not {risk!r}") from None
-    try:
-        # include_extras keeps Annotated[..., Field(...)] metadata (descriptions, bounds) for the schema.
-        hints = get_type_hints(fn, include_extras=True)
-    except Exception as exc:  # an annotation that does not evaluate
-        raise ToolRegistrationError(f"tool '{tool_name}': cannot read its type hints ({exc})") from exc
-    fields: dict[str, Any] = {}
-    context_parameter = None
-    for param in inspect.signature(fn).parameters.values():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolRegistrationError(f"tool '{tool_name}': *args and **kwargs are not allowed; name each parameter")
-        annotation = hints.get(param.name)
-        if _is_context(annotation):
-            context_parameter = param.name
-            continue
-        if annotation is None:
-            raise ToolRegistrationError(
-                f"tool '{tool_name}': parameter '{param.name}' needs a type annotation, which becomes its schema"
-            )
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (annotation, default)
-    arguments = create_model(  # type: ignore[call-overload]
-        f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-    )
-    doc = inspect.getdoc(fn) or ""
-    return ToolDefinition(
-        returns=_return_schema(hints.get("return")),
-        name=tool_name,
-        description=description if description is not None else doc,
-        function=fn,
-        arguments=arguments,
-        context_parameter=context_parameter,
-        side_effects=side_effects,
-        local=local,
-        risk=tool_risk,
-        requires_approval=requires_approval,
-        irreversible=irreversible,
-    )
-
-
-def _return_schema(annotation: Any) -> dict[str, Any] | None:
-    """The JSON Schema of a return type that names its fields (a pydantic model, a TypedDict, a
-    list of them), with `$ref`s inlined; None for anything less telling (dict, str, Any)."""
-    if annotation is None or annotation is Any:
-        return None
-    try:
-        schema = TypeAdapter(annotation).json_schema()
-    except Exception:  # a type pydantic cannot describe: the output is simply not checked
-        return None
-    return _telling(schema)
-
-
-def _telling(schema: dict[str, Any]) -> dict[str, Any] | None:
-    """An output schema with its `$ref`s inlined, if it names fields (of an object, or of a
-    list's items); None otherwise."""
-    schema = dict(schema)
-    definitions = schema.pop("$defs", {})
-    # A server's schema is not ours: definitions that refer to each other many times over must
-    # not make the inlined copy explode.
-    budget = [20_000]
-
-    def inline(node: Any, depth: int = 0) -> Any:
-        budget[0] -= 1
-        if budget[0] < 0:
-            return {}
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                target = definitions.get(ref.removeprefix("#/$defs/"))
-                return inline(target, depth + 1) if target is not None and depth < 8 else {}
-            return {k: inline(v, depth) for k, v in node.items()}
-        if isinstance(node, list):
-            return [inline(v, depth) for v in node]
-        return node
-
-    schema = inline(schema)
-    if budget[0] < 0:
-        return None
-    items = schema.get("items") if schema.get("type") == "array" else None
-    telling = schema.get("properties") or (isinstance(items, dict) and items.get("properties"))
-    return schema if telling else None
 
 
 class ToolRegistry:
@@ -283,7 +50,7 @@ class ToolRegistry:
         return registry
 
     def register(self, fn: Callable[..., Any] | ToolDefinition, *, origin: str = "") -> ToolDefinition:
-        definition = fn if isinstance(fn, ToolDefinition) else getattr(fn, _MARK, None) or define_tool(fn)
+        definition = fn if isinstance(fn, ToolDefinition) else getattr(fn, TOOL_MARK, None) or define_tool(fn)
         if definition.name in self._tools and self._tools[definition.name].function is not definition.function:
             origins = (self._origins[definition.name], origin or "another")
             fix = "rename one with @tool(name=...)"
@@ -305,7 +72,7 @@ class ToolRegistry:
         loaded = _import(module)
         names = []
         for value in vars(loaded).values():
-            definition = getattr(value, _MARK, None)
+            definition = getattr(value, TOOL_MARK, None)
             if isinstance(definition, ToolDefinition):
                 self.register(definition, origin=module)
                 names.append(definition.name)
@@ -406,7 +173,7 @@ def _mcp_definition(server: McpServer, mcp_tool: McpTool) -> ToolDefinition:
         parameters=mcp_tool.parameters,
         context_parameter=None,
         side_effects=mcp_tool.side_effects,
-        returns=_telling(mcp_tool.output_schema) if mcp_tool.output_schema else None,
+        returns=telling_schema(mcp_tool.output_schema) if mcp_tool.output_schema else None,
         risk=mcp_tool.risk,
         requires_approval=mcp_tool.requires_approval,
     )
@@ -418,16 +185,6 @@ def canonical_tool_source(source: str) -> str:
     if is_mcp_source(source):
         return canonical_source(source)
     return str(Path(source).resolve()) if source.endswith(".py") else source
-
-
-def _is_context(annotation: Any) -> bool:
-    """`ToolContext`, also as `ToolContext | None` or inside `Annotated[...]`."""
-    if get_origin(annotation) is Annotated:
-        annotation = get_args(annotation)[0]
-    if get_origin(annotation) in (Union, types.UnionType):
-        members = [a for a in get_args(annotation) if a is not type(None)]
-        annotation = members[0] if len(members) == 1 else None
-    return annotation is ToolContext
 
 
 def _validation_summary(exc: ValidationError) -> str:

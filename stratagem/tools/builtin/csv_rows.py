@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ToolError
-from ..registry import ToolContext, tool
+from ..definition import ToolContext, tool
 from .workspace import RESERVED_DIR, atomic_write, relative, workspace_path, workspace_root
 
 try:

@@ -4,7 +4,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ...errors import ToolError
-from ..registry import ToolContext, tool
+from ..definition import ToolContext, tool
 from .workspace import RESERVED_DIR, atomic_write, is_absolute, relative, workspace_path, workspace_root
 
 MAX_READ_FILE_BYTES = 1024 * 1024

@@ -12,7 +12,7 @@ import httpx
 
 from ...errors import ToolError
 from ...models.base import without_secrets
-from ..registry import ToolContext, tool
+from ..definition import ToolContext, tool
 from .allowlist import check_allowed, http_allowlist
 from .credentials import fill_secrets
 from .guard import guarded_transport

@@ -5,7 +5,7 @@ from string import Template
 from typing import Any
 
 from ...errors import ToolError
-from ..registry import tool
+from ..definition import tool
 
 
 @tool(side_effects=False)

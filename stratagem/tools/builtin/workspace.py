@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 
 from ...errors import ToolError
 from ...paths import stratagem_home
-from ..registry import ToolContext
+from ..definition import ToolContext
 
 MAX_NAME_BYTES = 255  # what Linux and macOS file systems allow in one name
 RESERVED_DIR = ".stratagem"
