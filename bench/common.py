@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmark suite: the dev server, workers, timing, history analysis.
+"""Shared pieces of the benchmark suite: the dev server, workers, runs, timing, the results table.
+History analysis is `bench.histories`; CPU and memory from /proc, `bench.meters`.
 
 The bare baselines (`bench.baseline`) are registered on the same `Worker` as Stratagem's run
 workflow (same workflow runner, same data converter, same task-queue style and default worker
@@ -11,7 +12,6 @@ import asyncio
 import math
 import os
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
@@ -305,173 +304,7 @@ def chain_plan(
     return {"goal": goal, "steps": steps}
 
 
-# ---------------------------------------------------------------------------- histories
-
-
-def _seconds(event: Any) -> float:
-    return event.event_time.ToNanoseconds() / 1e9
-
-
-def history_breakdown(history: Any) -> dict[str, Any]:
-    """Where the wall time of one execution went, from its event timestamps (server clock).
-
-    - `workflow_task_s`: workflow tasks, started to completed: the worker running workflow code,
-      converting payloads, and the round trip back to the server.
-    - `workflow_task_wait_s`: workflow tasks, scheduled to started: waiting for a worker to poll.
-    - `activity_wait_s`: activities, scheduled to started.
-    - `activity_run_s`: activities, started to closed: the tool itself plus the activity wrapper.
-    - `local_activity_markers`: local activities recorded (markers).
-    """
-    totals = {
-        "events": len(history.events),
-        "workflow_tasks": 0,
-        "workflow_task_s": 0.0,
-        "workflow_task_wait_s": 0.0,
-        "activities": 0,
-        "activity_wait_s": 0.0,
-        "activity_run_s": 0.0,
-        "local_activity_markers": 0,
-        "activity_input_bytes": 0,
-        "activity_result_bytes": 0,
-    }
-    wft_scheduled: float | None = None
-    wft_started: float | None = None
-    scheduled: dict[int, float] = {}
-    started: dict[int, float] = {}
-    for event in history.events:
-        kind = event.event_type
-        t = _seconds(event)
-        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-            wft_scheduled = t
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            wft_started = t
-            if wft_scheduled is not None:
-                totals["workflow_task_wait_s"] += t - wft_scheduled
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            totals["workflow_tasks"] += 1
-            if wft_started is not None:
-                totals["workflow_task_s"] += t - wft_started
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            scheduled[event.event_id] = t
-            totals["activities"] += 1
-            attrs = event.activity_task_scheduled_event_attributes
-            totals["activity_input_bytes"] += sum(p.ByteSize() for p in attrs.input.payloads)
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            attrs = event.activity_task_started_event_attributes
-            started[attrs.scheduled_event_id] = t
-            if attrs.scheduled_event_id in scheduled:
-                totals["activity_wait_s"] += t - scheduled[attrs.scheduled_event_id]
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            attrs = event.activity_task_completed_event_attributes
-            if attrs.scheduled_event_id in started:
-                totals["activity_run_s"] += t - started[attrs.scheduled_event_id]
-            totals["activity_result_bytes"] += sum(p.ByteSize() for p in attrs.result.payloads)
-        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
-            totals["local_activity_markers"] += 1
-    first, last = _seconds(history.events[0]), _seconds(history.events[-1])
-    totals["server_span_s"] = last - first
-    return totals
-
-
-def per_step(breakdown: dict[str, Any], steps: int) -> dict[str, float]:
-    """A breakdown in milliseconds per step."""
-    keys = ("workflow_task_s", "workflow_task_wait_s", "activity_wait_s", "activity_run_s", "server_span_s")
-    out = {k[: -len("_s")] + "_ms": round(1000 * breakdown[k] / steps, 3) for k in keys}
-    out["workflow_tasks_per_step"] = round(breakdown["workflow_tasks"] / steps, 3)
-    out["events_per_step"] = round(breakdown["events"] / steps, 3)
-    out["activity_input_bytes_per_step"] = round(breakdown["activity_input_bytes"] / max(1, breakdown["activities"]), 1)
-    return out
-
-
 # ---------------------------------------------------------------------------- processes
-
-
-def read_proc_status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS) of a process, in KiB."""
-    out: dict[str, int] = {}
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            out[name] = int(value.split()[0])
-    return out
-
-
-def _proc_stat(pid: int | str, thread: int | None = None) -> list[str]:
-    """The fields of /proc/<pid>/stat (or of one of its threads') after the command's closing
-    parenthesis (state first)."""
-    path = f"/proc/{pid}/task/{thread}/stat" if thread is not None else f"/proc/{pid}/stat"
-    return Path(path).read_text().rsplit(")", 1)[1].split()
-
-
-def _proc_cpu_seconds(pid: int | str, thread: int | None = None) -> float:
-    """User plus system CPU time a process (or one of its threads) has used (0 if it is gone)."""
-    try:
-        fields = _proc_stat(pid, thread)
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
-def server_pids() -> list[int]:
-    """The dev servers this process started (children running `temporal server start-dev`)."""
-    me, found = str(os.getpid()), []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = _proc_stat(int(entry.name))[1]
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if ppid == me and b"server" in cmdline and b"start-dev" in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
-# The SDK's pool of threads that run workflow tasks (temporalio.worker._workflow) names them so.
-WORKFLOW_THREAD_PREFIX = "temporal_workflow_"
-
-
-def _workflow_threads_cpu_seconds() -> float:
-    """CPU time used so far by this process's workflow task threads (the ones alive now)."""
-    threads = {t.native_id for t in threading.enumerate() if t.name.startswith(WORKFLOW_THREAD_PREFIX)}
-    return sum(_proc_cpu_seconds("self", tid) for tid in threads if tid is not None)
-
-
-@dataclass
-class CpuMeter:
-    """CPU seconds spent by this process (the bench's client and in-process workers, every thread),
-    the part of it its workflow task threads spent (workflow code and the SDK's work around it),
-    and the dev server's, summed over the blocks measured with `with meter:`. Throughput on a
-    shared 2-core machine follows the process and the server together, so they say which side a
-    gap comes from; the server's figure moves from burst to burst about as much as the
-    throughput does."""
-
-    process_s: float = 0.0
-    workflow_threads_s: float = 0.0
-    server_s: float = 0.0
-    _pids: list[int] = field(default_factory=list)
-    _at: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-    def _read(self) -> tuple[float, float, float]:
-        server = sum(_proc_cpu_seconds(pid) for pid in self._pids)
-        return time.process_time(), _workflow_threads_cpu_seconds(), server
-
-    def __enter__(self) -> CpuMeter:
-        self._pids = self._pids or server_pids()
-        self._at = self._read()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        process, threads, server = self._read()
-        self.process_s += process - self._at[0]
-        # A pool thread that ended meanwhile takes its CPU with it; the SDK's pool keeps its threads.
-        self.workflow_threads_s += max(0.0, threads - self._at[1])
-        self.server_s += server - self._at[2]
 
 
 async def wait_for_pollers(client: Client, task_queue: str, timeout: float = 60.0) -> None:

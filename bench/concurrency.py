@@ -16,7 +16,8 @@ import asyncio
 import time
 from typing import Any
 
-from .common import Bench, CpuMeter, Goal, Row, chain_plan, log, median, pair_ratios, ratio
+from .common import Bench, Goal, Row, chain_plan, log, median, pair_ratios, ratio
+from .meters import CpuMeter
 
 NAME = "concurrency"
 STEPS = 10

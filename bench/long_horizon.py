@@ -33,10 +33,10 @@ from .common import (
     Row,
     log,
     ratio,
-    read_proc_status,
     wait_for_pollers,
     worker_env,
 )
+from .meters import read_proc_status
 
 NAME = "long_horizon"
 PARALLEL = 32

@@ -23,12 +23,11 @@ from .common import (
     Goal,
     Row,
     chain_plan,
-    history_breakdown,
     log,
     median,
-    per_step,
     ratio,
 )
+from .histories import history_breakdown, per_step
 
 NAME = "overhead"
 REPS = 3
