@@ -1,0 +1,129 @@
+"""The decisions people send a run, one input model each, and the outcome a run answers with.
+
+Every decision is an update and a signal of the run workflow (stratagem.handlers names them;
+stratagem.decisions holds what each may do), so each takes one model, whose fields can grow
+without breaking runs in flight.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, Field, PrivateAttr
+
+from .plan import PlanDraft
+from .run_state import Phase
+from .signing import Verdict
+
+NAME_LIMIT = 200
+TEXT_LIMIT = 4000
+
+
+class DecisionInput(BaseModel):
+    """What every decision carries: who decided, and (where the deployment signs) the proof.
+
+    Names and texts are bounded: they are stored in the ledger, refused ones too.
+    """
+
+    by: str = Field(min_length=1, max_length=NAME_LIMIT)
+    signer: str | None = Field(default=None, max_length=64, description="The key that signed it (stratagem.signing).")
+    signature: str | None = Field(default=None, max_length=200, description="Ed25519 over the decision, base64.")
+    nonce: str | None = Field(
+        default=None, max_length=32, description="Random, set when it is signed: a signed decision counts once."
+    )
+    # Set by the worker's VerifyDecisions interceptor, never from the payload.
+    _verdict: Verdict | None = PrivateAttr(default=None)
+
+    @property
+    def verdict(self) -> Verdict | None:
+        return self._verdict
+
+
+class AutoApproval(DecisionInput):
+    """A person's signed consent that a run approves its own plans and gated steps (auto_approve):
+    for one input (`digest`, see `start_digest`), at one time (`signed_at`), on one run id."""
+
+    digest: str = Field(min_length=64, max_length=64, description="SHA-256 of the run's input, as start_digest.")
+    signed_at: datetime
+
+
+class ApproveInput(DecisionInput):
+    revision: int | None = Field(default=None, description="Refuse if the pending revision is not this one.")
+    step_id: str | None = Field(default=None, description="Approve one gated step instead of the plan.")
+    call_id: str | None = Field(default=None, max_length=20, description="Approve one tool call of the step.")
+    digest: str | None = Field(
+        default=None,
+        max_length=64,
+        description="A tool call's approval: the digest of the arguments shown (PendingDecision.call.digest); "
+        "refused as stale if the call waiting differs.",
+    )
+    comment: str = Field(default="", max_length=TEXT_LIMIT)
+
+
+class RejectInput(DecisionInput):
+    reason: str = Field(min_length=1, max_length=TEXT_LIMIT)
+    revision: int | None = None
+    step_id: str | None = None
+    call_id: str | None = Field(default=None, max_length=20)
+
+
+class RepairAction(str, Enum):
+    retry = "retry"
+    """Run the failed step again, with edited arguments if given (a new revision)."""
+    skip = "skip"
+    """Count the step as done, with an output supplied by hand."""
+    stop = "stop"
+    """End the run as failed."""
+    ask_again = "ask_again"
+    """Ask a human step's question again: its answer is dropped, and the failed steps that used it
+    run again with the new one."""
+
+
+class RepairInput(DecisionInput):
+    """A person's answer to a run waiting for repair (a human replan is a `ReviseInput`)."""
+
+    action: RepairAction
+    step_id: str | None = Field(
+        default=None, description="The failed step (retry, skip), or the human step to ask again (ask_again)."
+    )
+    args: dict[str, Any] | None = Field(default=None, description="retry: the tool step's new arguments.")
+    output: Any = Field(default=None, description="skip: the step's output.")
+    reason: str = Field(default="", max_length=TEXT_LIMIT)
+
+
+class ReviseInput(DecisionInput):
+    plan: PlanDraft
+    reason: str = Field(default="", max_length=TEXT_LIMIT)
+    revision: int | None = Field(
+        default=None, description="The revision this edit is based on; refused if it is no longer current."
+    )
+
+
+class BudgetInput(DecisionInput):
+    """Raise (or set) budget limits, or stop a run that has used its budget up."""
+
+    tokens: int | None = Field(default=None, ge=1)
+    cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    model_calls: int | None = Field(default=None, ge=1)
+    wall_clock_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    stop: bool = Field(default=False, description="End the run instead (only while it waits on its budget).")
+    reason: str = Field(default="", max_length=TEXT_LIMIT)
+
+    @property
+    def limits(self) -> dict[str, float]:
+        names = ("tokens", "cost_usd", "model_calls", "wall_clock_seconds")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+class AnswerInput(DecisionInput):
+    step_id: str
+    answer: Any
+
+
+class DecisionOutcome(BaseModel):
+    accepted: bool = True
+    revision: int
+    phase: Phase
+    message: str = ""
