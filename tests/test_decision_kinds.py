@@ -1,0 +1,52 @@
+"""The table of decision kinds (stratagem.decisions.kinds) agrees with everything it drives: the
+wire names runs in flight answer to, the client's typed methods, the CLI's commands, and what a
+run may wait for."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+
+from stratagem import handlers
+from stratagem.cli import decisions as cli_decisions
+from stratagem.cli import parser
+from stratagem.client import RunHandle
+from stratagem.decisions import KINDS, WAITS, kinds
+from stratagem.run_types import DecisionKind
+
+
+def test_every_decision_on_the_wire_has_one_kind_with_its_update_and_signal():
+    assert {kind.update for kind in KINDS} == handlers.DECISION_UPDATES
+    assert len(KINDS) == len(handlers.DECISION_UPDATES)
+    for kind in KINDS:
+        assert kind.name == kind.update
+        assert kind.signal == handlers.signal_name(kind.update)
+        assert handlers.DECISION_SIGNALS[kind.signal] == kind.update
+    assert kinds.BY_UPDATE[handlers.REPAIR] is kinds.REPAIR
+    assert kinds.BY_SIGNAL["approve_signal"] is kinds.APPROVE
+
+
+def test_the_client_has_a_typed_method_per_kind_taking_its_input():
+    for kind in KINDS:
+        method = getattr(RunHandle, kind.name)
+        hints = typing.get_type_hints(method)
+        [argument] = [name for name in hints if name != "return"]
+        assert hints[argument] is kind.input, kind.name
+
+
+def test_each_cli_verb_is_a_command_with_the_kinds_help_and_a_deciding_handler():
+    [commands] = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for kind in KINDS:
+        for verb in kind.verbs:
+            command = commands.choices[verb.name]
+            assert command.description == verb.help
+            handler = command.get_default("handler")
+            assert handler is getattr(cli_decisions, "cmd_" + verb.name.replace("-", "_"))
+            assert kinds.BY_VERB[verb.name] is kind
+
+
+def test_every_wait_is_worded_and_answered_by_some_kind():
+    assert set(WAITS) == set(DecisionKind)
+    for waiting in DecisionKind:
+        assert kinds.answered_by(waiting), waiting
+    assert [k.name for k in kinds.answered_by(DecisionKind.plan_approval)] == ["approve", "reject", "revise"]
