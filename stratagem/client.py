@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from . import handlers
 from .catalog import ToolCatalog
 from .config import Settings
+from .decisions import Kind, kinds
 from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
 from .event_stream import POLL_SECONDS, stream_events
 from .ledger import EventArchive, Ledger, LedgerEvent
@@ -39,6 +40,7 @@ from .run_types import (
     ApproveInput,
     AutoApproval,
     BudgetInput,
+    DecisionInput,
     DecisionOutcome,
     EventPage,
     EventsQuery,
@@ -139,28 +141,30 @@ class RunHandle:
         return self.handle.id
 
     async def approve(self, decision: ApproveInput) -> DecisionOutcome:
-        return await self._decide(handlers.APPROVE, decision)
+        return await self.decide(kinds.APPROVE, decision)
 
     async def reject(self, decision: RejectInput) -> DecisionOutcome:
-        return await self._decide(handlers.REJECT, decision)
+        return await self.decide(kinds.REJECT, decision)
 
     async def revise(self, decision: ReviseInput) -> DecisionOutcome:
-        return await self._decide(handlers.REVISE, decision)
+        return await self.decide(kinds.REVISE, decision)
 
     async def answer(self, answer: AnswerInput) -> DecisionOutcome:
-        return await self._decide(handlers.ANSWER, answer)
+        return await self.decide(kinds.ANSWER, answer)
 
     async def budget(self, decision: BudgetInput) -> DecisionOutcome:
         """Raise the run's budget, or stop a run waiting on it."""
-        return await self._decide(handlers.BUDGET, decision)
+        return await self.decide(kinds.BUDGET, decision)
 
     async def repair(self, decision: RepairInput) -> DecisionOutcome:
         """Retry a failed step (with new arguments if given), skip it with an output, or stop the run."""
-        return await self._decide(handlers.REPAIR, decision)
+        return await self.decide(kinds.REPAIR, decision)
 
-    async def _decide(self, update: str, decision: Any) -> DecisionOutcome:
-        """Send a decision as an update, signed (`decision_signer`) unless it already is. A refusal
-        raises DecisionRefusedError with the run's reason."""
+    async def decide(self, kind: Kind, decision: DecisionInput) -> DecisionOutcome:
+        """Send a decision of `kind` (stratagem.decisions.KINDS) as its update, signed
+        (`decision_signer`) unless it already is. A refusal raises DecisionRefusedError with the
+        run's reason. The methods above are this, each with its kind."""
+        update = kind.update
         if decision.signature is None:
             signer = decision_signer(decision.by, self.signer, self.keyring)
             decision = signer.sign(self.id, update, decision, await self.execution())

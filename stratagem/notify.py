@@ -81,7 +81,8 @@ class NotifyConfig:
 
 
 def message(goal: str, run_id: str, waiting: str, prompt: str, link: str | None) -> dict[str, Any]:
-    """The Slack message people read: what waits, on which run, and where to decide.
+    """The Slack message people read: what waits (`waiting`, worded by its kind:
+    stratagem.decisions.kinds.WAITS), on which run, and where to decide.
 
     All but the link comes from the run (its id, goal and questions: whoever started it or its
     planner wrote them), so each is `untrusted` text: it can neither mention anyone nor link

@@ -1,6 +1,7 @@
-"""The commands that decide on a run: approve, reject, revise, answer, budget and cancel; who
-decides (`reviewer`) and the key they sign with (keygen); and reading the limits and answers a
-person types, shared with the questions asked at a terminal."""
+"""The commands that decide on a run: approve, reject, revise, answer, budget, the repairs
+(retry, skip, ask-again, stop), each sending its kind of decision (stratagem.decisions.kinds),
+and cancel; who decides (`reviewer`) and the key they sign with (keygen); and reading the limits
+and answers a person types, shared with the questions asked at a terminal."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from temporalio.client import WorkflowExecutionStatus
 
 from ..answers import json_problem
 from ..config import stratagem_home
+from ..decisions import Kind, kinds
 from ..errors import ConfigError
 from ..plan_files import load_plan_file
 from ..run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
+    DecisionInput,
     DecisionOutcome,
     RejectInput,
     RepairAction,
@@ -59,9 +62,9 @@ def reviewer(args: argparse.Namespace) -> str:
     return signer.name
 
 
-async def _decide(args: argparse.Namespace, decision: str, payload: object) -> int:
+async def _decide(args: argparse.Namespace, kind: Kind, decision: DecisionInput) -> int:
     async with hosted_run(args.run_id) as run:
-        outcome = await getattr(run, decision)(payload)
+        outcome = await run.decide(kind, decision)
     return _done(args, run.id, outcome)
 
 
@@ -84,7 +87,7 @@ async def cmd_approve(args: argparse.Namespace) -> int:
         by=reviewer(args), revision=args.revision, step_id=args.step, call_id=_call(args), comment=args.comment
     )
     if decision.call_id is None:
-        return await _decide(args, "approve", decision)
+        return await _decide(args, kinds.APPROVE, decision)
     async with hosted_run(args.run_id) as run:
         waiting = next(
             (p.call for p in await run.pending() if p.step_id == args.step and p.call and p.call.call_id == args.call),
@@ -94,7 +97,7 @@ async def cmd_approve(args: argparse.Namespace) -> int:
             # The approval names the arguments it approves, shown here in full (folded, never cut).
             render.note(f"approving {waiting.tool}({waiting.arguments})", json_mode=args.json)
             decision.digest = waiting.digest or None
-        outcome = await run.approve(decision)
+        outcome = await run.decide(kinds.APPROVE, decision)
     return _done(args, run.id, outcome)
 
 
@@ -102,7 +105,7 @@ async def cmd_reject(args: argparse.Namespace) -> int:
     decision = RejectInput(
         by=reviewer(args), reason=args.reason, revision=args.revision, step_id=args.step, call_id=_call(args)
     )
-    return await _decide(args, "reject", decision)
+    return await _decide(args, kinds.REJECT, decision)
 
 
 def json_option(text: str, option: str) -> object:
@@ -122,7 +125,7 @@ async def cmd_retry(args: argparse.Namespace) -> int:
     decision = RepairInput(
         by=reviewer(args), action=RepairAction.retry, step_id=args.step_id, args=new_args, reason=args.reason
     )
-    return await _decide(args, "repair", decision)
+    return await _decide(args, kinds.REPAIR, decision)
 
 
 async def cmd_skip(args: argparse.Namespace) -> int:
@@ -130,23 +133,23 @@ async def cmd_skip(args: argparse.Namespace) -> int:
     decision = RepairInput(
         by=reviewer(args), action=RepairAction.skip, step_id=args.step_id, output=output, reason=args.reason
     )
-    return await _decide(args, "repair", decision)
+    return await _decide(args, kinds.REPAIR, decision)
 
 
 async def cmd_ask_again(args: argparse.Namespace) -> int:
     decision = RepairInput(by=reviewer(args), action=RepairAction.ask_again, step_id=args.step_id, reason=args.reason)
-    return await _decide(args, "repair", decision)
+    return await _decide(args, kinds.REPAIR, decision)
 
 
 async def cmd_stop(args: argparse.Namespace) -> int:
     decision = RepairInput(by=reviewer(args), action=RepairAction.stop, reason=args.reason)
-    return await _decide(args, "repair", decision)
+    return await _decide(args, kinds.REPAIR, decision)
 
 
 async def cmd_revise(args: argparse.Namespace) -> int:
     draft = load_plan_file(args.plan_file)
     decision = ReviseInput(by=reviewer(args), plan=draft, revision=args.revision, reason=args.reason)
-    return await _decide(args, "revise", decision)
+    return await _decide(args, kinds.REVISE, decision)
 
 
 async def cmd_answer(args: argparse.Namespace) -> int:
@@ -156,7 +159,7 @@ async def cmd_answer(args: argparse.Namespace) -> int:
             answer = json.loads(args.text)
         except json.JSONDecodeError as exc:
             raise CliError(f"--json-value: the answer is not JSON: {json_problem(exc)}") from None
-    return await _decide(args, "answer", AnswerInput(step_id=args.step_id, answer=answer, by=reviewer(args)))
+    return await _decide(args, kinds.ANSWER, AnswerInput(step_id=args.step_id, answer=answer, by=reviewer(args)))
 
 
 _LIMIT_NAMES = {"tokens": "tokens", "cost": "cost_usd", "calls": "model_calls", "seconds": "wall_clock_seconds"}
@@ -197,7 +200,7 @@ async def cmd_budget(args: argparse.Namespace) -> int:
         if not limits:
             raise CliError("give a limit to raise (--tokens, --cost, --calls, --seconds) or --stop")
         decision = BudgetInput.model_validate({"by": by, "reason": args.reason or "", **limits})
-    return await _decide(args, "budget", decision)
+    return await _decide(args, kinds.BUDGET, decision)
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..answers import answer_fields, answer_problem, coerce, describe_field, json_problem
 from ..client import RunHandle
+from ..decisions.kinds import WAITS
 from ..errors import DecisionRefusedError, PlanFileError
 from ..plan_files import dump_plan, load_plan_file
 from ..run_types import (
@@ -75,28 +76,25 @@ class Prompter:
 
 
 def question(pending: PendingDecision, schema: dict[str, Any] | None = None, kept: dict[str, Any] | None = None) -> str:
+    """What the terminal asks: the kind's question (stratagem.decisions.kinds.WAITS), then the
+    choices `respond` understands."""
+    asked = WAITS[pending.kind].question(pending)
     if pending.kind is DecisionKind.plan_approval:
-        return (
-            render.carried_text(pending)
-            + f"approve revision {pending.revision}? [a]pprove / [r]eject / [e]dit / [l]ater: "
-        )
+        return render.carried_text(pending) + f"{asked} [a]pprove / [r]eject / [e]dit / [l]ater: "
     if pending.kind is DecisionKind.step_approval:
-        return f"{pending.prompt}? [y]es / [n]o / [l]ater: "
+        return f"{asked} [y]es / [n]o / [l]ater: "
     if pending.kind is DecisionKind.tool_call_approval:
-        return f"{pending.prompt}\nlet it make this call? [y]es / [n]o (the step is told) / [l]ater: "
+        return f"{asked} [y]es / [n]o (the step is told) / [l]ater: "
     if pending.kind is DecisionKind.repair:
         if pending.step_id is None:
-            return f"{pending.prompt}\n[e]dit the plan / [s]top the run / [l]ater: "
+            return f"{asked}\n[e]dit the plan / [s]top the run / [l]ater: "
         again = "".join(f"ask {h} a[g]ain / " for h in pending.ask_again[:1])
         return (
-            f"{pending.prompt}\n[r]etry / retry with new [a]rguments / [s]kip with an output / {again}[e]dit the plan / "
+            f"{asked}\n[r]etry / retry with new [a]rguments / [s]kip with an output / {again}[e]dit the plan / "
             "s[t]op the run / [l]ater: "
         )
     if pending.kind is DecisionKind.budget:
-        return (
-            f"paused: {pending.prompt}\n"
-            "raise it (for example: tokens=200000 cost=5 calls=100 seconds=3600), [s]top, or [l]ater: "
-        )
+        return f"{asked}\nraise it (for example: tokens=200000 cost=5 calls=100 seconds=3600), [s]top, or [l]ater: "
     fields = answer_fields(schema)
     if fields:
         missing = [f for f in fields if f[0] not in (kept or {})]
@@ -104,11 +102,11 @@ def question(pending: PendingDecision, schema: dict[str, Any] | None = None, kep
         names = ", ".join(n for n, _, _ in fields)
         have = f"; kept: {', '.join(kept)}" if kept else ""
         return (
-            f"{pending.step_id} asks: {pending.prompt}\n"
+            f"{asked}\n"
             f"(the answer has the fields {names}: type each, or the whole answer as JSON; empty for later{have})\n"
             f"{_field_question(name, sub, required)}"
         )
-    return f"{pending.step_id} asks: {pending.prompt}\n(type the answer; JSON if it starts with {{ or [; empty for later)\n> "
+    return f"{asked}\n(type the answer; JSON if it starts with {{ or [; empty for later)\n> "
 
 
 def _field_question(name: str, schema: dict[str, Any], required: bool) -> str:
