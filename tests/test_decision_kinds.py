@@ -7,12 +7,16 @@ from __future__ import annotations
 import argparse
 import typing
 
+import pytest
+
 from stratagem import handlers
 from stratagem.cli import decisions as cli_decisions
 from stratagem.cli import parser
 from stratagem.client import RunHandle
 from stratagem.decisions import KINDS, WAITS, kinds
 from stratagem.run_types import DecisionKind
+
+pytestmark = pytest.mark.unit
 
 
 def test_every_decision_on_the_wire_has_one_kind_with_its_update_and_signal():
