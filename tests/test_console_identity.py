@@ -4,6 +4,7 @@ each is refused for, without a server. The attacks over HTTP are in tests/test_c
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from stratagem.console import AuthMode, IdentityConfig, Users
 from stratagem.console.identity import SESSION_SECONDS
@@ -51,3 +52,26 @@ def test_a_logout_ends_the_cookie_and_the_csrf_token_it_was_issued_with():
     identity.end_sessions("dana")
     assert identity.session_user(cookie) is None and not identity.csrf_ok("dana", token)
     assert identity.session_user(identity.session_cookie("dana")) == "dana"
+
+
+def test_every_route_but_the_login_form_asks_who_is_asking_and_every_change_checks_csrf():
+    """Identity reaches routes as dependencies (stratagem.console.access): a route added without
+    one would serve anybody, so this looks at each route's dependencies, not at its code."""
+    from fastapi.routing import APIRoute
+
+    from stratagem.console import decisions, inbox, runs, sessions, stream
+    from stratagem.console.access import checked_api, checked_form, person
+
+    def needs(dependant: Any) -> set[Any]:
+        return {d.call for d in dependant.dependencies} | {c for d in dependant.dependencies for c in needs(d)}
+
+    routes = [r for area in (inbox, runs, stream, decisions, sessions) for r in area.router.routes]
+    assert all(isinstance(r, APIRoute) for r in routes) and len(routes) == 21
+    for route in routes:
+        calls = needs(route.dependant)
+        if route.path == "/login":
+            assert person not in calls, route.name
+        elif "POST" in route.methods:
+            assert person in calls and (checked_form in calls or checked_api in calls), route.name
+        else:
+            assert person in calls, route.name

@@ -1,4 +1,4 @@
-"""A run's ledger as Server-Sent Events, and the event offsets a client may ask it from.
+"""A run's ledger events over the API: a page of them (`/events`), or Server-Sent Events (`/stream`).
 
 Each ledger event goes out with its `seq` as the event id, so a browser that reconnects sends
 `Last-Event-ID` and misses and repeats nothing. That header and `?after=` come from the client:
@@ -10,14 +10,37 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
-from fastapi import HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import Response, StreamingResponse
 
 from ..client import RunHandle
 from ..errors import StratagemError
+from .access import person
+from .state import Console
 
 POLL_SECONDS = 0.5
 MAX_DIGITS = 18  # more than any ledger reaches; int() of a 5,000-digit string would raise instead
+
+router = APIRouter(dependencies=[Depends(person)])
+
+
+@router.get("/api/runs/{run_id}/events", tags=["runs"])
+async def api_events(console: Console, run_id: str, after: str = "0") -> dict[str, Any]:
+    """The run's ledger events after an offset (`seq`, a whole number), archived ones included."""
+    page = await console.run(run_id).events(event_offset(after, "after"))
+    return page.model_dump(mode="json")
+
+
+@router.get("/api/runs/{run_id}/stream", tags=["runs"])
+async def api_stream(request: Request, console: Console, run_id: str, after: str = "0") -> Response:
+    """Server-Sent Events: one `ledger` event per ledger event, `id` its seq. A reconnect sends
+    Last-Event-ID and misses and repeats nothing."""
+    header = request.headers.get("last-event-id")
+    start = event_offset(header, "Last-Event-ID") if header else event_offset(after, "after")
+    events = ledger_events(request, console.run(run_id), start)
+    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
 
 def event_offset(value: str | None, what: str) -> int:
@@ -50,4 +73,4 @@ async def ledger_events(request: Request, run: RunHandle, after: int) -> AsyncIt
         await asyncio.sleep(POLL_SECONDS)
 
 
-__all__ = ["event_offset", "ledger_events"]
+__all__ = ["event_offset", "ledger_events", "router"]

@@ -1,0 +1,64 @@
+"""What every route of the console works with, reached through a FastAPI dependency (`Console`).
+
+One `ConsoleState` per app, kept on `app.state` by `create_app`: the Temporal client, how people
+sign in, the issuer key decisions are signed with, the output store and the page templates. The
+routes are plain functions in modules of their own, so two apps (a test's, say) share nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.templating import Jinja2Templates
+from temporalio.client import Client
+
+from ..client import RunHandle, get_run
+from ..errors import StratagemError
+from ..ledger import Ledger
+from ..signing import Signer
+from ..store import OutputStore
+from .identity import IdentityConfig
+
+
+@dataclass
+class ConsoleState:
+    client: Client
+    identity: IdentityConfig
+    issuer: Signer  # signs what people decide, for workers that list it in STRATAGEM_ISSUER_KEYS
+    store: OutputStore | None
+    run_timeout: timedelta  # how long a page or a decision waits for a run before saying nobody serves it
+    templates: Jinja2Templates
+
+    def run(self, run_id: str) -> RunHandle:
+        run = get_run(self.client, run_id, rpc_timeout=self.run_timeout)
+        run.signer = self.issuer
+        run.store = self.store
+        return run
+
+    async def read(self, run_id: str) -> tuple[RunHandle, Any, Ledger]:
+        """A run's status and ledger: a 404 for a run that does not exist, a 503 for one nobody serves."""
+        run = self.run(run_id)
+        try:
+            status = await run.status()
+            ledger = await run.ledger()
+        except StratagemError as exc:
+            raise HTTPException(503, str(exc)) from None
+        except Exception as exc:
+            if "not found" in str(exc).lower():
+                raise HTTPException(404, f"there is no run {run_id}") from None
+            raise
+        return run, status, ledger
+
+
+async def console_state(request: Request) -> ConsoleState:
+    # async: FastAPI runs a plain function dependency in a thread, for every request.
+    state: ConsoleState = request.app.state.console
+    return state
+
+
+Console = Annotated[ConsoleState, Depends(console_state)]
+
+__all__ = ["Console", "ConsoleState", "console_state"]

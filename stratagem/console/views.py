@@ -1,0 +1,143 @@
+"""What the console's pages show, computed from a run's plan and ledger, without asking the run.
+
+The templates (`page_templates`) get their values from here (the graph's columns, a decision's
+form fields, the diff against the approved revision), and a form's fields are read back here
+(`answer_from`).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from typing import Any
+
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+
+from ..answers import answer_fields, coerce
+from ..decisions import waiting_for
+from ..ledger import Ledger
+from ..plan import Plan
+from ..plan_diff import diff_lines, diff_revisions
+from ..run_types import DecisionKind, PendingDecision
+from ..visible_text import written_out
+
+
+def page_templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(files("stratagem.console") / "templates"))
+    # Every value a page shows is written out where it would reorder or hide text (bidi controls,
+    # C0/C1 controls), as the CLI does: autoescaping stops markup, not a right-to-left override.
+    templates.env.finalize = _written_out
+    return templates
+
+
+def _written_out(value: Any) -> Any:
+    """A page's value with reordering characters written out; already-escaped markup stays markup."""
+    if isinstance(value, Markup):
+        return Markup(written_out(str(value)))
+    return written_out(value) if isinstance(value, str) else value
+
+
+def safe_next(target: str) -> str:
+    """Only a path on this console: a login must not redirect elsewhere."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+def one_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def parse_json(raw: Any, what: str) -> Any:
+    try:
+        return json.loads(str(raw))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the {what} are not JSON: {exc.msg} at column {exc.colno}") from None
+
+
+def answer_schema(plan: Plan | None, step_id: str | None) -> dict[str, Any] | None:
+    try:
+        return plan.step(step_id).answer_schema if plan is not None and step_id else None
+    except KeyError:
+        return None
+
+
+def decision_view(pending: PendingDecision, plan: Plan | None) -> dict[str, Any]:
+    """What a pending decision's form needs: for a typed answer, one input per field of its schema."""
+    schema = answer_schema(plan, pending.step_id) if pending.kind is DecisionKind.human_answer else None
+    fields = [
+        {
+            "name": name,
+            "type": sub.get("type", "string"),
+            "choices": [c for c in sub.get("enum", []) if isinstance(c, str | int | float | bool)],
+            "required": required,
+            "description": sub.get("description", ""),
+        }
+        for name, sub, required in answer_fields(schema)
+    ]
+    return {"pending": pending, "what": waiting_for(pending), "fields": fields}
+
+
+def answer_from(form: dict[str, Any], schema: dict[str, Any] | None) -> Any:
+    """The answer a form carries: one input per field of the step's schema (`field.NAME`, each
+    converted as its schema says, as the terminal does), or one value, JSON or text."""
+    fields = answer_fields(schema)
+    if not fields:
+        text = str(form.get("answer", ""))
+        return parse_json(text, "answer") if text.strip().startswith(("{", "[")) else text
+    answer: dict[str, Any] = {}
+    for name, sub, _ in fields:
+        text = str(form.get(f"field.{name}", "")).strip()
+        if text:
+            try:
+                answer[name] = coerce(text, sub)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+    return answer
+
+
+def graph_columns(plan: Plan, ledger: Ledger) -> list[list[dict[str, Any]]]:
+    """The plan as columns by depth (a step sits right of everything it waits for), each step with its status."""
+    depth: dict[str, int] = {}
+    by_id = {s.id: s for s in plan.steps}
+
+    def level(step_id: str, seen: frozenset[str] = frozenset()) -> int:
+        if step_id in depth:
+            return depth[step_id]
+        step = by_id.get(step_id)
+        if step is None or step_id in seen:
+            return 0
+        value = 1 + max((level(d, seen | {step_id}) for d in step.depends_on), default=-1)
+        depth[step_id] = value
+        return value
+
+    columns: dict[int, list[dict[str, Any]]] = {}
+    for step in plan.steps:
+        record = ledger.steps.get(step.id)
+        # What a reviewer approves, in full: the tool and its exact arguments, or what a model may call.
+        does = (
+            f"{step.tool}({', '.join(f'{k}={json.dumps(v, ensure_ascii=False)}' for k, v in step.args.items())})"
+            if step.tool
+            else f"{step.kind.value}" + (f" · may call {', '.join(step.tools)}" if step.tools else "")
+        )
+        columns.setdefault(level(step.id), []).append(
+            {"step": step, "status": record.status.value if record else "pending", "record": record, "does": does}
+        )
+    return [columns[k] for k in sorted(columns)]
+
+
+def diff_text(approved: Plan, plan: Plan) -> list[str]:
+    return diff_lines(diff_revisions(approved, plan))
+
+
+__all__ = [
+    "answer_from",
+    "answer_schema",
+    "decision_view",
+    "diff_text",
+    "graph_columns",
+    "one_line",
+    "page_templates",
+    "parse_json",
+    "safe_next",
+]
