@@ -6,8 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from stratagem.console import AuthMode, IdentityConfig, Users
 from stratagem.console.identity import SESSION_SECONDS
+
+pytestmark = pytest.mark.unit
 
 
 def console(secret: bytes = b"identity-test") -> IdentityConfig:
