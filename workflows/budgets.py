@@ -12,70 +12,129 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import decisions, transitions
     from stratagem.ledger import EventKind, ToolCallRecord
     from stratagem.plan import Step, StepKind
-    from stratagem.run_types import Phase
+    from stratagem.run_types import Phase, RunState
     from stratagem.usage import Allowance, CallUsage, UsageTotals, allowance, exhausted, share_of
 
-from .core import RunCore
+from .control import RunControl
+from .core import patched
+from .observe import Observer
+from .progress import Progress
+from .steps import Steps
 
 # A model budget too small for one more call asks a person before a step starts, not after.
 BUDGET_SHORT_PATCH = "budget-short-of-a-call"
 
 
-class Budgets(RunCore):
-    def _record_calls(self, calls: list[CallUsage], purpose: str, step_id: str | None = None) -> UsageTotals:
-        totals = transitions.record_calls(self.state, calls, purpose, self._now(), step_id)
-        self._budget_epoch += 1
-        self._observe.calls(self.state.ledger.calls[-totals.calls :] if totals.calls else [])
+class Budgets:
+    def __init__(
+        self, state: RunState, control: RunControl, progress: Progress, steps: Steps, observe: Observer
+    ) -> None:
+        self._state = state
+        self._control = control
+        self._progress = progress
+        self._steps = steps
+        self._observe = observe
+        # Bumped whenever usage, a budget or the steps in flight change: what budget waits wake on.
+        self._epoch = 0
+        self._model_steps_in_flight = 0
+        self._model_steps_waiting = 0
+        # Model budget reserved by llm steps in flight (their allowances), and steps that used
+        # their share and run again once the others are done.
+        self._reserved: dict[str, Allowance] = {}
+        self._reruns: set[str] = set()
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def model_steps_in_flight(self) -> int:
+        return self._model_steps_in_flight
+
+    def changed(self) -> None:
+        """A budget changed (a person raised it): wake what waits on it."""
+        self._epoch += 1
+
+    def is_rerun(self, step_id: str) -> bool:
+        return step_id in self._reruns
+
+    def rerun(self, step_id: str) -> None:
+        """The step stopped at its share of the budget: it runs again with what is left once the
+        steps beside it are done."""
+        self._reruns.add(step_id)
+
+    def waiting(self, uses_model: int) -> None:
+        self._model_steps_waiting += uses_model
+
+    def done_waiting(self, uses_model: int) -> None:
+        self._model_steps_waiting -= uses_model
+
+    def step_out(self, uses_model: int) -> None:
+        self._model_steps_in_flight += uses_model
+
+    def step_back(self, step_id: str, uses_model: int) -> None:
+        """A step's activity is over: its reservation is free again, and budget waits look again."""
+        self._model_steps_in_flight -= uses_model
+        self._reserved.pop(step_id, None)
+        self._epoch += 1
+
+    def record_calls(self, calls: list[CallUsage], purpose: str, step_id: str | None = None) -> UsageTotals:
+        state = self._state
+        totals = transitions.record_calls(state, calls, purpose, workflow.now(), step_id)
+        self._epoch += 1
+        self._observe.calls(state.ledger.calls[-totals.calls :] if totals.calls else [])
         return totals
 
-    def _record_step_work(self, step: Step, calls: list[CallUsage], tool_calls: list[ToolCallRecord]) -> None:
+    def record_step_work(self, step: Step, calls: list[CallUsage], tool_calls: list[ToolCallRecord]) -> None:
         """Keep what an llm step's executor did, whether the step succeeded or not."""
         if step.kind is not StepKind.llm:
             return
-        totals = self._record_calls(calls, "execute", step.id)
+        totals = self.record_calls(calls, "execute", step.id)
         if totals.calls:
-            self.state.ledger.note_step_usage(totals)
-        transitions.record_tool_calls(self.state, step.id, tool_calls, self._now())
+            self._state.ledger.note_step_usage(totals)
+        transitions.record_tool_calls(self._state, step.id, tool_calls, workflow.now())
 
-    def _budget_used_up(self) -> list[str]:
-        state = self.state
+    def used_up(self) -> list[str]:
+        state = self._state
         if not state.options.budget.is_set:
             return []
-        started = state.started_at or self._now()
-        elapsed = (self._now() - started).total_seconds()
+        now = workflow.now()
+        started = state.started_at or now
+        elapsed = (now - started).total_seconds()
         return exhausted(state.options.budget, state.ledger.usage, elapsed)
 
-    def _request_budget(self, used_up: list[str]) -> None:
+    def request(self, used_up: list[str]) -> None:
         """Ask a person to raise the budget or stop the run (once, however many steps wait)."""
-        if not decisions.request_budget(self.state, used_up, self._now()):
+        if not decisions.request_budget(self._state, used_up, workflow.now()):
             return
-        self._show()
+        self._progress.show()
 
-    async def _budget_gate(self) -> bool:
+    async def gate(self) -> bool:
         """Before a planner or synthesis call: wait while the budget is used up. False if a
         person stopped the run meanwhile (it has then ended)."""
-        while used_up := self._budget_used_up():
-            self._request_budget(used_up)
-            epoch = self._budget_epoch
-            await workflow.wait_condition(lambda: self._budget_epoch != epoch or self._rejection is not None)
-            if self._rejection is not None:
-                self._end(Phase.rejected, self._rejection, EventKind.run_rejected)
+        control = self._control
+        while used_up := self.used_up():
+            self.request(used_up)
+            epoch = self._epoch
+            await workflow.wait_condition(lambda: self._epoch != epoch or control.rejection is not None)
+            if control.rejection is not None:
+                self._steps.end(Phase.rejected, control.rejection, EventKind.run_rejected)
                 return False
         return True
 
-    def _budget_left(self) -> Allowance | None:
+    def _left(self) -> Allowance | None:
         """What is left of the model budgets, with the largest call so far as the next call's estimate."""
-        left = allowance(self.state.options.budget, self.state.ledger.usage)
+        left = allowance(self._state.options.budget, self._state.ledger.usage)
         if left is not None:
-            calls = self.state.ledger.calls
+            calls = self._state.ledger.calls
             left.call_tokens = max((c.input_tokens + c.output_tokens for c in calls), default=0)
             left.call_cost_usd = max((c.cost_usd or 0.0 for c in calls), default=0.0)
         return left
 
-    def _budget_short(self) -> list[str]:
+    def short(self) -> list[str]:
         """With no model step out: the budgets too small for one more call the size of the largest
         so far. A step started now would stop before its first call, so a person is asked."""
-        left = None if self._model_steps_in_flight else self._budget_left()
+        left = None if self._model_steps_in_flight else self._left()
         if left is None:
             return []
         short = []
@@ -87,11 +146,11 @@ class Budgets(RunCore):
             short.append(
                 f"the cost budget has ${left.cost_usd:,.4f} left, less than one model call costs (${left.call_cost_usd:,.4f})"
             )
-        if short and self._patched(BUDGET_SHORT_PATCH):
+        if short and patched(self._state, BUDGET_SHORT_PATCH):
             return short
         return []
 
-    def _allowance(self, step: Step) -> Allowance | None:
+    def allowance(self, step: Step) -> Allowance | None:
         """What of the model budgets this llm step may use, reserved until it ends.
 
         Steps in flight keep their reservations, so steps started together cannot each count on
@@ -99,12 +158,12 @@ class Budgets(RunCore):
         leaving room for the next. One that used its share waits for the others, then runs
         again with everything that is left (or the run asks a person for more).
         """
-        left = self._budget_left()
+        left = self._left()
         if left is None:
             return None
         alone = self._model_steps_in_flight <= 1 and self._model_steps_waiting == 0
-        fraction = 1.0 if alone or step.id in self._budget_reruns else 0.5
-        self._budget_reruns.discard(step.id)
+        fraction = 1.0 if alone or step.id in self._reruns else 0.5
+        self._reruns.discard(step.id)
         share = share_of(left, self._reserved.values(), fraction)
         self._reserved[step.id] = share
         return share

@@ -5,6 +5,9 @@ state carried stays the size of the plan, not of the history. Workflow code: det
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, is_cancelled_exception
@@ -13,59 +16,72 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io
     from stratagem.ledger import EventArchive, EventKind, Ledger
     from stratagem.roles import Role
-    from stratagem.run_types import RunInput
+    from stratagem.run_types import RunInput, RunState
 
 from .activity_options import ARCHIVE_RETRY, ARCHIVE_TIMEOUT
-from .core import RunCore
+from .core import outcome_attributes, patched, queue
 from .failures import cause_message
+from .progress import Progress
 
 # Routine events move to the output store at a continue-as-new, in batches of at least this many.
 ARCHIVE_PATCH = "archive-events"
 ARCHIVE_MIN_EVENTS = 200
 
 
-class Continuation(RunCore):
-    def _continue_as_new_due(self) -> bool:
+class Continuation:
+    def __init__(self, state: RunState, progress: Progress) -> None:
+        self._state = state
+        self._progress = progress
+        # What the run span reports when this execution handed its state on (_release).
+        self._outcome: dict[str, Any] | None = None
+
+    @property
+    def outcome(self) -> dict[str, Any] | None:
+        return self._outcome
+
+    def due(self) -> bool:
         info = workflow.info()
-        limit = self.state.options.continue_as_new_after_events
+        limit = self._state.options.continue_as_new_after_events
         if limit is not None:
             return info.get_current_history_length() >= limit
         return info.is_continue_as_new_suggested()
 
-    async def _continue_as_new(self) -> None:
-        if self._patched(ARCHIVE_PATCH):
+    async def continue_as_new(self, release: Callable[[], None]) -> None:
+        """Hand the state to a fresh execution; `release` lets the other parts drop what they hold of it."""
+        if patched(self._state, ARCHIVE_PATCH):
             await self._archive_events()
-        self._write_memo(final=True)
+        self._progress.write_memo(final=True)
         # Handlers may still be mutating the state; carry it only once they are done.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        self.state.continued += 1
-        self.state.ledger.record(
+        self._state.continued += 1
+        self._state.ledger.record(
             EventKind.continued_as_new,
-            self._now(),
-            revision=self.state.plan.revision if self.state.plan else None,
+            workflow.now(),
+            revision=self._state.plan.revision if self._state.plan else None,
             history_events=workflow.info().get_current_history_length(),
         )
         # Converted here, not by Temporal as the run ends, so this execution can let go of its
         # state before the next one reads it in: otherwise the worker holds both at once, twice the
         # memory of a long plan at every continue-as-new. (Temporal does not compare the arguments
         # of a continue-as-new on replay.)
-        carried = workflow.payload_converter().to_payload(RunInput(state=self.state, options=self.state.options))
+        carried = workflow.payload_converter().to_payload(RunInput(state=self._state, options=self._state.options))
         self._release()
+        release()
         workflow.continue_as_new(RawValue(carried))
 
     async def _archive_events(self) -> None:
         """Move the routine events (a step started, succeeded, called a tool) to the output store,
         so the state a continue-as-new carries stays the size of the plan, not of the history.
         If the store cannot take them, they stay in the state: nothing is lost, it is only larger."""
-        ledger = self.state.ledger
+        ledger = self._state.ledger
         routine = ledger.routine_events()
         if len(routine) < ARCHIVE_MIN_EVENTS:
             return
         try:
             archive = await workflow.execute_activity(
                 activity_io.ARCHIVE_EVENTS,
-                activity_io.ArchiveEventsInput(run_id=self.state.run_id, events=routine),
-                task_queue=self._queue(Role.workflow),
+                activity_io.ArchiveEventsInput(run_id=self._state.run_id, events=routine),
+                task_queue=queue(Role.workflow),
                 result_type=EventArchive,
                 start_to_close_timeout=ARCHIVE_TIMEOUT,
                 retry_policy=ARCHIVE_RETRY,
@@ -74,14 +90,12 @@ class Continuation(RunCore):
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
-            workflow.logger.warning("run %s keeps its events in its state: %s", self.state.run_id, cause_message(exc))
+            workflow.logger.warning("run %s keeps its events in its state: %s", self._state.run_id, cause_message(exc))
             return
         ledger.archived(routine, archive)
 
     def _release(self) -> None:
         """Drop the bulk of the state (plan, records, events): the execution ends with the
         continue-as-new that carries it, and answers no query after it."""
-        self._outcome = self._outcome_attributes()
-        self.state.ledger = Ledger(run_id=self.state.run_id)
-        self._frontier = None
-        self._references = {}
+        self._outcome = outcome_attributes(self._state)
+        self._state.ledger = Ledger(run_id=self._state.run_id)

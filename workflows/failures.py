@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutType
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from stratagem.errors import BudgetReachedError, CriteriaUnmetError, StratagemError
 
 _TIMEOUTS = {
     TimeoutType.START_TO_CLOSE: "timed out: an attempt took longer than its time limit",
@@ -31,8 +35,15 @@ def cause_message(exc: ActivityError) -> str:
     return cause.message if isinstance(cause, ApplicationError) else str(cause)
 
 
-def cause_type(exc: ActivityError) -> str | None:
-    return exc.cause.type if isinstance(exc.cause, ApplicationError) else None
+# The errors whose failures the run answers other than by failing the step, by the type they
+# arrive under: activities/errors.py reports a Stratagem error under its class's name.
+_ANSWERED: dict[str, type[StratagemError]] = {cls.__name__: cls for cls in (BudgetReachedError, CriteriaUnmetError)}
+
+
+def cause_error(exc: ActivityError) -> type[StratagemError] | None:
+    """The Stratagem error the activity failed with, if it is one the run answers (above)."""
+    cause = exc.cause
+    return _ANSWERED.get(cause.type or "") if isinstance(cause, ApplicationError) else None
 
 
 def cause_detail(exc: ActivityError, key: str, model: Any) -> list[Any]:

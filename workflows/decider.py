@@ -1,0 +1,234 @@
+"""What the decisions people send do: each is checked (a refused update never reaches history; a
+refused signal is recorded instead of applied) and then applied to the run. The rules, what a
+decision may do and what it records, live in `stratagem.decisions` and `stratagem.repairs`; the
+handlers that receive them are `Messages`'. Workflow code: deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from stratagem import decisions, repairs
+    from stratagem.errors import DecisionRefusedError
+    from stratagem.ledger import EventKind, StepStatus
+    from stratagem.plan import Author, AuthorKind
+    from stratagem.run_types import (
+        AnswerInput,
+        ApproveInput,
+        BudgetInput,
+        DecisionOutcome,
+        Phase,
+        RejectInput,
+        RepairAction,
+        RepairInput,
+        ReviseInput,
+        RunState,
+    )
+    from stratagem.scheduling import reconcile
+
+from .budgets import Budgets
+from .control import RunControl
+from .core import partial
+from .execution import Execution
+from .planning import Planning
+from .progress import Progress
+from .steps import Steps
+
+Check = Callable[[RunState, Any], None]
+
+
+class DecisionRefused(ApplicationError):
+    """A refused decision, as update callers receive it (an ApplicationError keeps its type)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, type=DecisionRefused.__name__, non_retryable=True)
+
+
+class Decider:
+    def __init__(
+        self,
+        state: RunState,
+        control: RunControl,
+        progress: Progress,
+        steps: Steps,
+        budgets: Budgets,
+        planning: Planning,
+        execution: Execution,
+    ) -> None:
+        self._state = state
+        self._control = control
+        self._progress = progress
+        self._steps = steps
+        self._budgets = budgets
+        self._planning = planning
+        self._execution = execution
+
+    # ------------------------------------------------------------------ checking and taking
+
+    def _refusal(self, check: Check, decision: Any) -> DecisionRefused | None:
+        state = self._state
+        if state.level >= 7 and decision.verdict is None:
+            # No VerifyDecisions on this worker (built without Stratagem's plugin): nothing was
+            # checked, so nothing is taken.
+            return DecisionRefused(
+                "this worker checks no signatures; run it with Stratagem's plugin (stratagem.plugin)"
+            )
+        if state.level >= 7 and decision.signature and _mark(decision) in state.decided:
+            # Read from a history and sent again (the same signature), it would decide twice.
+            return DecisionRefused("this signed decision was taken already; each counts once")
+        try:
+            check(state, decision)
+        except DecisionRefusedError as exc:
+            return DecisionRefused(str(exc))
+        return None
+
+    def _took(self, decision: Any) -> None:
+        """Remember a signed decision the run took, so the same one sent again is refused."""
+        if self._state.level >= 7 and decision.signature:
+            self._state.decided.append(_mark(decision))
+
+    def validate(self, check: Check, decision: Any) -> None:
+        """A validator that raises refuses the update before it reaches history; the caller gets the error."""
+        refused = self._refusal(check, decision)
+        if refused is not None:
+            raise refused
+
+    def update(self, decision: Any, apply: Callable[[], DecisionOutcome]) -> DecisionOutcome:
+        """An update the validator let through: applied, taken, shown."""
+        outcome = apply()
+        self._took(decision)
+        self._progress.show()
+        return outcome
+
+    def signal(self, check: Check, decision: Any, apply: Callable[[], Any]) -> None:
+        """Signals cannot be refused, so a refused one is recorded instead of applied. One the
+        worker could not verify (stratagem.signing) is refused before its content is looked at."""
+        state = self._state
+        verdict = decision.verdict
+        if verdict is not None and verdict.refused:
+            message = f"not verified: {verdict.refused}"
+            state.ledger.record(EventKind.signal_ignored, workflow.now(), actor=decision.by, message=message)
+            return
+        refused = self._refusal(check, decision)
+        if refused is not None:
+            state.ledger.record(EventKind.signal_ignored, workflow.now(), actor=decision.by, message=refused.message)
+            return
+        apply()
+        self._took(decision)
+        self._progress.show()
+
+    # ------------------------------------------------------------------ what each decision does
+
+    def approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
+        state = self._state
+        if decision.call_id is not None:
+            decisions.decide_call(state, decision, via=via, now=workflow.now())
+            return decisions.outcome(state, f"call {decision.call_id} of step '{decision.step_id}' approved")
+        if decision.step_id is not None:
+            self._control.decide_step(decision, via=via)
+        else:
+            decisions.approve_plan(state, decision, via=via, now=workflow.now())
+            if state.level >= 2:
+                self._progress.hold_memo()
+        return decisions.outcome(state, "approved")
+
+    def reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
+        state = self._state
+        if decision.call_id is not None:
+            decisions.decide_call(state, decision, via=via, now=workflow.now())
+            return decisions.outcome(
+                state, f"call {decision.call_id} of step '{decision.step_id}' rejected; the step is told"
+            )
+        if decision.step_id is not None:
+            self._control.decide_step(decision, via=via)
+            return decisions.outcome(state, "step rejected; the run ends once running steps finish")
+        reason = decisions.record_plan_rejection(state, decision, via=via, now=workflow.now())
+        if self._execution.busy:
+            # A revision made while the run ran was rejected: its running steps finish first, and
+            # the execution loop then ends the run, so no step records an end after the run's.
+            self._control.reject(reason)
+            return decisions.outcome(state, "rejected; the run ends once running steps finish")
+        self._steps.close_open(StepStatus.skipped, "plan rejected")
+        self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
+        return decisions.outcome(state, "rejected")
+
+    def revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:
+        state = self._state
+        running = state.phase is Phase.running
+        merged = reconcile(state.plan, decision.plan, state.ledger.steps)
+        author = Author(kind=AuthorKind.human, name=decision.by)
+        plan = self._planning.adopt(merged, author, decision.reason or decision.plan.reason or "edited by a reviewer")
+        decisions.record_revision(state, decision, plan, via=via, now=workflow.now(), partial=partial(state))
+        if running:
+            # Nothing new starts and steps waiting on people give up for now; running ones finish.
+            # The execution loop then ends, and the new revision runs once it is approved.
+            self._control.stop()
+        if state.phase is Phase.running:
+            return decisions.outcome(state, f"revision {plan.revision} keeps the approval: no step changed")
+        return decisions.outcome(state, f"revision {plan.revision} awaits approval")
+
+    def repair(self, decision: RepairInput, *, via: str) -> DecisionOutcome:
+        state = self._state
+        assert state.plan is not None, "a run waits for a repair only once it has a plan"
+        if decision.action is RepairAction.retry and decision.args is not None:
+            self._retry_with(decision, via=via)
+        stop = repairs.apply_repair(state, decision, via=via, now=workflow.now())
+        if stop is not None:
+            self._steps.fail_run(stop)
+            return decisions.outcome(state, "the run is stopped")
+        done = {RepairAction.retry: "retried", RepairAction.skip: "skipped"}.get(decision.action, "asked again")
+        if state.phase is Phase.running:
+            return decisions.outcome(state, f"step '{decision.step_id}' {done}; the run goes on")
+        if state.phase is Phase.awaiting_approval:
+            return decisions.outcome(
+                state, f"step '{decision.step_id}' {done}; the current revision awaits approval before the run goes on"
+            )
+        left = ", ".join(repairs.failed_steps(state))
+        return decisions.outcome(state, f"step '{decision.step_id}' {done}; still failed: {left}")
+
+    def _retry_with(self, decision: RepairInput, *, via: str) -> None:
+        """A retry with new arguments: a new revision that runs this step again."""
+        state = self._state
+        assert state.plan is not None and decision.step_id is not None and decision.args is not None
+        draft = repairs.retried_plan(state, decision.step_id, decision.args)
+        author = Author(kind=AuthorKind.human, name=decision.by)
+        # The new revision runs this step again; the other failed steps still wait for their repair.
+        others = {sid: state.ledger.steps[sid].error for sid in repairs.failed_steps(state)}
+        others.pop(decision.step_id, None)
+        # Retrying is approving the new arguments, but not a revision someone else is still reviewing.
+        approved = state.approved_revision == state.plan.revision
+        self._planning.adopt(reconcile(state.plan, draft, state.ledger.steps), author, draft.reason)
+        for sid, error in others.items():
+            state.ledger.steps[sid].status, state.ledger.steps[sid].error = StepStatus.failed, error
+        if approved:
+            repairs.approve_repair(state, decision, via=via, now=workflow.now())
+
+    def answer(self, answer: AnswerInput) -> DecisionOutcome:
+        decisions.record_answer(self._state, answer, workflow.now())
+        return decisions.outcome(self._state, f"answer recorded for step '{answer.step_id}'")
+
+    def check_budget(self, state: RunState, decision: BudgetInput) -> None:
+        now = workflow.now()
+        started = state.started_at or now
+        decisions.check_budget(state, decision, elapsed_seconds=(now - started).total_seconds())
+
+    def budget(self, decision: BudgetInput, *, via: str) -> DecisionOutcome:
+        stop = decisions.apply_budget(
+            self._state, decision, via=via, now=workflow.now(), still_used_up=self._budgets.used_up
+        )
+        self._budgets.changed()
+        if stop is not None:
+            self._control.reject(stop)
+            return decisions.outcome(self._state, "the run stops once running steps finish")
+        return decisions.outcome(self._state, "budget changed")
+
+
+def _mark(decision: Any) -> str:
+    """What tells one signed decision from another: the start of its signature (an Ed25519
+    signature over a decision with a random nonce; 24 base64 characters are 144 bits)."""
+    return str(decision.signature)[:24]

@@ -1,0 +1,110 @@
+"""The review gate: a revision runs once it is approved, by a person, by auto_approve, or by
+policy (a replan when replan_requires_approval is off, unless it loosens what was approved). The
+rules are `stratagem.decisions`'; this waits for them. Workflow code: deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from stratagem import decisions
+    from stratagem.ledger import EventKind
+    from stratagem.run_types import ApproveInput, DecisionKind, Phase, ReviewTimeoutAction, RunState
+
+from .core import partial, patched
+from .observe import Observer
+from .progress import Progress
+from .steps import Steps
+
+# A replan that loosens what was approved (lower risk, more tools, a gated step's new arguments)
+# waits for a person even when replan_requires_approval is off; older runs were approved by policy.
+LOOSENED_PATCH = "replan-loosened-needs-a-person"
+
+
+class Review:
+    def __init__(self, state: RunState, progress: Progress, steps: Steps, observe: Observer) -> None:
+        self._state = state
+        self._progress = progress
+        self._steps = steps
+        self._observe = observe
+
+    async def review(self) -> None:
+        state = self._state
+        assert state.plan is not None
+        is_replan = state.ledger.replans > 0 and state.plan.revision > 1
+        if state.options.auto_approve:
+            decision = ApproveInput(by="auto_approve", revision=state.plan.revision, comment="auto_approve")
+            decisions.approve_plan(state, decision, via="auto", now=workflow.now())
+            return
+        changes = decisions.review_changes(state, partial(state))
+        if changes is not None and not decisions.covered(changes):
+            # Nothing differs from the approved revision (a replan that retries the failed steps as
+            # they were): its approval stands.
+            return decisions.carry_approval(state, workflow.now())
+        why: list[str] = []
+        if is_replan and not state.options.replan_requires_approval and not state.pending:
+            why = decisions.loosened(state.approved_plan, state.plan)
+            if not why or not patched(state, LOOSENED_PATCH):
+                decision = ApproveInput(
+                    by="policy", revision=state.plan.revision, comment="replan_requires_approval is off"
+                )
+                decisions.approve_plan(state, decision, via="policy", now=workflow.now())
+                return
+            state.ledger.record(
+                EventKind.review_escalated,
+                workflow.now(),
+                revision=state.plan.revision,
+                message="needs a person although replan_requires_approval is off: " + "; ".join(why),
+            )
+        if state.level < 4:  # as runs before level 4 decided it (their memo writes replay unchanged)
+            if not state.pending:
+                state.pending = [decisions.plan_approval_request(state, workflow.now(), why, changes)]
+        elif decisions.pending_for(state, DecisionKind.plan_approval, None) is None:  # else carried here
+            state.pending.insert(0, decisions.plan_approval_request(state, workflow.now(), why, changes))
+        self._progress.show()
+        attributes = {"stratagem.revision": state.plan.revision}
+        with self._observe.span(f"review revision {state.plan.revision}", attributes) as span:
+            await self._await_review()
+            span.set_attribute("stratagem.outcome", state.phase.value)
+            span.set_attribute("stratagem.revision.decided", state.plan.revision)
+            if state.ledger.decisions:
+                span.set_attribute("stratagem.decided_by", state.ledger.decisions[-1].by)
+
+    async def _await_review(self) -> None:
+        state = self._state
+        assert state.plan is not None
+        timeout = state.options.review_timeout_seconds
+        while state.phase is Phase.awaiting_approval:
+            revision = state.plan.revision
+            try:
+                # A revise starts a new review (and a new timeout): the reviewer sees a new plan.
+                await workflow.wait_condition(
+                    lambda: (
+                        state.phase is not Phase.awaiting_approval
+                        or (state.plan is not None and state.plan.revision != revision)
+                    ),
+                    timeout=timedelta(seconds=timeout) if timeout else None,
+                    timeout_summary="review timeout",
+                )
+            except TimeoutError:
+                if state.options.on_review_timeout is ReviewTimeoutAction.fail:
+                    state.ledger.record(
+                        EventKind.review_timed_out,
+                        workflow.now(),
+                        revision=revision,
+                        message=f"no decision within {timeout:g} s",
+                    )
+                    self._steps.fail_run(f"no decision on revision {revision} within {timeout:g} seconds")
+                    return
+                for pending in state.pending:
+                    pending.escalated = True
+                state.ledger.record(
+                    EventKind.review_escalated,
+                    workflow.now(),
+                    revision=revision,
+                    message=f"no decision within {timeout:g} s; escalated, still waiting",
+                )
+                timeout = None
