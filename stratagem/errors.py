@@ -41,6 +41,14 @@ class ToolError(StratagemError):
         super().__init__(message)
 
 
+class NonRetryableToolError(ToolError):
+    """A `ToolError(retryable=False)` as the run sees it: activities/errors.py reports such an
+    error under this name, which a step's retry policy does not retry."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retryable=False)
+
+
 class UnknownToolError(StratagemError):
     """A plan or a worker named a tool that is not registered."""
 
@@ -59,6 +67,18 @@ class ModelConfigError(StratagemError):
 
 class ModelOutputError(StratagemError):
     """A model's output could not be used even after the allowed repair attempts."""
+
+
+class ModelAuthError(StratagemError):
+    """The provider refused the credentials (401/403). Another attempt cannot help."""
+
+
+class ModelRequestError(StratagemError):
+    """The provider refused the request itself (400, 404 unknown model, 422). Another attempt cannot help."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class DecisionRefusedError(StratagemError):
@@ -81,3 +101,21 @@ class BudgetReachedError(StratagemError):
 class CriteriaUnmetError(StratagemError):
     """An llm step's answer did not meet its success criteria, also after the executor was sent back
     to work on it: the run replans (the `criteria_unmet` trigger) rather than retrying it as it was."""
+
+
+# Errors another attempt cannot fix: they fail a step (or the planning) at once. An activity
+# reports an error under its class's name (activities/errors.py), and a retry policy matches
+# that name, so the list Temporal is given is derived from the classes.
+NON_RETRYABLE: tuple[type[StratagemError], ...] = (
+    UnknownToolError,
+    ToolArgumentsError,
+    ReferenceResolutionError,
+    ModelConfigError,
+    ModelOutputError,
+    PlanValidationError,
+    NonRetryableToolError,
+    ModelAuthError,
+    ModelRequestError,
+    CriteriaUnmetError,
+)
+NON_RETRYABLE_ERRORS = [error.__name__ for error in NON_RETRYABLE]

@@ -17,6 +17,7 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io
+    from stratagem.errors import NON_RETRYABLE_ERRORS
     from stratagem.plan import Step
     from stratagem.run_types import RunOptions
 
@@ -26,7 +27,7 @@ PLANNING_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     maximum_interval=timedelta(minutes=1),
     maximum_attempts=5,
-    non_retryable_error_types=activity_io.NON_RETRYABLE_ERRORS,
+    non_retryable_error_types=NON_RETRYABLE_ERRORS,
 )
 # Asking the tools role for its catalogue.
 CATALOG_TIMEOUT = timedelta(seconds=30)
@@ -61,7 +62,7 @@ def step_retry(attempts: int) -> RetryPolicy:
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=attempts,
-        non_retryable_error_types=activity_io.NON_RETRYABLE_ERRORS,
+        non_retryable_error_types=NON_RETRYABLE_ERRORS,
     )
 
 

@@ -26,7 +26,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from ..catalog import ToolSpec
-from ..errors import ModelConfigError, StratagemError
+from ..errors import ModelAuthError as ModelAuthError  # with the other errors: retry policies name it
+from ..errors import ModelConfigError
+from ..errors import ModelRequestError as ModelRequestError  # likewise
 from ..telemetry import model_call_span, record_response
 from ..usage import Usage
 
@@ -102,18 +104,6 @@ class ModelCallError(Exception):
     def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None):
         super().__init__(message)
         self.retry_after = retry_after
-        self.status = status
-
-
-class ModelAuthError(StratagemError):
-    """The provider refused the credentials (401/403). Another attempt cannot help."""
-
-
-class ModelRequestError(StratagemError):
-    """The provider refused the request itself (400, 404 unknown model, 422). Another attempt cannot help."""
-
-    def __init__(self, message: str, *, status: int | None = None):
-        super().__init__(message)
         self.status = status
 
 
