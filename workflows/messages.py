@@ -10,6 +10,9 @@ deterministic, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -33,93 +36,92 @@ with workflow.unsafe.imports_passed_through():
         StepCounts,
     )
 
-from .decider import Decider, DecisionRefused
+from .decider import Check, Decider, DecisionRefused
 
-__all__ = ["DecisionRefused", "Messages"]
+__all__ = ["DECISIONS", "DecisionMessages", "DecisionRefused", "Messages"]
 
 
+class DecisionMessages(NamedTuple):
+    """One kind of decision as the run receives it: an update `name` (validated first) and the
+    signal `handlers.signal_name(name)`, both taking an `input`; `check` gives the rule that may
+    refuse it, `apply` what it does (with `via`, "update" or "signal")."""
+
+    name: str
+    input: type[Any]
+    check: Callable[[Decider], Check]
+    apply: Callable[[Decider, Any, str], DecisionOutcome]
+
+
+# Every decision a run takes: a kind is one row (its rules live in stratagem.decisions).
+DECISIONS = (
+    DecisionMessages(
+        handlers.APPROVE, ApproveInput, lambda _: decisions.check_approve, lambda d, x, via: d.approve(x, via=via)
+    ),
+    DecisionMessages(
+        handlers.REJECT, RejectInput, lambda _: decisions.check_reject, lambda d, x, via: d.reject(x, via=via)
+    ),
+    DecisionMessages(
+        handlers.REVISE, ReviseInput, lambda _: decisions.check_revise, lambda d, x, via: d.revise(x, via=via)
+    ),
+    DecisionMessages(handlers.ANSWER, AnswerInput, lambda _: decisions.check_answer, lambda d, x, _: d.answer(x)),
+    DecisionMessages(
+        handlers.REPAIR, RepairInput, lambda _: repairs.check_repair, lambda d, x, via: d.repair(x, via=via)
+    ),
+    DecisionMessages(handlers.BUDGET, BudgetInput, lambda d: d.check_budget, lambda d, x, via: d.budget(x, via=via)),
+)
+
+
+class _Run(Protocol):
+    _decider: Decider
+
+
+def _with_decision_handlers(cls: type[Any]) -> type[Any]:
+    """Put each decision's update (with its validator) and signal on the class, as methods named
+    as they always were (`approve`, `_validate_approve`, `approve_signal`).
+
+    On the class, not set in __init__ with workflow.set_update_handler/set_signal_handler: the
+    SDK buffers a signal of the run's first workflow task that has no handler yet, and __init__
+    runs after it has scheduled run(), so run() would start before the signal is handled; as a
+    method, the signal is handled first, as it always was."""
+    for kind in DECISIONS:
+        for attribute, method in _methods(kind).items():
+            method.__name__, method.__qualname__ = attribute, f"{cls.__name__}.{attribute}"
+            method.__module__ = cls.__module__
+            setattr(cls, attribute, method)
+    return cls
+
+
+def _methods(kind: DecisionMessages) -> dict[str, Callable[..., Any]]:
+    async def update(self: _Run, decision: Any) -> DecisionOutcome:
+        decider = self._decider
+        return decider.update(decision, lambda: kind.apply(decider, decision, "update"))
+
+    def validate(self: _Run, decision: Any) -> None:
+        self._decider.validate(kind.check(self._decider), decision)
+
+    def signal(self: _Run, decision: Any) -> None:
+        decider = self._decider
+        decider.signal(kind.check(decider), decision, lambda: kind.apply(decider, decision, "signal"))
+
+    # The SDK converts a payload to the type the handler's annotation names.
+    # (A method's `self` carries no annotation there, as on a method written out.)
+    update.__annotations__ = {"decision": kind.input, "return": DecisionOutcome}
+    validate.__annotations__ = {"decision": kind.input, "return": None}
+    signal.__annotations__ = {"decision": kind.input, "return": None}
+    handler = workflow.update(name=kind.name)(update)
+    handler.validator(validate)
+    return {
+        kind.name: handler,
+        f"_validate_{kind.name}": validate,
+        f"{kind.name}_signal": workflow.signal(name=handlers.signal_name(kind.name))(signal),
+    }
+
+
+@_with_decision_handlers
 class Messages:
     # Set by StratagemRun's __init__, before any handler runs.
     state: RunState
     _decider: Decider
-
-    @workflow.update(name=handlers.APPROVE)
-    async def approve(self, decision: ApproveInput) -> DecisionOutcome:
-        return self._decider.update(decision, lambda: self._decider.approve(decision, via="update"))
-
-    @approve.validator
-    def _validate_approve(self, decision: ApproveInput) -> None:
-        self._decider.validate(decisions.check_approve, decision)
-
-    @workflow.signal(name=handlers.signal_name(handlers.APPROVE))
-    def approve_signal(self, decision: ApproveInput) -> None:
-        decider = self._decider
-        decider.signal(decisions.check_approve, decision, lambda: decider.approve(decision, via="signal"))
-
-    @workflow.update(name=handlers.REJECT)
-    async def reject(self, decision: RejectInput) -> DecisionOutcome:
-        return self._decider.update(decision, lambda: self._decider.reject(decision, via="update"))
-
-    @reject.validator
-    def _validate_reject(self, decision: RejectInput) -> None:
-        self._decider.validate(decisions.check_reject, decision)
-
-    @workflow.signal(name=handlers.signal_name(handlers.REJECT))
-    def reject_signal(self, decision: RejectInput) -> None:
-        decider = self._decider
-        decider.signal(decisions.check_reject, decision, lambda: decider.reject(decision, via="signal"))
-
-    @workflow.update(name=handlers.REVISE)
-    async def revise(self, decision: ReviseInput) -> DecisionOutcome:
-        return self._decider.update(decision, lambda: self._decider.revise(decision, via="update"))
-
-    @revise.validator
-    def _validate_revise(self, decision: ReviseInput) -> None:
-        self._decider.validate(decisions.check_revise, decision)
-
-    @workflow.signal(name=handlers.signal_name(handlers.REVISE))
-    def revise_signal(self, decision: ReviseInput) -> None:
-        decider = self._decider
-        decider.signal(decisions.check_revise, decision, lambda: decider.revise(decision, via="signal"))
-
-    @workflow.update(name=handlers.ANSWER)
-    async def answer(self, answer: AnswerInput) -> DecisionOutcome:
-        return self._decider.update(answer, lambda: self._decider.answer(answer))
-
-    @answer.validator
-    def _validate_answer(self, answer: AnswerInput) -> None:
-        self._decider.validate(decisions.check_answer, answer)
-
-    @workflow.signal(name=handlers.signal_name(handlers.ANSWER))
-    def answer_signal(self, answer: AnswerInput) -> None:
-        decider = self._decider
-        decider.signal(decisions.check_answer, answer, lambda: decider.answer(answer))
-
-    @workflow.update(name=handlers.REPAIR)
-    async def repair(self, decision: RepairInput) -> DecisionOutcome:
-        return self._decider.update(decision, lambda: self._decider.repair(decision, via="update"))
-
-    @repair.validator
-    def _validate_repair(self, decision: RepairInput) -> None:
-        self._decider.validate(repairs.check_repair, decision)
-
-    @workflow.signal(name=handlers.signal_name(handlers.REPAIR))
-    def repair_signal(self, decision: RepairInput) -> None:
-        decider = self._decider
-        decider.signal(repairs.check_repair, decision, lambda: decider.repair(decision, via="signal"))
-
-    @workflow.update(name=handlers.BUDGET)
-    async def budget(self, decision: BudgetInput) -> DecisionOutcome:
-        return self._decider.update(decision, lambda: self._decider.budget(decision, via="update"))
-
-    @budget.validator
-    def _validate_budget(self, decision: BudgetInput) -> None:
-        self._decider.validate(self._decider.check_budget, decision)
-
-    @workflow.signal(name=handlers.signal_name(handlers.BUDGET))
-    def budget_signal(self, decision: BudgetInput) -> None:
-        decider = self._decider
-        decider.signal(decider.check_budget, decision, lambda: decider.budget(decision, via="signal"))
 
     # ------------------------------------------------------------------ queries
 
