@@ -4,11 +4,17 @@ A decision goes through the run's update validators: a stale or refused one is a
 the run's message (a form goes back to the run page with it), never a half-applied change. Who
 decided is the person the console signed in (`CheckedForm`, `Decider`), never a name the request
 carries; the console signs what it forwards with its issuer key (`ConsoleState.run`).
+
+Every decision is sent as its kind from the table (stratagem.decisions.kinds) through
+`RunHandle.decide`. What is the console's own is here, keyed by the table: how a form answering
+each wait is read (`FORMS`), and each kind's endpoint, its body and what /openapi.json says of it
+(`ENDPOINTS`), from which the routes are made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -18,9 +24,20 @@ from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 
 from ..client import RunHandle
+from ..decisions import Kind, kinds
 from ..errors import DecisionRefusedError, PlanFileError, StratagemError
 from ..plan_files import parse_plan_data
-from ..run_types import AnswerInput, ApproveInput, BudgetInput, RejectInput, RepairAction, RepairInput, ReviseInput
+from ..run_types import (
+    AnswerInput,
+    ApproveInput,
+    BudgetInput,
+    DecisionInput,
+    DecisionKind,
+    RejectInput,
+    RepairAction,
+    RepairInput,
+    ReviseInput,
+)
 from .access import CheckedForm, Decider, FormPost
 from .runs import render_run
 from .state import Console
@@ -75,9 +92,14 @@ class BudgetBody(BaseModel):
     reason: str = Field(default="", max_length=4000)
 
 
-async def decide(run: RunHandle, call: Awaitable[Any]) -> dict[str, Any]:
+# ------------------------------------------------------------------ sending, through the table of kinds
+
+
+async def decide(run: RunHandle, kind: Kind, decision: DecisionInput) -> dict[str, Any]:
+    """Send `decision` as `kind` (stratagem.decisions.kinds): a refusal is a 409 with the run's
+    reason, a run nobody serves a 503."""
     try:
-        outcome = await call
+        outcome = await run.decide(kind, decision)
     except DecisionRefusedError as exc:
         text = str(exc)
         raise HTTPException(409, text.split(": ", 1)[-1] if "refused the decision" in text else text) from None
@@ -106,44 +128,104 @@ async def form_decision(run_id: str, make: Callable[[], Awaitable[Any]]) -> Resp
     return back(run_id, done=outcome["message"])
 
 
+@dataclass(frozen=True)
+class Posted:
+    """A run page's decision form: who posted it, and the fields every such form may carry."""
+
+    who: str
+    form: dict[str, Any]
+    verdict: str
+    step: str | None
+    call: str | None
+    revision: int | None
+    comment: str
+
+    @classmethod
+    def of(cls, post: FormPost) -> Posted:
+        form = post.form
+        revision = int(form["revision"]) if str(form.get("revision") or "").isdigit() else None
+        return cls(
+            who=post.who,
+            form=form,
+            verdict=str(form.get("verdict", "approve")),
+            step=str(form.get("step_id") or "") or None,
+            call=str(form.get("call_id") or "") or None,
+            revision=revision,
+            comment=str(form.get("comment", "")),
+        )
+
+
+async def approval(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput]:
+    # The buttons' verdicts are the kinds' verbs; any verdict but reject's approves, as it always has.
+    if kinds.BY_VERB.get(posted.verdict) is kinds.REJECT:
+        reason = posted.comment or "rejected in the console"
+        rejection = RejectInput(
+            by=posted.who, reason=reason, revision=posted.revision, step_id=posted.step, call_id=posted.call
+        )
+        return kinds.REJECT, rejection
+    digest = str(posted.form.get("digest") or "") or None  # the arguments the page showed
+    approve = ApproveInput(
+        by=posted.who,
+        revision=posted.revision,
+        step_id=posted.step,
+        call_id=posted.call,
+        digest=digest,
+        comment=posted.comment,
+    )
+    return kinds.APPROVE, approve
+
+
+async def answer(run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput]:
+    schema = answer_schema(await run.plan(), posted.step)
+    given = answer_from(posted.form, schema)
+    return kinds.ANSWER, AnswerInput(step_id=posted.step or "", answer=given, by=posted.who)
+
+
+async def repair(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput]:
+    form = posted.form
+    # Asking a human step again names that step, not the failed one the form is about.
+    asked = str(form.get("ask") or "") or None
+    action = RepairAction.ask_again if asked else RepairAction(str(form.get("action", "retry")))
+    args = parse_json(form.get("args"), "arguments") if form.get("args") and not asked else None
+    out = parse_json(form.get("output"), "output") if action is RepairAction.skip else None
+    target = asked or posted.step
+    return kinds.REPAIR, RepairInput(
+        by=posted.who, action=action, step_id=target, args=args, output=out, reason=posted.comment
+    )
+
+
+async def budget(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput]:
+    # The budget form's stop button sets BudgetInput.stop; it is not the repair verb `stop`.
+    if posted.verdict == "stop":
+        return kinds.BUDGET, BudgetInput(by=posted.who, stop=True, reason=posted.comment)
+    form = posted.form
+    limits = {k: form[k] for k in ("tokens", "cost_usd", "model_calls", "wall_clock_seconds") if form.get(k)}
+    return kinds.BUDGET, BudgetInput.model_validate({"by": posted.who, "reason": posted.comment, **limits})
+
+
+FormReading = Callable[[RunHandle, Posted], Awaitable[tuple[Kind, DecisionInput]]]
+# How a form answering each wait (the PendingDecision's kind, which the form posts as `kind`) is
+# read into the kind of decision it sends and that decision's input.
+FORMS: dict[DecisionKind, FormReading] = {
+    DecisionKind.plan_approval: approval,
+    DecisionKind.step_approval: approval,
+    DecisionKind.tool_call_approval: approval,
+    DecisionKind.human_answer: answer,
+    DecisionKind.repair: repair,
+    DecisionKind.budget: budget,
+}
+
+
 async def decide_posted(run: RunHandle, post: FormPost) -> dict[str, Any]:
     """The decision a run page's form posts, sent to the run. The one place the console reads a
-    decision's kind from a string (the form's `kind`, a PendingDecision's kind)."""
-    who, form = post.who, post.form
-    kind = str(form.get("kind", ""))
-    verdict = str(form.get("verdict", "approve"))
-    step = str(form.get("step_id") or "") or None
-    call = str(form.get("call_id") or "") or None
-    revision = int(form["revision"]) if str(form.get("revision") or "").isdigit() else None
-    comment = str(form.get("comment", ""))
-    if kind in ("plan_approval", "step_approval", "tool_call_approval"):
-        if verdict == "reject":
-            reason = comment or "rejected in the console"
-            return await decide(
-                run, run.reject(RejectInput(by=who, reason=reason, revision=revision, step_id=step, call_id=call))
-            )
-        digest = str(form.get("digest") or "") or None  # the arguments the page showed
-        approval = ApproveInput(by=who, revision=revision, step_id=step, call_id=call, digest=digest, comment=comment)
-        return await decide(run, run.approve(approval))
-    if kind == "human_answer":
-        schema = answer_schema(await run.plan(), step)
-        answer = answer_from(form, schema)
-        return await decide(run, run.answer(AnswerInput(step_id=step or "", answer=answer, by=who)))
-    if kind == "repair":
-        # Asking a human step again names that step, not the failed one the form is about.
-        asked = str(form.get("ask") or "") or None
-        action = RepairAction.ask_again if asked else RepairAction(str(form.get("action", "retry")))
-        args = parse_json(form.get("args"), "arguments") if form.get("args") and not asked else None
-        out = parse_json(form.get("output"), "output") if action is RepairAction.skip else None
-        target = asked or step
-        repair = RepairInput(by=who, action=action, step_id=target, args=args, output=out, reason=comment)
-        return await decide(run, run.repair(repair))
-    if kind == "budget":
-        if verdict == "stop":
-            return await decide(run, run.budget(BudgetInput(by=who, stop=True, reason=comment)))
-        limits = {k: form[k] for k in ("tokens", "cost_usd", "model_calls", "wall_clock_seconds") if form.get(k)}
-        return await decide(run, run.budget(BudgetInput.model_validate({"by": who, "reason": comment, **limits})))
-    raise HTTPException(400, f"unknown decision kind '{kind[:40]}'")
+    wait from a string (the form's `kind`, a PendingDecision's kind)."""
+    waiting = str(post.form.get("kind", ""))
+    try:
+        read = FORMS[DecisionKind(waiting)]
+    except ValueError:
+        raise HTTPException(400, f"unknown decision kind '{waiting[:40]}'") from None
+    kind, decision = await read(run, Posted.of(post))
+    return await decide(run, kind, decision)
 
 
 @router.post("/runs/{run_id}/decide", include_in_schema=False)
@@ -161,7 +243,7 @@ async def revise_form(request: Request, post: CheckedForm, console: Console, run
     try:
         draft = parse_plan_data(yaml.safe_load(text), source="the edited plan")
         reason = str(form.get("reason", ""))
-        outcome = await decide(run, run.revise(ReviseInput(by=who, plan=draft, revision=revision, reason=reason)))
+        outcome = await decide(run, kinds.REVISE, ReviseInput(by=who, plan=draft, revision=revision, reason=reason))
     except (yaml.YAMLError, PlanFileError, HTTPException) as exc:
         if isinstance(exc, yaml.YAMLError):
             problem = f"the plan is not YAML: {one_line(exc)}"
@@ -172,53 +254,73 @@ async def revise_form(request: Request, post: CheckedForm, console: Console, run
     return back(run_id, done=outcome["message"])
 
 
-# ------------------------------------------------------------------ REST
+# ------------------------------------------------------------------ REST: one endpoint per kind
 
 
-@router.post("/api/runs/{run_id}/approve", tags=["decisions"])
-async def api_approve(who: Decider, console: Console, run_id: str, body: ApproveBody) -> dict[str, Any]:
-    """Approve the plan under review, a gated step, or one tool call of a step."""
-    run = console.run(run_id)
-    return await decide(run, run.approve(ApproveInput(by=who, **body.model_dump())))
+def same_fields(kind: Kind, who: str, body: BaseModel) -> DecisionInput:
+    """The kind's input from a body with its fields (the identity adds `by`)."""
+    return kind.input(by=who, **body.model_dump())
 
 
-@router.post("/api/runs/{run_id}/reject", tags=["decisions"])
-async def api_reject(who: Decider, console: Console, run_id: str, body: RejectBody) -> dict[str, Any]:
-    """Reject the plan (ending the run), a gated step, or a tool call."""
-    run = console.run(run_id)
-    return await decide(run, run.reject(RejectInput(by=who, **body.model_dump())))
-
-
-@router.post("/api/runs/{run_id}/answer", tags=["decisions"])
-async def api_answer(who: Decider, console: Console, run_id: str, body: AnswerBody) -> dict[str, Any]:
-    """Answer a human step (checked against its answer schema)."""
-    run = console.run(run_id)
-    return await decide(run, run.answer(AnswerInput(by=who, step_id=body.step_id, answer=body.answer)))
-
-
-@router.post("/api/runs/{run_id}/revise", tags=["decisions"])
-async def api_revise(who: Decider, console: Console, run_id: str, body: ReviseBody) -> dict[str, Any]:
-    """Replace the plan with an edited one (under review, while it runs, or as a repair)."""
-    run = console.run(run_id)
+def revision_of(_kind: Kind, who: str, body: ReviseBody) -> DecisionInput:
     try:
         draft = parse_plan_data(body.plan, source="the plan")
     except PlanFileError as exc:
         raise HTTPException(422, str(exc)) from None
-    return await decide(run, run.revise(ReviseInput(by=who, plan=draft, reason=body.reason, revision=body.revision)))
+    return ReviseInput(by=who, plan=draft, reason=body.reason, revision=body.revision)
 
 
-@router.post("/api/runs/{run_id}/repair", tags=["decisions"])
-async def api_repair(who: Decider, console: Console, run_id: str, body: RepairBody) -> dict[str, Any]:
-    """Retry a failed step (with new arguments), skip it with an output, or stop the run."""
-    run = console.run(run_id)
-    return await decide(run, run.repair(RepairInput(by=who, **body.model_dump())))
+@dataclass(frozen=True)
+class Endpoint:
+    """A kind's endpoint, POST /api/runs/{run_id}/<kind's name>: the body it takes, what
+    /openapi.json says of it, and how the body becomes the kind's input."""
+
+    kind: Kind
+    body: type[BaseModel]
+    description: str
+    read: Callable[[Kind, str, Any], DecisionInput] = same_fields
 
 
-@router.post("/api/runs/{run_id}/budget", tags=["decisions"])
-async def api_budget(who: Decider, console: Console, run_id: str, body: BudgetBody) -> dict[str, Any]:
-    """Raise a run's budget, or stop a run waiting on it."""
-    run = console.run(run_id)
-    return await decide(run, run.budget(BudgetInput(by=who, **body.model_dump())))
+# In the order /openapi.json has always listed them.
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint(kinds.APPROVE, ApproveBody, "Approve the plan under review, a gated step, or one tool call of a step."),
+    Endpoint(kinds.REJECT, RejectBody, "Reject the plan (ending the run), a gated step, or a tool call."),
+    Endpoint(kinds.ANSWER, AnswerBody, "Answer a human step (checked against its answer schema)."),
+    Endpoint(
+        kinds.REVISE,
+        ReviseBody,
+        "Replace the plan with an edited one (under review, while it runs, or as a repair).",
+        revision_of,
+    ),
+    Endpoint(
+        kinds.REPAIR, RepairBody, "Retry a failed step (with new arguments), skip it with an output, or stop the run."
+    ),
+    Endpoint(kinds.BUDGET, BudgetBody, "Raise a run's budget, or stop a run waiting on it."),
+)
+
+
+def add_endpoint(endpoint: Endpoint) -> None:
+    kind, read = endpoint.kind, endpoint.read
+
+    async def send(who: Decider, console: Console, run_id: str, body: BaseModel) -> dict[str, Any]:
+        run = console.run(run_id)
+        return await decide(run, kind, read(kind, who, body))
+
+    # FastAPI validates the body against the model its parameter is annotated with: this kind's.
+    send.__annotations__["body"] = endpoint.body
+    # The name gives /openapi.json each endpoint's summary and operationId, as when each was a function.
+    router.add_api_route(
+        f"/api/runs/{{run_id}}/{kind.name}",
+        send,
+        methods=["POST"],
+        name=f"api_{kind.name}",
+        description=endpoint.description,
+        tags=["decisions"],
+    )
+
+
+for _endpoint in ENDPOINTS:
+    add_endpoint(_endpoint)
 
 
 __all__ = ["router"]
