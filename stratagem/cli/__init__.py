@@ -38,7 +38,6 @@ def parser() -> argparse.ArgumentParser:
         inspection.add_status,
         listing.add_list,
         parser_decisions.add_decisions,
-        parser_decisions.add_repairs,
         forking.add_fork,
         console_cmd.add_console_commands,
         parser_decisions.add_cancel,

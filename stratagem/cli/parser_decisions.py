@@ -1,8 +1,18 @@
 """The options of the commands that decide for a run, and of `cancel` and `keygen`; what each
-command does is in `stratagem.cli.decisions`."""
+command does is in `stratagem.cli.decisions`.
+
+A deciding command's name and help are its kind's `Verb` (stratagem.decisions.kinds), and the
+commands are added in the table's order; what is the CLI's own, its handler and its options, is
+`DECIDING` here, by the verb's name.
+"""
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from ..decisions import KINDS
 from .arguments import Commands, positive
 from .decisions import (
     cmd_answer,
@@ -19,9 +29,7 @@ from .decisions import (
 )
 
 
-def add_decisions(commands: Commands) -> None:
-    """Deciding the plan and the steps that wait for a person, and a run's budget."""
-    approve = commands.add("approve", cmd_approve, "approve the plan awaiting review, or a gated step")
+def approve_options(approve: argparse.ArgumentParser) -> None:
     approve.add_argument("run_id")
     approve.add_argument("--revision", type=int, help="refuse if the plan under review is not this revision")
     approve.add_argument("--step", metavar="STEP_ID", help="approve this gated step instead of the plan")
@@ -29,7 +37,8 @@ def add_decisions(commands: Commands) -> None:
     approve.add_argument("--by", metavar="NAME")
     approve.add_argument("--comment", default="")
 
-    reject = commands.add("reject", cmd_reject, "reject the plan (ending the run) or a gated step")
+
+def reject_options(reject: argparse.ArgumentParser) -> None:
     reject.add_argument("run_id")
     reject.add_argument("--reason", required=True)
     reject.add_argument("--revision", type=int)
@@ -37,25 +46,24 @@ def add_decisions(commands: Commands) -> None:
     reject.add_argument("--call", metavar="CALL_ID", help="with --step: reject this tool call (the step is told)")
     reject.add_argument("--by", metavar="NAME")
 
-    revise = commands.add(
-        "revise",
-        cmd_revise,
-        "replace the plan with an edited plan file: under review, while it runs, or as a repair",
-    )
+
+def revise_options(revise: argparse.ArgumentParser) -> None:
     revise.add_argument("run_id")
     revise.add_argument("plan_file")
     revise.add_argument("--revision", type=int, help="the revision your edit is based on")
     revise.add_argument("--reason", default="")
     revise.add_argument("--by", metavar="NAME")
 
-    answer = commands.add("answer", cmd_answer, "answer a human step")
+
+def answer_options(answer: argparse.ArgumentParser) -> None:
     answer.add_argument("run_id")
     answer.add_argument("step_id")
     answer.add_argument("text")
     answer.add_argument("--json-value", action="store_true", help="parse TEXT as JSON")
     answer.add_argument("--by", metavar="NAME")
 
-    budget = commands.add("budget", cmd_budget, "raise a run's budget, or stop a run that used it up")
+
+def budget_options(budget: argparse.ArgumentParser) -> None:
     budget.add_argument("run_id")
     budget.add_argument("--tokens", type=positive(int), metavar="N", help="new token limit (input + output)")
     budget.add_argument("--cost", type=positive(float), metavar="USD", help="new cost limit in US dollars")
@@ -68,36 +76,60 @@ def add_decisions(commands: Commands) -> None:
     budget.add_argument("--by", metavar="NAME")
 
 
-def add_repairs(commands: Commands) -> None:
-    """Repairing a run that waits after a failed step: run it again, skip it, ask again, or stop."""
-    retry = commands.add("retry", cmd_retry, "repair: run a failed step again, with new arguments if given")
+# The repairs of a run that waits after a failed step: run it again, skip it, ask again, or stop.
+
+
+def retry_options(retry: argparse.ArgumentParser) -> None:
     retry.add_argument("run_id")
     retry.add_argument("step_id")
     retry.add_argument("--args", metavar="JSON", help="the tool step's new arguments, a JSON object")
     retry.add_argument("--reason", default="")
     retry.add_argument("--by", metavar="NAME")
 
-    skip = commands.add("skip", cmd_skip, "repair: count a failed step as done, with its output given by hand")
+
+def skip_options(skip: argparse.ArgumentParser) -> None:
     skip.add_argument("run_id")
     skip.add_argument("step_id")
     skip.add_argument("--output", required=True, metavar="JSON", help="the step's output, as JSON")
     skip.add_argument("--reason", default="")
     skip.add_argument("--by", metavar="NAME")
 
-    again = commands.add(
-        "ask-again",
-        cmd_ask_again,
-        "repair: ask a human step's question again; the failed steps using it rerun",
-    )
+
+def ask_again_options(again: argparse.ArgumentParser) -> None:
     again.add_argument("run_id")
     again.add_argument("step_id", help="the human step whose answer a failed step used")
     again.add_argument("--reason", default="")
     again.add_argument("--by", metavar="NAME")
 
-    stop = commands.add("stop", cmd_stop, "repair: end a run that waits for a repair, as failed")
+
+def stop_options(stop: argparse.ArgumentParser) -> None:
     stop.add_argument("run_id")
     stop.add_argument("--reason", default="")
     stop.add_argument("--by", metavar="NAME")
+
+
+Options = Callable[[argparse.ArgumentParser], None]
+# Each deciding command's handler and options, by its verb's name.
+DECIDING: dict[str, tuple[Callable[[argparse.Namespace], Any], Options]] = {
+    "approve": (cmd_approve, approve_options),
+    "reject": (cmd_reject, reject_options),
+    "revise": (cmd_revise, revise_options),
+    "answer": (cmd_answer, answer_options),
+    "budget": (cmd_budget, budget_options),
+    "retry": (cmd_retry, retry_options),
+    "skip": (cmd_skip, skip_options),
+    "ask-again": (cmd_ask_again, ask_again_options),
+    "stop": (cmd_stop, stop_options),
+}
+
+
+def add_decisions(commands: Commands) -> None:
+    """Every command that sends a decision: deciding the plan and the steps that wait for a
+    person, a run's budget, and the repairs, each named and described by its kind's verb."""
+    for kind in KINDS:
+        for verb in kind.verbs:
+            handler, options = DECIDING[verb.name]
+            options(commands.add(verb.name, handler, verb.help))
 
 
 def add_cancel(commands: Commands) -> None:
