@@ -1,9 +1,11 @@
 """Guards on the shape of the code: every module of `stratagem` is on docs/architecture.md's map,
-so a newcomer who reads the map finds where a behaviour lives."""
+so a newcomer who reads the map finds where a behaviour lives; and no source file grows past 450
+lines, where one module has usually become two concepts (issue #37 found six such files)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
+MAX_LINES = 450
 
 
 def stratagem_modules() -> list[str]:
@@ -79,4 +82,29 @@ def test_every_module_is_on_the_architecture_map():
         "docs/architecture.md's map (## Where things live) does not name these modules; add a line"
         " saying what each does, by its path in backticks (or its file name beside its folder's):\n"
         + "\n".join(missing)
+    )
+
+
+def tracked_sources() -> list[Path]:
+    """The Python files git tracks, but the tests' (their fixtures and scenarios run long by
+    nature): the package, workflows, activities, the bench, the examples, worker.py. `git
+    ls-files` is a process, but a quick one that needs no server."""
+    listed = subprocess.run(["git", "ls-files", "-z", "*.py"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    names = [name for name in listed.stdout.split("\0") if name and not name.startswith("tests/")]
+    return [ROOT / name for name in names if (ROOT / name).is_file()]
+
+
+def test_the_sources_include_the_package_and_the_links_targets_not_the_tests():
+    sources = {str(path.relative_to(ROOT)) for path in tracked_sources()}
+    assert {"stratagem/plan.py", "workflows/core.py", "activities/planning.py", "bench/common.py"} <= sources
+    assert not any(name.startswith("tests/") for name in sources)
+
+
+def test_no_source_file_is_over_450_lines():
+    lengths = {path: len(path.read_text(encoding="utf-8").splitlines()) for path in tracked_sources()}
+    long = sorted((str(path.relative_to(ROOT)), n) for path, n in lengths.items() if n > MAX_LINES)
+    assert not long, f"over {MAX_LINES} lines; split each along a seam (one concept per module):\n" + "\n".join(
+        f"{name}: {n} lines" for name, n in long
     )
