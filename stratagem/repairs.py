@@ -17,6 +17,7 @@ from .errors import DecisionRefusedError
 from .graph import ancestry
 from .ledger import DecisionAction, EventKind, StepStatus
 from .plan import PlanDraft, Step, StepKind
+from .run_levels import Change, reached
 from .run_types import DecisionKind, PendingDecision, Phase, RepairAction, RepairInput, RunState
 from .validation import plan_problems
 
@@ -57,7 +58,7 @@ def check_repair(state: RunState, decision: RepairInput) -> None:
                 raise DecisionRefusedError(
                     f"step '{step.id}' is a {step.kind.value} step; only tool steps take arguments"
                 )
-            rules = {**state.options.plan_rules(), "human_fields": state.level >= 7}
+            rules = {**state.options.plan_rules(), "human_fields": reached(state, Change.HUMAN_STEP_FIELDS)}
             problems = plan_problems(retried_plan(state, step.id, decision.args), state.catalog, **rules)
             if problems:
                 raise DecisionRefusedError("the new arguments are refused: " + "; ".join(problems))

@@ -27,6 +27,7 @@ from .decision_inputs import (
     ReviseInput,
 )
 from .plan import Author, PlanDraft
+from .run_levels import RUN_LEVEL  # the table of what each level changes is there
 from .run_options import JOINT_STEP_ID, STATUS_SEARCH_ATTRIBUTE, FailureAction, Mode, ReviewTimeoutAction, RunOptions
 from .run_reports import (
     AWAITING_APPROVAL,
@@ -83,26 +84,6 @@ __all__ = [
 ]
 
 WORKFLOW_NAME = "StratagemRun"
-
-# The workflow code's version, which `start_run` stamps on every run it starts. A run at level 1 or
-# more takes every behaviour that earlier versions introduced behind a patch without asking
-# Temporal (each `workflow.patched` of a new run writes a marker and a search attribute upsert:
-# two visibility writes per patch per run). A run without a level (0: started by an older
-# client, or by hand) asks each patch as before, so it can only gain behaviour, never lose it.
-# A worker never runs a run above its own level: the run's tasks fail until a newer worker
-# takes them. Raise it when a change needs a new level, and keep the old paths for lower ones.
-# Level 2: the approving workflow task leaves the memo's phase to the next task.
-# Level 3: the tool catalogue comes from a local activity when the worker serves the tools role.
-# Level 4: repair instead of failure, partial re-approval, tool-call approvals, changes while running.
-# Level 5: a notification per pending decision, when the worker has channels (stratagem.notify).
-# Level 6: checked results (output schemas, success criteria judged by the record and a verifier,
-# criteria_unmet replans), negotiated endpoints, failover tiers, escalation and the final check.
-# Their fields in activity inputs would be ignored by an older worker, which would then run a step
-# without checking it: a level-6 run waits for a level-6 worker.
-# Level 7 (stratagem.signing.SIGNED_LEVEL): unsigned decisions are refused unless the worker sets
-# STRATAGEM_ALLOW_UNSIGNED=1, and auto_approve needs a signed start; answers follow the run's
-# approver list; a fork's carried outputs are read from the source run's own ledger.
-RUN_LEVEL = 7
 
 
 class RunInput(BaseModel):

@@ -25,9 +25,9 @@ Signing is the default, not an option. A home (STRATAGEM_HOME) keeps its people'
 console), the CLI and the Python client sign every decision with the key of the person deciding,
 and every worker and workflow host trusts its home's keys plus the ones the operator configures.
 A worker refuses unsigned decisions unless the operator sets STRATAGEM_ALLOW_UNSIGNED=1. Runs
-started before signing became the default (below SIGNED_LEVEL) keep the rule they started under:
-unsigned decisions count when no key is configured, so their histories replay as they ran
-(`SIGNED_PATCH`).
+started before signing became the default (below the level of stratagem.run_levels'
+`Change.SIGNED_DECISIONS`, whose patch old histories do not hold) keep the rule they started
+under: unsigned decisions count when no key is configured, so their histories replay as they ran.
 Keys are the worker's own configuration, never part of a run's input.
 """
 
@@ -61,12 +61,6 @@ APPROVER_KEYS_ENV = "STRATAGEM_APPROVER_KEYS"
 ISSUER_KEYS_ENV = "STRATAGEM_ISSUER_KEYS"
 ALLOW_UNSIGNED_ENV = "STRATAGEM_ALLOW_UNSIGNED"
 SIGNING_KEY_ENV = "STRATAGEM_SIGNING_KEY"
-# The run level from which unsigned decisions are refused unless STRATAGEM_ALLOW_UNSIGNED=1
-# (stratagem.run_types.RUN_LEVEL). Runs below it that started before (their histories hold no
-# SIGNED_PATCH marker) keep the rule they were started under; a new run without a level (a start
-# by hand) takes the patch, so leaving the level out cannot switch signing off.
-SIGNED_LEVEL = 7
-SIGNED_PATCH = "signed-decisions-by-default"
 # What a start that lets a run approve itself (auto_approve) is signed as, and for how long after
 # it was signed the start may happen: a signed start seen in one run's history cannot start
 # another run with the same id later.
@@ -320,7 +314,7 @@ class DecisionPolicy:
     sign for the people they authenticated. A name is one or the other. `keyring`: the home whose
     keys are trusted too; a decision signed by a key not known yet reads it again, so a person's
     first decision from that home counts at once. `legacy_unsigned`: whether runs below
-    SIGNED_LEVEL accept unsigned decisions (the rule they started under: no key configured).
+    `Change.SIGNED_DECISIONS`'s level accept unsigned decisions (the rule they started under: no key configured).
     """
 
     keys: dict[str, bytes] = field(default_factory=dict)

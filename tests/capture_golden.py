@@ -3,9 +3,10 @@
 Runs each scenario of tests/support/golden_scenarios.py on the time-skipping server and writes
 every execution's history to tests/golden/<generation>/<scenario>[-<n>].json. A generation is the
 set of histories one version of the workflow code wrote: when a change alters the commands a run
-issues (behind `workflow.patched`), capture a new generation beside the old ones, which stand
-for runs already in flight. Existing files are kept unless --force (see RELIABILITY.md,
-"Changing the workflow"). The first generation lies directly in tests/golden/.
+issues (a new row of stratagem.run_levels.Change, at a new RUN_LEVEL), capture a new generation
+beside the old ones, which stand for runs already in flight. Existing files are kept unless
+--force (see RELIABILITY.md, "Changing the workflow"). The first generation lies directly in
+tests/golden/.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from stratagem.payloads import stratagem_data_converter  # noqa: E402
 from stratagem.signing import Keyring, Signer  # noqa: E402
 
 GOLDEN = HERE / "golden"
-# The generation today's code writes; name a new one when a change adds or alters commands.
+# The generation today's code writes: `<date>-level<RUN_LEVEL>`, named anew when RUN_LEVEL is raised.
 GENERATION = "2026-11-27-level7"
 # From level 7 decisions are signed (stratagem.signing): the public keys of the home a scenario's
 # capture signed with are kept beside its histories (<scenario>.keys), and its replays trust

@@ -12,17 +12,15 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import decisions, transitions
     from stratagem.ledger import EventKind, ToolCallRecord
     from stratagem.plan import Step, StepKind
+    from stratagem.run_levels import Change
     from stratagem.run_types import Phase, RunState
     from stratagem.usage import Allowance, CallUsage, UsageTotals, allowance, exhausted, share_of
 
 from .control import RunControl
-from .core import patched
+from .core import has
 from .observe import Observer
 from .progress import Progress
 from .steps import Steps
-
-# A model budget too small for one more call asks a person before a step starts, not after.
-BUDGET_SHORT_PATCH = "budget-short-of-a-call"
 
 
 class Budgets:
@@ -146,7 +144,7 @@ class Budgets:
             short.append(
                 f"the cost budget has ${left.cost_usd:,.4f} left, less than one model call costs (${left.call_cost_usd:,.4f})"
             )
-        if short and patched(self._state, BUDGET_SHORT_PATCH):
+        if short and has(self._state, Change.BUDGET_SHORT_OF_A_CALL):
             return short
         return []
 

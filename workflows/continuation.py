@@ -16,15 +16,15 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io
     from stratagem.ledger import EventArchive, EventKind, Ledger
     from stratagem.roles import Role
+    from stratagem.run_levels import Change
     from stratagem.run_types import RunInput, RunState
 
 from .activity_options import ARCHIVE_RETRY, ARCHIVE_TIMEOUT
-from .core import outcome_attributes, patched, queue
+from .core import has, outcome_attributes, queue
 from .failures import cause_message
 from .progress import Progress
 
 # Routine events move to the output store at a continue-as-new, in batches of at least this many.
-ARCHIVE_PATCH = "archive-events"
 ARCHIVE_MIN_EVENTS = 200
 
 
@@ -48,7 +48,7 @@ class Continuation:
 
     async def continue_as_new(self, release: Callable[[], None]) -> None:
         """Hand the state to a fresh execution; `release` lets the other parts drop what they hold of it."""
-        if patched(self._state, ARCHIVE_PATCH):
+        if has(self._state, Change.ARCHIVE_EVENTS):
             await self._archive_events()
         self._progress.write_memo(final=True)
         # Handlers may still be mutating the state; carry it only once they are done.

@@ -1,5 +1,6 @@
-"""What every part of the run workflow shares: its clock, the checks that version its behaviour,
-where its activities go, and what its span reports at the end.
+"""What every part of the run workflow shares: its clock, the one check that versions its
+behaviour (`has`, over the table in stratagem/run_levels.py), where its activities go, and what
+its span reports at the end.
 
 The run workflow (`workflows.stratagem_run.StratagemRun`) is one class, as Temporal requires, that
 holds parts, each an object with a small interface and the only writer of its own fields (as
@@ -33,32 +34,19 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stratagem.roles import Role, role_queue
+    from stratagem.run_levels import Change
     from stratagem.run_types import RunState
-
-# Level 4 (each behind its patch for runs started before it): steps identical to the approved
-# revision keep their approval; a failure no replan can answer waits for a repair.
-PARTIAL_PATCH = "partial-re-approval"
-REPAIR_PATCH = "repair-instead-of-failure"
 
 
 def now() -> datetime:
     return workflow.now()
 
 
-def patched(state: RunState, patch: str) -> bool:
-    """A behaviour introduced behind `patch`: always on for runs at level 1 or more (stratagem.run_types.RUN_LEVEL)."""
-    return state.level >= 1 or workflow.patched(patch)
-
-
-def since(state: RunState, level: int, patch: str) -> bool:
-    """A behaviour introduced at `level`: on for runs at that level or above, and behind `patch`
-    for runs started before it (their histories replay without it)."""
-    return state.level >= level or workflow.patched(patch)
-
-
-def partial(state: RunState) -> bool:
-    """Whether a review asks only about what changed since the approved revision."""
-    return since(state, 4, PARTIAL_PATCH)
+def has(state: RunState, change: Change) -> bool:
+    """Whether the run has `change` (a row of stratagem.run_levels.Change): always at the row's
+    level or above; below it, what its patch answers (an old history: no; a new run: yes, with a
+    marker), and never for a row without one. Every version check of the workflow is this call."""
+    return state.level >= change.level or (change.patch is not None and workflow.patched(change.patch))
 
 
 def queue(role: Role) -> str:

@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.errors import DecisionRefusedError
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind
+    from stratagem.run_levels import Change
     from stratagem.run_types import (
         AnswerInput,
         ApproveInput,
@@ -33,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
 
 from .budgets import Budgets
 from .control import RunControl
-from .core import partial
+from .core import has
 from .execution import Execution
 from .planning import Planning
 from .progress import Progress
@@ -72,13 +73,13 @@ class Decider:
 
     def _refusal(self, check: Check, decision: Any) -> DecisionRefused | None:
         state = self._state
-        if state.level >= 7 and decision.verdict is None:
+        if has(state, Change.DECISIONS_COUNT_ONCE) and decision.verdict is None:
             # No VerifyDecisions on this worker (built without Stratagem's plugin): nothing was
             # checked, so nothing is taken.
             return DecisionRefused(
                 "this worker checks no signatures; run it with Stratagem's plugin (stratagem.plugin)"
             )
-        if state.level >= 7 and decision.signature and _mark(decision) in state.decided:
+        if has(state, Change.DECISIONS_COUNT_ONCE) and decision.signature and _mark(decision) in state.decided:
             # Read from a history and sent again (the same signature), it would decide twice.
             return DecisionRefused("this signed decision was taken already; each counts once")
         try:
@@ -89,7 +90,7 @@ class Decider:
 
     def _took(self, decision: Any) -> None:
         """Remember a signed decision the run took, so the same one sent again is refused."""
-        if self._state.level >= 7 and decision.signature:
+        if has(self._state, Change.DECISIONS_COUNT_ONCE) and decision.signature:
             self._state.decided.append(_mark(decision))
 
     def validate(self, check: Check, decision: Any) -> None:
@@ -133,7 +134,7 @@ class Decider:
             self._control.decide_step(decision, via=via)
         else:
             decisions.approve_plan(state, decision, via=via, now=workflow.now())
-            if state.level >= 2:
+            if has(state, Change.MEMO_HELD_BY_APPROVAL):
                 self._progress.hold_memo()
         return decisions.outcome(state, "approved")
 
@@ -163,7 +164,9 @@ class Decider:
         merged = reconcile(state.plan, decision.plan, state.ledger.steps)
         author = Author(kind=AuthorKind.human, name=decision.by)
         plan = self._planning.adopt(merged, author, decision.reason or decision.plan.reason or "edited by a reviewer")
-        decisions.record_revision(state, decision, plan, via=via, now=workflow.now(), partial=partial(state))
+        decisions.record_revision(
+            state, decision, plan, via=via, now=workflow.now(), partial=has(state, Change.PARTIAL_REAPPROVAL)
+        )
         if running:
             # Nothing new starts and steps waiting on people give up for now; running ones finish.
             # The execution loop then ends, and the new revision runs once it is approved.

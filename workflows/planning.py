@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.roles import Role
+    from stratagem.run_levels import Change
     from stratagem.run_types import JOINT_STEP_ID, DecisionKind, Fork, Mode, Phase, RunState
     from stratagem.scheduling import Reconciliation, reconcile
     from stratagem.usage import CallUsage, price_for
@@ -36,13 +37,10 @@ from .activity_options import (
     PLANNING_TIMEOUT,
 )
 from .budgets import Budgets
-from .core import REPAIR_PATCH, partial, patched, queue, since
+from .core import has, queue
 from .failures import cause_detail, cause_message
 from .observe import Observer, mark
 from .steps import Steps
-
-# Plans may not carry literal credentials in HTTP headers (stratagem.validation).
-CREDENTIALS_PATCH = "no-literal-credentials"
 
 
 class Planning:
@@ -60,7 +58,7 @@ class Planning:
         round trip: the concurrency bench's runs went from 0.79x to 0.88x of bare workflows). A
         workflow-only worker, or a command line hosting the workflow for a moment, answers
         None, and the tools role answers in an activity, as at lower levels."""
-        if self._state.level >= 3:
+        if has(self._state, Change.CATALOG_HERE):
             here = await workflow.execute_local_activity(
                 activity_io.DESCRIBE_TOOLS_HERE,
                 result_type=ToolCatalog | None,  # type: ignore[arg-type]  # the converter takes a union; the hint says type
@@ -203,7 +201,7 @@ class Planning:
     def cannot_replan(self, why: str) -> None:
         """No replan can answer a failure: a person repairs it (level 4, unless the options say to
         fail, as they do by default for auto_approve runs), or the run fails."""
-        if self._state.options.repairs and since(self._state, 4, REPAIR_PATCH):
+        if self._state.options.repairs and has(self._state, Change.REPAIRS):
             repairs.request_repair(self._state, why, workflow.now())
         else:
             self._steps.fail_run(why)
@@ -233,10 +231,14 @@ class Planning:
 
     def problems(self, draft: PlanDraft) -> list[str]:
         # Runs from before the credential rule replay as they were decided.
-        credentials = patched(self._state, CREDENTIALS_PATCH)
+        credentials = has(self._state, Change.NO_LITERAL_CREDENTIALS)
         rules = self._state.options.plan_rules()
         return plan_problems(
-            draft, self._state.catalog, **rules, credentials=credentials, human_fields=self._state.level >= 7
+            draft,
+            self._state.catalog,
+            **rules,
+            credentials=credentials,
+            human_fields=has(self._state, Change.HUMAN_STEP_FIELDS),
         )
 
     def adopt(self, merged: Reconciliation, author: Author, reason: str) -> Plan:
@@ -255,7 +257,7 @@ class Planning:
         ledger.add_revision(plan)
         self._void_pauses(previous, plan)
         # Steps identical to the revision their approval was given in keep it (partial re-approval).
-        kept = partial(self._state) and not state.options.whole_plan_approval
+        kept = has(self._state, Change.PARTIAL_REAPPROVAL) and not state.options.whole_plan_approval
         state.step_approvals = decisions.kept_step_approvals(state, previous, plan, merged.retried) if kept else {}
         state.failure = None
         ledger.record(
@@ -329,7 +331,7 @@ class Planning:
         brings its own outputs is refused, as is a source that does not exist. False if the run
         failed for it."""
         outputs = fork.outputs
-        if self._state.level >= 7:
+        if has(self._state, Change.FORK_READS_SOURCE):
             if fork.outputs:
                 self._steps.fail_run(
                     "the run's input brings a fork's outputs; a fork reads them from the run it was forked from"

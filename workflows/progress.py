@@ -13,15 +13,15 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io, decisions
+    from stratagem.run_levels import Change
     from stratagem.run_types import Phase, RunState, progress_markdown
 
 from .activity_options import NOTIFY_RETRY, NOTIFY_TIMEOUT
+from .core import has
 from .observe import Observer
 
 # How stale the step table in the Temporal UI may be while steps finish.
 DETAILS_EVERY = timedelta(seconds=1)
-# Runs started before the phase was kept in the memo replay without it.
-PHASE_MEMO_PATCH = "phase-in-memo"
 
 
 class Progress:
@@ -48,13 +48,13 @@ class Progress:
             workflow.set_current_details(progress_markdown(state))
         if not self._memo_held():
             self._observe.publish(state)  # the status search attribute and the waits, likewise held
-        if state.level >= 5 and state.catalog.notify:
+        if has(state, Change.NOTIFICATIONS) and state.catalog.notify:
             self._notify_people()
         if state.phase.value == self._memo_phase:
             return
-        if state.level < 1:
+        if not has(state, Change.MEMO_ONCE_PER_TASK):
             self._memo_phase = state.phase.value
-            if workflow.patched(PHASE_MEMO_PATCH):
+            if has(state, Change.PHASE_MEMO):
                 workflow.upsert_memo({"phase": self._memo_phase})
         elif not self._memo_due:
             # Written once this workflow task's code has run, so phases passed through in one
@@ -75,7 +75,7 @@ class Progress:
         phase = self._state.phase.value
         if not final and self._memo_held():
             return  # written by the next workflow task's show
-        if self._state.level >= 1 and phase != self._memo_phase:
+        if has(self._state, Change.MEMO_ONCE_PER_TASK) and phase != self._memo_phase:
             self._memo_phase = phase
             workflow.upsert_memo({"phase": phase})
 

@@ -12,16 +12,13 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from stratagem import decisions
     from stratagem.ledger import EventKind
+    from stratagem.run_levels import Change
     from stratagem.run_types import ApproveInput, DecisionKind, Phase, ReviewTimeoutAction, RunState
 
-from .core import partial, patched
+from .core import has
 from .observe import Observer
 from .progress import Progress
 from .steps import Steps
-
-# A replan that loosens what was approved (lower risk, more tools, a gated step's new arguments)
-# waits for a person even when replan_requires_approval is off; older runs were approved by policy.
-LOOSENED_PATCH = "replan-loosened-needs-a-person"
 
 
 class Review:
@@ -39,7 +36,7 @@ class Review:
             decision = ApproveInput(by="auto_approve", revision=state.plan.revision, comment="auto_approve")
             decisions.approve_plan(state, decision, via="auto", now=workflow.now())
             return
-        changes = decisions.review_changes(state, partial(state))
+        changes = decisions.review_changes(state, has(state, Change.PARTIAL_REAPPROVAL))
         if changes is not None and not decisions.covered(changes):
             # Nothing differs from the approved revision (a replan that retries the failed steps as
             # they were): its approval stands.
@@ -47,7 +44,7 @@ class Review:
         why: list[str] = []
         if is_replan and not state.options.replan_requires_approval and not state.pending:
             why = decisions.loosened(state.approved_plan, state.plan)
-            if not why or not patched(state, LOOSENED_PATCH):
+            if not why or not has(state, Change.LOOSENED_REPLAN):
                 decision = ApproveInput(
                     by="policy", revision=state.plan.revision, comment="replan_requires_approval is off"
                 )
@@ -59,7 +56,8 @@ class Review:
                 revision=state.plan.revision,
                 message="needs a person although replan_requires_approval is off: " + "; ".join(why),
             )
-        if state.level < 4:  # as runs before level 4 decided it (their memo writes replay unchanged)
+        # As runs before it decided (their memo writes replay unchanged).
+        if not has(state, Change.PLAN_APPROVAL_BESIDE_OTHERS):
             if not state.pending:
                 state.pending = [decisions.plan_approval_request(state, workflow.now(), why, changes)]
         elif decisions.pending_for(state, DecisionKind.plan_approval, None) is None:  # else carried here

@@ -18,8 +18,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, Ledger, StepStatus
     from stratagem.plan import Author, AuthorKind
+    from stratagem.run_levels import RUN_LEVEL, Change, reached
     from stratagem.run_types import (
-        RUN_LEVEL,
         WORKFLOW_NAME,
         Mode,
         Phase,
@@ -28,12 +28,11 @@ with workflow.unsafe.imports_passed_through():
         RunState,
     )
     from stratagem.scheduling import Reconciliation, sink_steps
-    from stratagem.signing import SIGNED_LEVEL, SIGNED_PATCH
 
 from .budgets import Budgets
 from .continuation import Continuation
 from .control import RunControl
-from .core import outcome_attributes
+from .core import has, outcome_attributes
 from .decider import Decider
 from .execution import Execution
 from .failures import cause_message
@@ -76,13 +75,14 @@ class StratagemRun(Messages):
                 level=input.level,
             )
         # Worked out here, before any handler runs. Runs from before level 7 (their histories hold
-        # no SIGNED_PATCH marker) keep the rules they ran under. A new run without a level, or one
-        # below it (a start by hand, an older client), takes the patch and level 7's rules with it,
-        # so leaving the level out cannot switch one off: signed decisions (VerifyDecisions reads
-        # `signed_decisions`), forks read from their source, bound call approvals, answers held to
-        # the approver list. (A fixed level, not RUN_LEVEL: a replay must bump it alike.)
-        if carried.level < SIGNED_LEVEL and workflow.patched(SIGNED_PATCH):
-            carried.level = SIGNED_LEVEL
+        # no marker of its patch) keep the rules they ran under. A new run without a level, or one
+        # below it (a start by hand, an older client), takes the patch and is raised to its level,
+        # so leaving the level out cannot switch one of level 7's rules off: signed decisions
+        # (VerifyDecisions reads `signed_decisions`) and every other row of that level. (The row's
+        # level, not RUN_LEVEL: a replay must raise it alike.)
+        signed = Change.SIGNED_DECISIONS
+        if not reached(carried, signed) and has(carried, signed):
+            carried.level = signed.level
         self.state = state = carried
         self._control = control = RunControl(state)
         # Spans, metrics and the status search attribute (workflows/observe.py).
@@ -98,7 +98,7 @@ class StratagemRun(Messages):
         self._runner = runner = StepRunner(state, control, steps, budgets, waits, observe)
         self._execution = execution = Execution(state, control, progress, steps, waits, runner, continuation, finishing)
         self._decider = Decider(state, control, progress, steps, budgets, planning, execution)
-        self.signed_decisions = carried.level >= SIGNED_LEVEL
+        self.signed_decisions = reached(carried, Change.SIGNED_DECISIONS)
         # Whether this execution took its state from its own continue-as-new (VerifyDecisions
         # checks a start's auto_approve otherwise).
         self.continued_as_new = self._continued

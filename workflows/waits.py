@@ -19,19 +19,15 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Step
     from stratagem.references import resolve_step
+    from stratagem.run_levels import Change
     from stratagem.run_types import ApproveInput, DecisionKind, PausedCall, RunState
     from stratagem.stored import describe, is_stored
 
 from .budgets import Budgets
 from .control import RunControl
-from .core import patched, since
+from .core import has
 from .progress import Progress
 from .steps import Steps
-
-# A used-up budget holds human steps too, not only steps that call models.
-HUMAN_BUDGET_PATCH = "budget-holds-human-steps"
-# A tool's declared risk gates its steps whatever the plan says (level 4).
-TOOL_RISK_PATCH = "tool-risk-floor"
 
 
 class Waits:
@@ -72,7 +68,7 @@ class Waits:
         worker described with a floor must not gate a step their history shows dispatched)."""
         if step.needs_step_approval:
             return True
-        return risk.needs_approval(step, self._state.catalog) and since(self._state, 4, TOOL_RISK_PATCH)
+        return risk.needs_approval(step, self._state.catalog) and has(self._state, Change.TOOL_RISK_FLOOR)
 
     async def _step_gate(self, step: Step) -> bool:
         """Wait for a person to approve a gated step. False if it was rejected or the run is stopping."""
@@ -121,7 +117,11 @@ class Waits:
 
     async def _budget_allows(self, step: Step) -> bool:
         control, budgets = self._control, self._budgets
-        while (used_up := budgets.used_up()) and not control.stopping and patched(self._state, HUMAN_BUDGET_PATCH):
+        while (
+            (used_up := budgets.used_up())
+            and not control.stopping
+            and has(self._state, Change.BUDGET_HOLDS_HUMAN_STEPS)
+        ):
             budgets.request(used_up)
             epoch = budgets.epoch
             await self.park(step.id, lambda: budgets.epoch != epoch or control.stopping or control.winding_down)

@@ -10,6 +10,7 @@ from typing import Any
 from ..answers import answer_problem
 from ..errors import DecisionRefusedError
 from ..ledger import EventKind
+from ..run_levels import Change, reached
 from ..run_types import AnswerInput, DecisionKind, PendingDecision, RunState
 from .common import check_approver, check_open, pending_for, step_of
 from .step_approval import check_step_approver, step_approvers
@@ -22,7 +23,7 @@ def check_answer(state: RunState, answer: AnswerInput) -> None:
     # Who may answer is who may decide (level 7): the run's approver list, then the step's own.
     # Below it, the run's list applied only to steps that name approvers, as those runs decided.
     named = step_approvers(state, answer.step_id) is not None
-    if named or state.level >= 7:
+    if named or reached(state, Change.ANSWERS_BY_APPROVERS):
         check_approver(state, answer.by)
     if named:
         check_step_approver(state, answer.by, answer.step_id)

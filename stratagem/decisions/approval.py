@@ -7,6 +7,7 @@ is for and whether it may be taken.
 from __future__ import annotations
 
 from ..errors import DecisionRefusedError
+from ..run_levels import Change, reached
 from ..run_types import ApproveInput, DecisionKind, Phase, RejectInput, RunState
 from .call_approval import check_call_digest, pending_call
 from .common import check_approver, check_open, check_revision, pending_for
@@ -27,7 +28,7 @@ def check_approve(state: RunState, decision: ApproveInput, *, rejecting: bool = 
                 f"step '{decision.step_id}' has no tool call {decision.call_id} waiting for approval"
             )
         check_step_approver(state, decision.by, decision.step_id)
-        if not rejecting and state.level >= 7 and waiting.call.digest:
+        if not rejecting and reached(state, Change.CALL_APPROVAL_BOUND) and waiting.call.digest:
             check_call_digest(decision, waiting.call.digest)
     elif decision.step_id is not None:
         if pending_for(state, DecisionKind.step_approval, decision.step_id) is None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..ledger import DecisionAction, EventKind, StepStatus
 from ..plan import Plan, Risk
+from ..run_levels import Change, reached
 from ..run_types import ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, RunState
 from ..validation import plan_notes
 from .common import pending_for, record_decision
@@ -39,7 +40,7 @@ def plan_approval_request(
         source = state.forked_from
         prompt += f". Carried over from run {source.run_id} (revision {source.revision}), not run here: "
         prompt += ", ".join(done) or "none"
-        if state.level >= 7:  # what the approver sees is what the run goes on with
+        if reached(state, Change.FORK_OUTPUTS_SHOWN):  # what the approver sees is what the run goes on with
             carried = {sid: state.ledger.steps[sid].output for sid in done}
     return PendingDecision(
         kind=DecisionKind.plan_approval,

@@ -9,6 +9,7 @@ from datetime import datetime
 from ..errors import DecisionRefusedError
 from ..ledger import DecisionAction, StepStatus
 from ..plan import Plan, PlanDraft, StepKind
+from ..run_levels import Change, reached
 from ..run_types import DecisionKind, Phase, ReviseInput, RunState
 from ..scheduling import reconcile
 from ..validation import plan_problems
@@ -27,16 +28,17 @@ def check_revise(state: RunState, decision: ReviseInput) -> None:
     check_open(state)
     check_approver(state, decision.by)
     revisable = [Phase.awaiting_approval, Phase.awaiting_repair]
-    if state.level >= 4:
+    while_running = reached(state, Change.REVISE_WHILE_RUNNING)
+    if while_running:
         revisable.append(Phase.running)
     if state.phase not in revisable:
-        when = "awaits approval, runs or waits for a repair" if state.level >= 4 else "awaits approval or a repair"
+        when = "awaits approval, runs or waits for a repair" if while_running else "awaits approval or a repair"
         raise DecisionRefusedError(f"a plan can only be revised while it {when} (the run is {state.phase.value})")
     check_revision(state, decision.revision)
     if state.phase is Phase.running:
         running_problems(state, decision.plan)
     merged = reconcile(state.plan, decision.plan, state.ledger.steps)
-    rules = {**state.options.plan_rules(), "human_fields": state.level >= 7}
+    rules = {**state.options.plan_rules(), "human_fields": reached(state, Change.HUMAN_STEP_FIELDS)}
     problems = merged.problems or plan_problems(merged.draft, state.catalog, **rules)
     if problems:
         raise DecisionRefusedError("the revised plan is invalid: " + "; ".join(problems))
