@@ -8,7 +8,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from stratagem.errors import StratagemError, ToolError
+from stratagem.errors import NonRetryableToolError, StratagemError, ToolError
 from stratagem.models.base import ModelCallError, redact
 
 
@@ -48,12 +48,12 @@ def _as_application_error(exc: BaseException, **progress: Any) -> ApplicationErr
         return ApplicationError(
             message,
             details,
-            type="ToolError" if exc.retryable else "NonRetryableToolError",
+            type=(ToolError if exc.retryable else NonRetryableToolError).__name__,
             non_retryable=not exc.retryable,
         )
     if isinstance(exc, StratagemError):
         return ApplicationError(message, details, type=type(exc).__name__, non_retryable=True)
     if isinstance(exc, ModelCallError):
         delay = timedelta(seconds=exc.retry_after) if exc.retry_after else None
-        return ApplicationError(message, details, type="ModelCallError", next_retry_delay=delay)
+        return ApplicationError(message, details, type=ModelCallError.__name__, next_retry_delay=delay)
     return ApplicationError(f"{type(exc).__name__}: {message}", details, type=type(exc).__name__)

@@ -29,20 +29,6 @@ ARCHIVE_EVENTS = "stratagem.archive_events"
 NOTIFY = "stratagem.notify"
 READ_FORK = "stratagem.read_fork"
 
-# Errors another attempt cannot fix. They fail the step (or the planning) at once.
-NON_RETRYABLE_ERRORS = [
-    "UnknownToolError",
-    "ToolArgumentsError",
-    "ReferenceResolutionError",
-    "ModelConfigError",
-    "ModelOutputError",
-    "PlanValidationError",
-    "NonRetryableToolError",
-    "ModelAuthError",
-    "ModelRequestError",
-    "CriteriaUnmetError",
-]
-
 
 class PlanningInput(BaseModel):
     goal: str

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 from temporalio.worker import (
     ExecuteWorkflowInput,
     HandleSignalInput,
@@ -27,6 +26,7 @@ from .handlers import DECISION_SIGNALS, DECISION_UPDATES
 from .roles import is_role_queue
 from .run_types import DecisionInput, RunInput, start_digest
 from .signing import DecisionPolicy, Verdict
+from .workflow_errors import DecisionRefused
 
 
 class SharedQueues(Interceptor):
@@ -109,7 +109,7 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
     def handle_update_validator(self, input: HandleUpdateInput) -> None:
         verdict = self._judge(input.update if input.update in DECISION_UPDATES else None, input.args)
         if verdict is not None and verdict.refused:
-            raise ApplicationError(verdict.refused, type="DecisionRefused", non_retryable=True)
+            raise DecisionRefused(verdict.refused)
         super().handle_update_validator(input)
         if verdict is not None:  # kept only for an update the run accepted: its handler follows
             self._validated[input.id] = verdict
@@ -131,7 +131,7 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
         if not own and isinstance(run, RunInput) and run.options.auto_approve:
             refused = self._auto_approve_refused(run)
             if refused:
-                raise ApplicationError(refused, type="DecisionRefused", non_retryable=True)
+                raise DecisionRefused(refused)
         return await super().execute_workflow(input)
 
     def _auto_approve_refused(self, run: RunInput) -> str | None:

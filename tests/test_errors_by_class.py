@@ -5,8 +5,20 @@ from __future__ import annotations
 
 import pytest
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.testing import ActivityEnvironment
 
-from stratagem.errors import NON_RETRYABLE_ERRORS, BudgetReachedError, CriteriaUnmetError
+from stratagem.activities.errors import as_application_error
+from stratagem.errors import (
+    NON_RETRYABLE_ERRORS,
+    BudgetReachedError,
+    CriteriaUnmetError,
+    NonRetryableToolError,
+    ToolError,
+    UnknownToolError,
+)
+from stratagem.models.base import ModelCallError
+from stratagem.workflow_errors import DecisionRefused, RunFailed
+from stratagem.workflows import messages
 from stratagem.workflows.activity_options import PLANNING_RETRY, step_retry
 from stratagem.workflows.failures import cause_error
 
@@ -49,3 +61,27 @@ def test_a_failure_is_read_back_as_the_class_that_reported_it() -> None:
     assert cause_error(_failed_with("CriteriaUnmetError")) is CriteriaUnmetError
     assert cause_error(_failed_with("ToolError")) is None
     assert cause_error(_failed_with(None)) is None
+
+
+def test_the_failures_a_run_reports_keep_their_wire_types() -> None:
+    refused = DecisionRefused("no")
+    assert (refused.type, refused.non_retryable) == ("DecisionRefused", True)
+    failed = RunFailed("it failed")
+    assert (failed.type, failed.non_retryable) == ("RunFailed", True)
+    # The workflow's handlers raise the very class the interceptors raise.
+    assert messages.DecisionRefused is DecisionRefused
+
+
+@pytest.mark.parametrize(
+    ("error", "type_", "non_retryable"),
+    [
+        (ToolError("down for now"), "ToolError", False),
+        (ToolError("never", retryable=False), "NonRetryableToolError", True),
+        (NonRetryableToolError("never"), "NonRetryableToolError", True),
+        (ModelCallError("rate limited"), "ModelCallError", False),
+        (UnknownToolError("no such tool"), "UnknownToolError", True),
+    ],
+)
+def test_an_activity_reports_an_error_under_the_type_its_policies_match(error, type_, non_retryable) -> None:
+    failure = ActivityEnvironment().run(as_application_error, error)
+    assert (failure.type, failure.non_retryable) == (type_, non_retryable)

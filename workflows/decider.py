@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from stratagem import decisions, repairs
@@ -31,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         RunState,
     )
     from stratagem.scheduling import reconcile
+    from stratagem.workflow_errors import DecisionRefused
 
 from .budgets import Budgets
 from .control import RunControl
@@ -41,13 +41,6 @@ from .progress import Progress
 from .steps import Steps
 
 Check = Callable[[RunState, Any], None]
-
-
-class DecisionRefused(ApplicationError):
-    """A refused decision, as update callers receive it (an ApplicationError keeps its type)."""
-
-    def __init__(self, message: str):
-        super().__init__(message, type=DecisionRefused.__name__, non_retryable=True)
 
 
 class Decider:

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         RunState,
     )
     from stratagem.scheduling import Reconciliation, sink_steps
+    from stratagem.workflow_errors import RunFailed
 
 from .budgets import Budgets
 from .continuation import Continuation
@@ -253,7 +254,7 @@ class StratagemRun(Messages):
                 replans=state.ledger.replans,
             )
         # A failed business process is a failed workflow, so the Temporal UI tells the truth.
-        raise ApplicationError(state.reason or "the run failed", type="RunFailed", non_retryable=True)
+        raise RunFailed(state.reason or "the run failed")
 
     async def _on_cancel(self) -> None:
         # Each step task marks its own record cancelled as the cancellation reaches it.
