@@ -3,7 +3,8 @@ step, with new arguments if given; skip it with an output given by hand; ask a h
 question again; or stop the run), whether a repair may be taken, and what taking one records.
 
 Plain functions over `RunState`, like stratagem.decisions, whose checks they share; the workflow
-calls them from the repair update's validator and handler (workflows/messages.py).
+checks a repair with them in the repair update's validator (its row of `DECISIONS` in
+workflows/messages.py) and applies one in `Decider.repair` (workflows/decider.py).
 """
 
 from __future__ import annotations

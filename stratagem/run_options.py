@@ -17,7 +17,7 @@ from .plan import MAX_SECONDS, Step
 from .usage import Budget, Price
 
 # A Keyword search attribute holding a run's status (`run_status`), for visibility queries such as
-# the approval inbox. The embedded server registers it; `stratagem.client.ensure_search_attribute`
+# the approval inbox. The embedded server registers it; `stratagem.status_attribute.ensure_status_attribute`
 # registers it on other servers where the caller may.
 STATUS_SEARCH_ATTRIBUTE = "StratagemStatus"
 
