@@ -545,9 +545,16 @@ def test_a_worker_stopped_by_down_is_not_reported_as_exited(tmp_path, worker_env
 
 
 @pytest.mark.system
-def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env):
+def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env, monkeypatch):
     """The folders of the scripted files `run` named are passed to the worker (STRATAGEM_SCRIPTED_DIRS)
     and kept; a folder already allowed (or inside one) needs no restart."""
+    # The started worker's environment is read from /proc while it lives. At port 1 it exits at
+    # once, and on a loaded machine it was gone (an empty environ) before the read: a listener
+    # that never answers keeps it connecting until the test kills it.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{silent.getsockname()[1]}")
     home = tmp_path / "home"
     home.mkdir()
     worker = BackgroundWorker(home, "q", tmp_path / "ws")
@@ -555,7 +562,7 @@ def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env):
     fake = _fake_worker()
     started = None
     try:
-        _write_state(worker, fake.pid, [A_TOOLS], scripted_dirs=[str(examples)])  # type: ignore[arg-type]
+        _write_state(worker, fake.pid, [A_TOOLS], scripted_dirs=[str(examples)], address=os.environ["TEMPORAL_ADDRESS"])  # type: ignore[arg-type]
         assert worker.ensure([A_TOOLS], scripted_dirs=[examples / "vendor_onboarding"]) is None
         done = worker.ensure([A_TOOLS], scripted_dirs=[tmp_path / "elsewhere"])
         assert done is not None and done.startswith("restarted (new scripted model folders)")
@@ -567,6 +574,7 @@ def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env):
     finally:
         _kill(fake.pid)
         _kill(started)
+        silent.close()
 
 
 @pytest.mark.unit
