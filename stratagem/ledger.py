@@ -10,13 +10,16 @@ import bisect
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
 from .compact import CompactModel
+from .ledger_events import EventData, EventKind, data_model, read_data
 from .plan import Plan
 from .usage import CallRecord, CallUsage, Price, UsageTotals, price_for
+
+D = TypeVar("D", bound=EventData)
 
 
 class StepStatus(str, Enum):
@@ -97,54 +100,6 @@ class Decision(CompactModel):
     )
 
 
-class EventKind(str, Enum):
-    run_started = "run_started"
-    planning_attempt_invalid = "planning_attempt_invalid"
-    plan_proposed = "plan_proposed"
-    plan_approved = "plan_approved"
-    plan_rejected = "plan_rejected"
-    review_escalated = "review_escalated"
-    review_timed_out = "review_timed_out"
-    step_awaiting_approval = "step_awaiting_approval"
-    step_approved = "step_approved"
-    step_rejected = "step_rejected"
-    step_awaiting_answer = "step_awaiting_answer"
-    answer_received = "answer_received"
-    step_started = "step_started"
-    step_succeeded = "step_succeeded"
-    step_failed = "step_failed"
-    step_skipped = "step_skipped"
-    step_cancelled = "step_cancelled"
-    replan_requested = "replan_requested"
-    replan_cap_reached = "replan_cap_reached"
-    tool_called = "tool_called"
-    tool_call_refused = "tool_call_refused"
-    budget_warning = "budget_warning"
-    budget_exhausted = "budget_exhausted"
-    budget_changed = "budget_changed"
-    signal_ignored = "signal_ignored"
-    continued_as_new = "continued_as_new"
-    run_succeeded = "run_succeeded"
-    run_failed = "run_failed"
-    run_rejected = "run_rejected"
-    run_cancelled = "run_cancelled"
-    approval_carried = "approval_carried"
-    repair_requested = "repair_requested"
-    step_repaired = "step_repaired"
-    call_awaiting_approval = "call_awaiting_approval"
-    call_approved = "call_approved"
-    call_rejected = "call_rejected"
-    step_carried = "step_carried"
-    model_negotiated = "model_negotiated"
-    model_failover = "model_failover"
-    """A call went to the next model of a failover tier; the message says which and why."""
-    goal_checked = "goal_checked"
-    """The final check's verdict on the run's outputs (data: met)."""
-    step_escalated = "step_escalated"
-    """An llm step that failed runs once more on a stronger model, before any replan."""
-    """How a model's endpoint is called, learned from a refusal (stratagem.models.negotiation)."""
-
-
 class LedgerEvent(CompactModel):
     seq: int
     at: datetime
@@ -153,7 +108,20 @@ class LedgerEvent(CompactModel):
     step_id: str | None = None
     actor: str | None = None
     message: str = ""
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Any] = Field(
+        default_factory=dict, description="As written (the wire); `details` reads it as its kind's model."
+    )
+
+    @property
+    def details(self) -> EventData:
+        """The data as its kind's model (stratagem.ledger_events), read by attribute."""
+        return read_data(self.kind, self.data)
+
+    def details_as(self, model: type[D]) -> D:
+        """The data as `model`, which must be the event's kind's: for a reader that checked the kind."""
+        details = self.details
+        assert isinstance(details, model), f"{self.kind.value} carries {type(details).__name__}, not {model.__name__}"
+        return details
 
 
 # The events every step writes. A long run archives them at each continue-as-new (below); the
@@ -220,8 +188,12 @@ class Ledger(BaseModel):
         step_id: str | None = None,
         actor: str | None = None,
         message: str = "",
-        **data: Any,
+        data: EventData | None = None,
+        **fields: Any,
     ) -> LedgerEvent:
+        """Append an event. Its data is its kind's model (`data_model(kind)`); loose `fields` are
+        stored as given, unchecked, as events were written before the models."""
+        assert data is None or type(data) is data_model(kind), f"{kind.value} carries {data_model(kind).__name__}"
         self.event_count = self.last_seq + 1  # (states from before the count start from the list)
         # Built without validation: the workflow writes a few events per step, its own typed values.
         event = LedgerEvent.model_construct(
@@ -232,7 +204,7 @@ class Ledger(BaseModel):
             step_id=step_id,
             actor=actor,
             message=message,
-            data=data,
+            data=data.as_data() if data is not None else fields,
         )
         self.events.append(event)
         return event

@@ -17,6 +17,7 @@ from .decisions import check_approver, check_open, check_step_approver, record_d
 from .errors import DecisionRefusedError
 from .graph import ancestry
 from .ledger import DecisionAction, EventKind, StepStatus
+from .ledger_events import PlanApproved, RepairRequested, StepRepaired
 from .plan import PlanDraft, Step, StepKind
 from .run_levels import Change, reached
 from .run_types import DecisionKind, PendingDecision, Phase, RepairAction, RepairInput, RunState
@@ -104,7 +105,9 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
         )
     ]
     state.pending = calls + repairs
-    state.ledger.record(EventKind.repair_requested, now, revision=revision, message=why, steps=failed)
+    state.ledger.record(
+        EventKind.repair_requested, now, revision=revision, message=why, data=RepairRequested(steps=failed)
+    )
 
 
 def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> str | None:
@@ -124,8 +127,7 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
             revision=revision,
             actor=decision.by,
             message="stopped the run",
-            action="stop",
-            via=via,
+            data=StepRepaired(action="stop", via=via),
         )
         return f"stopped by {decision.by} instead of a repair" + (f": {decision.reason}" if decision.reason else "")
     assert decision.step_id is not None
@@ -145,8 +147,7 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
         step_id=decision.step_id,
         actor=decision.by,
         message=message,
-        action=decision.action.value,
-        via=via,
+        data=StepRepaired(action=decision.action.value, via=via),
     )
     state.pending = [p for p in state.pending if not (p.kind is DecisionKind.repair and p.step_id == decision.step_id)]
     _resume_if_repaired(state)
@@ -166,7 +167,7 @@ def _resume_if_repaired(state: RunState) -> None:
 
 def approve_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> None:
     """The person who retried a step with new arguments approved that revision by doing so."""
-    assert state.plan is not None
+    assert state.plan is not None and decision.step_id is not None
     comment = f"retry of step '{decision.step_id}' with new arguments" + (
         f": {decision.reason}" if decision.reason else ""
     )
@@ -176,8 +177,7 @@ def approve_repair(state: RunState, decision: RepairInput, *, via: str, now: dat
         revision=state.plan.revision,
         actor=decision.by,
         message=comment,
-        via=via,
-        covers=[decision.step_id],
+        data=PlanApproved(via=via, covers=[decision.step_id]),
     )
     state.approved_revision = state.plan.revision
 
@@ -268,8 +268,7 @@ def _ask_again(state: RunState, decision: RepairInput, *, via: str, now: datetim
         step_id=human,
         actor=decision.by,
         message=f"asked again by {decision.by}{again}",
-        action=decision.action.value,
-        via=via,
+        data=StepRepaired(action=decision.action.value, via=via),
     )
     reset = {human, *failed}
     state.pending = [p for p in state.pending if not (p.kind is DecisionKind.repair and p.step_id in reset)]

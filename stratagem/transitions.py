@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from .ledger import EventKind, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
+from .ledger_events import BudgetWarning, StepFailed, ToolCalled
 from .run_types import RunState
 from .usage import CallUsage, UsageTotals, budget_warnings
 
@@ -46,15 +47,13 @@ def fail_step(
     step_failed, or criteria_unmet (the step ran, and its answer did not meet its criteria)."""
     record.attempts += attempts
     close_step(state, record, StepStatus.failed, error, now)
-    extra = {"trigger": trigger} if trigger != "step_failed" else {}
     state.ledger.record(
         EventKind.step_failed,
         now,
         revision=_revision(state),
         step_id=record.step_id,
         message=error,
-        attempts=attempts,
-        **extra,
+        data=StepFailed(attempts=attempts, trigger=trigger),
     )
     if state.failure is not None:
         return False
@@ -71,7 +70,9 @@ def record_calls(
     )
     for warning in budget_warnings(state.options.budget, state.ledger.usage, state.budget_warned):
         state.budget_warned.append(warning.dimension)
-        state.ledger.record(EventKind.budget_warning, now, message=warning.message, dimension=warning.dimension)
+        state.ledger.record(
+            EventKind.budget_warning, now, message=warning.message, data=BudgetWarning(dimension=warning.dimension)
+        )
     return totals
 
 
@@ -87,9 +88,7 @@ def record_tool_calls(state: RunState, step_id: str, tool_calls: list[ToolCallRe
             revision=revision,
             step_id=step_id,
             message=call.message or call.tool,
-            tool=call.tool,
-            call=call.call,
-            status=call.status.value,
+            data=ToolCalled(tool=call.tool, call=call.call, status=call.status.value),
         )
 
 

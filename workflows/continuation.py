@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io
     from stratagem.ledger import EventArchive, EventKind, Ledger
+    from stratagem.ledger_events import ContinuedAsNew
     from stratagem.roles import Role
     from stratagem.run_levels import Change
     from stratagem.run_types import RunInput, RunState
@@ -58,7 +59,7 @@ class Continuation:
             EventKind.continued_as_new,
             workflow.now(),
             revision=self._state.plan.revision if self._state.plan else None,
-            history_events=workflow.info().get_current_history_length(),
+            data=ContinuedAsNew(history_events=workflow.info().get_current_history_length()),
         )
         # Converted here, not by Temporal as the run ends, so this execution can let go of its
         # state before the next one reads it in: otherwise the worker holds both at once, twice the

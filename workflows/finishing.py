@@ -13,6 +13,7 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io
     from stratagem.ledger import EventKind
+    from stratagem.ledger_events import GoalChecked
     from stratagem.roles import Role
     from stratagem.run_types import RunState
     from stratagem.scheduling import sink_steps
@@ -74,14 +75,18 @@ class Finishing:
                 workflow.now(),
                 revision=state.plan.revision,
                 message=f"the final check could not be made: {cause_message(exc)}",
-                met=None,
+                data=GoalChecked(met=None),
             )
             return True
         self._budgets.record_calls(out.calls, "verify")
         self._steps.negotiated(out.negotiated)
         self._steps.failovers(out.failovers)
         state.ledger.record(
-            EventKind.goal_checked, workflow.now(), revision=state.plan.revision, message=out.reason, met=out.met
+            EventKind.goal_checked,
+            workflow.now(),
+            revision=state.plan.revision,
+            message=out.reason,
+            data=GoalChecked(met=out.met),
         )
         if out.met:
             return True

@@ -18,6 +18,14 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io, decisions, repairs
     from stratagem.catalog import ToolCatalog
     from stratagem.ledger import EventKind, StepStatus
+    from stratagem.ledger_events import (
+        GoalChecked,
+        PlanningAttemptInvalid,
+        PlanProposed,
+        ReplanRequested,
+        StepCarried,
+        StepFailed,
+    )
     from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
     from stratagem.roles import Role
     from stratagem.run_levels import Change
@@ -118,8 +126,7 @@ class Planning:
             workflow.now(),
             revision=state.plan.revision,
             message=failure,
-            replan=state.ledger.replans,
-            trigger=self._trigger(),
+            data=ReplanRequested(replan=state.ledger.replans, trigger=self._trigger()),
         )
         self._observe.replanned()
         failed = self._steps.take_failure_span()
@@ -134,8 +141,8 @@ class Planning:
         goal_unmet when the final check found the goal not reached)."""
         for event in reversed(self._state.ledger.events):
             if event.kind is EventKind.step_failed:
-                return str(event.data.get("trigger", "step_failed"))
-            if event.kind is EventKind.goal_checked and event.data.get("met") is False:
+                return event.details_as(StepFailed).trigger
+            if event.kind is EventKind.goal_checked and event.details_as(GoalChecked).met is False:
                 return "goal_unmet"
         return "step_failed"
 
@@ -186,7 +193,7 @@ class Planning:
                 workflow.now(),
                 actor=out.model,
                 message=f"planner attempt {number} was invalid and sent back for repair",
-                problems=problems,
+                data=PlanningAttemptInvalid(problems=problems),
             )
         # The activity validated the draft against the same catalogue; checking again here
         # keeps "no invalid plan reaches execution" true even for a misbehaving worker.
@@ -266,10 +273,9 @@ class Planning:
             revision=revision,
             actor=str(author),
             message=reason,
-            steps=len(plan.steps),
-            carried=merged.carried,
-            dropped=merged.dropped,
-            retried=merged.retried,
+            data=PlanProposed(
+                steps=len(plan.steps), carried=merged.carried, dropped=merged.dropped, retried=merged.retried
+            ),
         )
         attributes: dict[str, Any] = {
             "stratagem.revision": revision,
@@ -366,9 +372,7 @@ class Planning:
             workflow.now(),
             revision=state.plan.revision,
             message=f"forked from run {fork.run_id} at revision {fork.revision}",
-            source=fork.run_id,
-            source_revision=fork.revision,
-            steps=sorted(outputs),
+            data=StepCarried(source=fork.run_id, source_revision=fork.revision, steps=sorted(outputs)),
         )
         for sid, output in outputs.items():
             record = state.ledger.steps.get(sid)
@@ -383,5 +387,5 @@ class Planning:
                 revision=state.plan.revision,
                 step_id=sid,
                 message=f"output carried from run {fork.run_id} (revision {fork.revision})",
-                source=fork.run_id,
+                data=StepCarried(source=fork.run_id),
             )

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem import activity_io, decisions
     from stratagem.errors import BudgetReachedError, CriteriaUnmetError, ReferenceResolutionError, StratagemError
     from stratagem.ledger import EventKind, StepRecord, StepStatus, ToolCallRecord
+    from stratagem.ledger_events import StepEscalated, StepSucceeded
     from stratagem.plan import Step, StepKind
     from stratagem.references import references_in, resolve_step
     from stratagem.roles import Role
@@ -307,7 +308,7 @@ class StepRunner:
             revision=state.plan.revision if state.plan else None,
             step_id=step.id,
             message=f"failed on {model} ({error[:300]}); running again on {stronger}",
-            model=stronger,
+            data=StepEscalated(model=stronger),
         )
         return True
 
@@ -331,8 +332,7 @@ class StepRunner:
             workflow.now(),
             revision=revision,
             step_id=step.id,
-            attempt=result.attempt,
-            model=result.model,
+            data=StepSucceeded(attempt=result.attempt, model=result.model),
         )
         return False
 

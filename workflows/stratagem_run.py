@@ -10,13 +10,13 @@ continue-as-new carries. This module is the phase loop; the run holds parts that
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from stratagem.ledger import EventKind, Ledger, StepStatus
+    from stratagem.ledger_events import RunStarted
     from stratagem.plan import Author, AuthorKind
     from stratagem.run_levels import RUN_LEVEL, Change, reached
     from stratagem.run_types import (
@@ -176,18 +176,14 @@ class StratagemRun(Messages):
     async def _start(self, input: RunInput) -> None:
         ledger = self.state.ledger
         self.state.started_at = workflow.now()
-        consent: dict[str, Any] = {}
+        consent: str | None = None
         if input.auto_approval is not None and input.auto_approval.verdict is not None:
             if input.auto_approval.verdict.signer:  # who let the run approve itself, as signed
-                consent["auto_approve_by"] = input.auto_approval.by
-        ledger.record(
-            EventKind.run_started,
-            workflow.now(),
-            message=self.state.goal,
-            auto_approve=self.state.options.auto_approve,
-            mode=self.state.options.mode.value,
-            **consent,
+                consent = input.auto_approval.by
+        started = RunStarted(
+            auto_approve=self.state.options.auto_approve, mode=self.state.options.mode.value, auto_approve_by=consent
         )
+        ledger.record(EventKind.run_started, workflow.now(), message=self.state.goal, data=started)
         try:
             self.state.catalog = await self._planning.catalog()
         except ActivityError as exc:

@@ -10,6 +10,7 @@ from typing import Any
 from ..answers import answer_problem
 from ..errors import DecisionRefusedError
 from ..ledger import EventKind
+from ..ledger_events import AnswerReceived
 from ..run_levels import Change, reached
 from ..run_types import AnswerInput, DecisionKind, PendingDecision, RunState
 from .common import check_approver, check_open, pending_for, step_of
@@ -54,9 +55,9 @@ def request_answer(state: RunState, step_id: str, question: str, now: datetime) 
 def record_answer(state: RunState, answer: AnswerInput, now: datetime) -> None:
     state.answers[answer.step_id] = answer.answer
     revision = state.plan.revision if state.plan else None
-    signed = {"signed_by": answer.verdict.signer} if answer.verdict is not None and answer.verdict.signer else {}
+    signed = AnswerReceived(signed_by=answer.verdict.signer if answer.verdict is not None else None)
     state.ledger.record(
-        EventKind.answer_received, now, revision=revision, step_id=answer.step_id, actor=answer.by, **signed
+        EventKind.answer_received, now, revision=revision, step_id=answer.step_id, actor=answer.by, data=signed
     )
 
 

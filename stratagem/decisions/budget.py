@@ -9,6 +9,7 @@ from datetime import datetime
 
 from ..errors import DecisionRefusedError
 from ..ledger import DecisionAction, EventKind
+from ..ledger_events import BudgetChanged, BudgetExhausted
 from ..run_types import BudgetInput, DecisionKind, PendingDecision, RunState
 from ..usage import price_for
 from .common import check_approver, check_open, pending_for, record_decision
@@ -62,7 +63,11 @@ def request_budget(state: RunState, used_up: list[str], now: datetime) -> bool:
         )
     )
     state.ledger.record(
-        EventKind.budget_exhausted, now, revision=revision, message=reasons, usage=state.ledger.usage.model_dump()
+        EventKind.budget_exhausted,
+        now,
+        revision=revision,
+        message=reasons,
+        data=BudgetExhausted(usage=state.ledger.usage),
     )
     return True
 
@@ -100,8 +105,7 @@ def apply_budget(
         revision=revision,
         actor=decision.by,
         message=changes,
-        via=via,
-        budget=state.options.budget.model_dump(exclude_none=True),
+        data=BudgetChanged(via=via, budget=state.options.budget.model_dump(exclude_none=True)),
     )
     if not still_used_up():
         state.pending = [p for p in state.pending if p.kind is not DecisionKind.budget]

@@ -11,6 +11,7 @@ from typing import Any
 from ..activity_io import CallDecision
 from ..errors import DecisionRefusedError
 from ..ledger import EventKind
+from ..ledger_events import CallAwaitingApproval
 from ..run_types import ApproveInput, DecisionKind, PendingDecision, RejectInput, RunState
 from .step_approval import decide_on_step
 
@@ -65,8 +66,7 @@ def request_call_approval(state: RunState, step_id: str, call: Any, now: datetim
         revision=state.plan.revision,
         step_id=step_id,
         message=f"{call.tool}({call.arguments})",
-        call=call.call_id,
-        **({"digest": call.digest} if call.digest else {}),
+        data=CallAwaitingApproval(call=call.call_id, digest=call.digest),
     )
 
 

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ..ledger import DecisionAction, EventKind, StepStatus
+from ..ledger_events import Decided, PlanApproved
 from ..plan import Plan, Risk
 from ..run_levels import Change, reached
 from ..run_types import ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, RunState
@@ -89,7 +90,12 @@ def carry_approval(state: RunState, now: datetime) -> None:
     record_decision(state, DecisionAction.approve, "carried", now, plan.revision, comment, "carried")
     state.ledger.decisions[-1].covers = []
     state.ledger.record(
-        EventKind.approval_carried, now, revision=plan.revision, actor="carried", message=comment, via="carried"
+        EventKind.approval_carried,
+        now,
+        revision=plan.revision,
+        actor="carried",
+        message=comment,
+        data=Decided(via="carried"),
     )
     state.approved_revision = plan.revision
     state.pending = [p for p in state.pending if p.kind is not DecisionKind.plan_approval]
@@ -144,9 +150,13 @@ def approve_plan(state: RunState, decision: ApproveInput, *, via: str, now: date
     covers = covered(asked.changes) if asked is not None else None
     record_decision(state, DecisionAction.approve, decision.by, now, revision, decision.comment, via, decision=decision)
     state.ledger.decisions[-1].covers = covers
-    extra: dict[str, Any] = {"covers": covers} if covers is not None else {}
     state.ledger.record(
-        EventKind.plan_approved, now, revision=revision, actor=decision.by, message=decision.comment, via=via, **extra
+        EventKind.plan_approved,
+        now,
+        revision=revision,
+        actor=decision.by,
+        message=decision.comment,
+        data=PlanApproved(via=via, covers=covers),
     )
     state.approved_revision = revision
     state.pending = []
@@ -160,7 +170,12 @@ def record_plan_rejection(state: RunState, decision: RejectInput, *, via: str, n
         state, DecisionAction.reject, decision.by, now, state.plan.revision, decision.reason, via, decision=decision
     )
     state.ledger.record(
-        EventKind.plan_rejected, now, revision=state.plan.revision, actor=decision.by, message=decision.reason, via=via
+        EventKind.plan_rejected,
+        now,
+        revision=state.plan.revision,
+        actor=decision.by,
+        message=decision.reason,
+        data=Decided(via=via),
     )
     return f"rejected by {decision.by}: {decision.reason}"
 

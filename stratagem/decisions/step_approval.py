@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import DecisionRefusedError
 from ..ledger import DecisionAction, EventKind
+from ..ledger_events import data_model
 from ..plan import Plan, Step
 from ..risk import effective_risk
 from ..run_types import ApproveInput, DecisionKind, PendingDecision, RejectInput, RunState
@@ -100,8 +101,7 @@ def decide_on_step(
         step_id=decision.step_id,
         actor=decision.by,
         message=comment,
-        via=via,
-        **data,
+        data=data_model(kinds[0]).model_validate({"via": via, **data}),
     )
     return approved, comment
 
