@@ -7,12 +7,14 @@ without breaking runs in flight.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from .errors import DecisionRefusedError
 from .plan import PlanDraft
 from .run_state import Phase
 from .signing import Verdict
@@ -49,6 +51,49 @@ class AutoApproval(DecisionInput):
     signed_at: datetime
 
 
+@dataclass(frozen=True)
+class PlanTarget:
+    """The plan revision waiting for approval."""
+
+
+@dataclass(frozen=True)
+class StepTarget:
+    """One gated step waiting for approval."""
+
+    step_id: str
+
+
+@dataclass(frozen=True)
+class CallTarget:
+    """One tool call a step waits to make."""
+
+    step_id: str
+    call_id: str
+
+
+Target = PlanTarget | StepTarget | CallTarget
+"""What an approval or a rejection decides on."""
+
+UNANCHORED_CALL = "a tool call is approved with its step: give --step as well as --call"
+
+
+def target_of(step_id: str | None, call_id: str | None) -> Target:
+    """An approval's or a rejection's ids, read as what it decides on.
+
+    The wire keeps its flat optional ids (older clients send them, histories hold them). A call
+    without its step is accepted as a payload and refused here, by the run's check, as it always
+    was: a model validator would refuse it before the run sees it, so a signal would be dropped
+    unread instead of recorded as ignored.
+    """
+    if call_id is not None:
+        if step_id is None:
+            raise DecisionRefusedError(UNANCHORED_CALL)
+        return CallTarget(step_id, call_id)
+    if step_id is not None:
+        return StepTarget(step_id)
+    return PlanTarget()
+
+
 class ApproveInput(DecisionInput):
     revision: int | None = Field(default=None, description="Refuse if the pending revision is not this one.")
     step_id: str | None = Field(default=None, description="Approve one gated step instead of the plan.")
@@ -61,12 +106,22 @@ class ApproveInput(DecisionInput):
     )
     comment: str = Field(default="", max_length=TEXT_LIMIT)
 
+    @property
+    def target(self) -> Target:
+        """The plan, a step or a call; a call without its step is refused (DecisionRefusedError)."""
+        return target_of(self.step_id, self.call_id)
+
 
 class RejectInput(DecisionInput):
     reason: str = Field(min_length=1, max_length=TEXT_LIMIT)
     revision: int | None = None
     step_id: str | None = None
     call_id: str | None = Field(default=None, max_length=20)
+
+    @property
+    def target(self) -> Target:
+        """The plan, a step or a call; a call without its step is refused (DecisionRefusedError)."""
+        return target_of(self.step_id, self.call_id)
 
 
 class RepairAction(str, Enum):

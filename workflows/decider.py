@@ -13,6 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stratagem import decisions, repairs
+    from stratagem.decision_inputs import CallTarget, PlanTarget, StepTarget
     from stratagem.errors import DecisionRefusedError
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind
@@ -120,27 +121,32 @@ class Decider:
 
     def approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
         state = self._state
-        if decision.call_id is not None:
-            decisions.decide_call(state, decision, via=via, now=workflow.now())
-            return decisions.outcome(state, f"call {decision.call_id} of step '{decision.step_id}' approved")
-        if decision.step_id is not None:
-            self._control.decide_step(decision, via=via)
-        else:
-            decisions.approve_plan(state, decision, via=via, now=workflow.now())
-            if has(state, Change.MEMO_HELD_BY_APPROVAL):
-                self._progress.hold_memo()
+        match decision.target:
+            case CallTarget(step_id, call_id):
+                decisions.decide_call(state, decision, via=via, now=workflow.now())
+                return decisions.outcome(state, f"call {call_id} of step '{step_id}' approved")
+            case StepTarget():
+                self._control.decide_step(decision, via=via)
+            case PlanTarget():
+                decisions.approve_plan(state, decision, via=via, now=workflow.now())
+                if has(state, Change.MEMO_HELD_BY_APPROVAL):
+                    self._progress.hold_memo()
         return decisions.outcome(state, "approved")
 
     def reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
         state = self._state
-        if decision.call_id is not None:
-            decisions.decide_call(state, decision, via=via, now=workflow.now())
-            return decisions.outcome(
-                state, f"call {decision.call_id} of step '{decision.step_id}' rejected; the step is told"
-            )
-        if decision.step_id is not None:
-            self._control.decide_step(decision, via=via)
-            return decisions.outcome(state, "step rejected; the run ends once running steps finish")
+        match decision.target:
+            case CallTarget(step_id, call_id):
+                decisions.decide_call(state, decision, via=via, now=workflow.now())
+                return decisions.outcome(state, f"call {call_id} of step '{step_id}' rejected; the step is told")
+            case StepTarget():
+                self._control.decide_step(decision, via=via)
+                return decisions.outcome(state, "step rejected; the run ends once running steps finish")
+            case PlanTarget():
+                return self._reject_plan(decision, via=via)
+
+    def _reject_plan(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
+        state = self._state
         reason = decisions.record_plan_rejection(state, decision, via=via, now=workflow.now())
         if self._execution.busy:
             # A revision made while the run ran was rejected: its running steps finish first, and

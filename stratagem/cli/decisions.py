@@ -16,6 +16,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from ..answers import json_problem
 from ..config import stratagem_home
+from ..decision_inputs import CallTarget
 from ..decisions import Kind, kinds
 from ..errors import ConfigError
 from ..plan_files import load_plan_file
@@ -86,11 +87,16 @@ async def cmd_approve(args: argparse.Namespace) -> int:
     decision = ApproveInput(
         by=reviewer(args), revision=args.revision, step_id=args.step, call_id=_call(args), comment=args.comment
     )
-    if decision.call_id is None:
+    call = decision.target
+    if not isinstance(call, CallTarget):
         return await _decide(args, kinds.APPROVE, decision)
     async with hosted_run(args.run_id) as run:
         waiting = next(
-            (p.call for p in await run.pending() if p.step_id == args.step and p.call and p.call.call_id == args.call),
+            (
+                p.call
+                for p in await run.pending()
+                if p.step_id == call.step_id and p.call and p.call.call_id == call.call_id
+            ),
             None,
         )
         if waiting is not None:
