@@ -136,8 +136,45 @@ class RepairAction(str, Enum):
     run again with the new one."""
 
 
+@dataclass(frozen=True)
+class RetryRepair:
+    """Run a failed step again; a tool step with new arguments (`args`), a new revision."""
+
+    step_id: str
+    args: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class SkipRepair:
+    """Count a failed step as done, with an output given by hand."""
+
+    step_id: str
+    output: Any
+
+
+@dataclass(frozen=True)
+class AskAgainRepair:
+    """Ask a human step's question again (`step_id` is the human step)."""
+
+    step_id: str
+
+
+@dataclass(frozen=True)
+class StopRepair:
+    """End the run as failed."""
+
+
+Repair = RetryRepair | SkipRepair | AskAgainRepair | StopRepair
+"""A repair, each action with the fields it means something for."""
+
+
 class RepairInput(DecisionInput):
-    """A person's answer to a run waiting for repair (a human replan is a `ReviseInput`)."""
+    """A person's answer to a run waiting for repair (a human replan is a `ReviseInput`).
+
+    The wire is flat (`args` means something for a retry, `output` for a skip); `repair` reads it
+    as one action with its own fields. A field that does not belong to the action is accepted as
+    a payload and refused by the run's check (stratagem.repairs.check_repair), as it always was.
+    """
 
     action: RepairAction
     step_id: str | None = Field(
@@ -146,6 +183,22 @@ class RepairInput(DecisionInput):
     args: dict[str, Any] | None = Field(default=None, description="retry: the tool step's new arguments.")
     output: Any = Field(default=None, description="skip: the step's output.")
     reason: str = Field(default="", max_length=TEXT_LIMIT)
+
+    @property
+    def repair(self) -> Repair:
+        """The action with its fields; one that names no step, where it needs one, is refused
+        (DecisionRefusedError)."""
+        if self.action is RepairAction.stop:
+            return StopRepair()
+        if self.step_id is None:
+            if self.action is RepairAction.ask_again:
+                raise DecisionRefusedError("ask_again needs the human step whose question is asked again")
+            raise DecisionRefusedError(f"{self.action.value} needs the failed step it applies to")
+        if self.action is RepairAction.ask_again:
+            return AskAgainRepair(self.step_id)
+        if self.action is RepairAction.skip:
+            return SkipRepair(self.step_id, self.output)
+        return RetryRepair(self.step_id, self.args)
 
 
 class ReviseInput(DecisionInput):

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from .answers import answer_problem
+from .decision_inputs import AskAgainRepair, RetryRepair, SkipRepair, StopRepair
 from .decisions import check_approver, check_open, check_step_approver, record_decision, step_of
 from .errors import DecisionRefusedError
 from .graph import ancestry
@@ -20,7 +21,7 @@ from .ledger import DecisionAction, EventKind, StepStatus
 from .ledger_events import PlanApproved, RepairRequested, StepRepaired
 from .plan import PlanDraft, Step, StepKind
 from .run_levels import Change, reached
-from .run_types import DecisionKind, PendingDecision, Phase, RepairAction, RepairInput, RunState
+from .run_types import DecisionKind, PendingDecision, Phase, RepairInput, RunState
 from .validation import plan_problems
 
 
@@ -34,42 +35,55 @@ def failed_steps(state: RunState) -> list[str]:
 
 def check_repair(state: RunState, decision: RepairInput) -> None:
     """A repair needs a run waiting for one; retry and skip name a step that failed, ask_again a
-    human step whose answer a failed step used."""
+    human step whose answer a failed step used. A field the action does not take is refused."""
     check_open(state)
     check_approver(state, decision.by)
     if state.phase is not Phase.awaiting_repair:
         raise DecisionRefusedError(f"the run is not waiting for a repair (it is {state.phase.value})")
-    if decision.action is RepairAction.stop:
-        return
-    if decision.action is RepairAction.ask_again:
-        return _check_ask_again(state, decision)
-    if decision.step_id is None:
-        raise DecisionRefusedError(f"{decision.action.value} needs the failed step it applies to")
-    failed = failed_steps(state)
-    if decision.step_id not in failed:
-        waiting = ", ".join(failed) or "none"
-        raise DecisionRefusedError(f"step '{decision.step_id}' did not fail; the failed steps are: {waiting}")
-    check_step_approver(state, decision.by, decision.step_id)
-    step = step_of(state, decision.step_id)
-    assert step is not None
-    if decision.action is RepairAction.retry:
-        if decision.output is not None:
-            raise DecisionRefusedError("a retry takes new arguments, not an output; to supply the output, skip")
-        if decision.args is not None:
-            if step.kind is not StepKind.tool:
+    match decision.repair:
+        case StopRepair():
+            pass
+        case AskAgainRepair(step_id):
+            _check_ask_again(state, decision, step_id)
+        case RetryRepair(step_id, args):
+            step = _failed_step(state, decision.by, step_id)
+            if decision.output is not None:
+                raise DecisionRefusedError("a retry takes new arguments, not an output; to supply the output, skip")
+            if args is not None:
+                _check_args(state, step, args)
+        case SkipRepair(step_id, output):
+            step = _failed_step(state, decision.by, step_id)
+            if decision.args is not None:
                 raise DecisionRefusedError(
-                    f"step '{step.id}' is a {step.kind.value} step; only tool steps take arguments"
+                    "a skip takes the step's output, not arguments; to run it with new ones, retry"
                 )
-            rules = {**state.options.plan_rules(), "human_fields": reached(state, Change.HUMAN_STEP_FIELDS)}
-            problems = plan_problems(retried_plan(state, step.id, decision.args), state.catalog, **rules)
-            if problems:
-                raise DecisionRefusedError("the new arguments are refused: " + "; ".join(problems))
-        return
-    if decision.args is not None:
-        raise DecisionRefusedError("a skip takes the step's output, not arguments; to run it with new ones, retry")
-    schema, what = _output_schema(state, step)
-    if schema is not None and (problem := answer_problem(decision.output, schema, "the output")):
-        raise DecisionRefusedError(f"step '{step.id}' refused the output, which does not match {what}: {problem}")
+            schema, what = _output_schema(state, step)
+            if schema is not None and (problem := answer_problem(output, schema, "the output")):
+                raise DecisionRefusedError(
+                    f"step '{step.id}' refused the output, which does not match {what}: {problem}"
+                )
+
+
+def _failed_step(state: RunState, by: str, step_id: str) -> Step:
+    """The failed step a retry or a skip names, which `by` may decide on."""
+    failed = failed_steps(state)
+    if step_id not in failed:
+        waiting = ", ".join(failed) or "none"
+        raise DecisionRefusedError(f"step '{step_id}' did not fail; the failed steps are: {waiting}")
+    check_step_approver(state, by, step_id)
+    step = step_of(state, step_id)
+    assert step is not None
+    return step
+
+
+def _check_args(state: RunState, step: Step, args: dict[str, Any]) -> None:
+    """A retry's new arguments: a tool step's, valid in the plan they make."""
+    if step.kind is not StepKind.tool:
+        raise DecisionRefusedError(f"step '{step.id}' is a {step.kind.value} step; only tool steps take arguments")
+    rules = {**state.options.plan_rules(), "human_fields": reached(state, Change.HUMAN_STEP_FIELDS)}
+    problems = plan_problems(retried_plan(state, step.id, args), state.catalog, **rules)
+    if problems:
+        raise DecisionRefusedError("the new arguments are refused: " + "; ".join(problems))
 
 
 def retried_plan(state: RunState, step_id: str, args: dict[str, Any]) -> PlanDraft:
@@ -120,7 +134,8 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
     record_decision(
         state, action, decision.by, now, revision, decision.reason, via, decision.step_id, decision=decision
     )
-    if decision.action is RepairAction.stop:
+    repair = decision.repair
+    if isinstance(repair, StopRepair):
         state.ledger.record(
             EventKind.step_repaired,
             now,
@@ -130,16 +145,17 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
             data=StepRepaired(action="stop", via=via),
         )
         return f"stopped by {decision.by} instead of a repair" + (f": {decision.reason}" if decision.reason else "")
-    assert decision.step_id is not None
-    if decision.action is RepairAction.ask_again:
-        return _ask_again(state, decision, via=via, now=now)
-    record = state.ledger.steps[decision.step_id]
-    if decision.action is RepairAction.skip:
-        record.status, record.error, record.output = StepStatus.succeeded, None, decision.output
-        message = f"skipped by {decision.by}, with an output supplied by hand"
-    else:
-        record.status, record.error, record.output, record.started_at = StepStatus.pending, None, None, None
-        message = f"retried by {decision.by}" + (" with new arguments" if decision.args is not None else "")
+    match repair:
+        case AskAgainRepair(step_id):
+            return _ask_again(state, decision, step_id, via=via, now=now)
+        case SkipRepair(step_id, output):
+            record = state.ledger.steps[step_id]
+            record.status, record.error, record.output = StepStatus.succeeded, None, output
+            message = f"skipped by {decision.by}, with an output supplied by hand"
+        case RetryRepair(step_id, args):
+            record = state.ledger.steps[step_id]
+            record.status, record.error, record.output, record.started_at = StepStatus.pending, None, None, None
+            message = f"retried by {decision.by}" + (" with new arguments" if args is not None else "")
     state.ledger.record(
         EventKind.step_repaired,
         now,
@@ -149,7 +165,7 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
         message=message,
         data=StepRepaired(action=decision.action.value, via=via),
     )
-    state.pending = [p for p in state.pending if not (p.kind is DecisionKind.repair and p.step_id == decision.step_id)]
+    state.pending = [p for p in state.pending if not (p.kind is DecisionKind.repair and p.step_id == step_id)]
     _resume_if_repaired(state)
     return None
 
@@ -226,10 +242,7 @@ def askable(state: RunState, failed_id: str) -> list[str]:
     ]
 
 
-def _check_ask_again(state: RunState, decision: RepairInput) -> None:
-    step_id = decision.step_id
-    if step_id is None:
-        raise DecisionRefusedError("ask_again needs the human step whose question is asked again")
+def _check_ask_again(state: RunState, decision: RepairInput, step_id: str) -> None:
     step = step_of(state, step_id)
     if step is None or step.kind is not StepKind.human:
         raise DecisionRefusedError(
@@ -250,11 +263,10 @@ def _check_ask_again(state: RunState, decision: RepairInput) -> None:
     check_step_approver(state, decision.by, step_id)
 
 
-def _ask_again(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> str | None:
+def _ask_again(state: RunState, decision: RepairInput, human: str, *, via: str, now: datetime) -> str | None:
     """The human step's answer is dropped and its question asked anew; the failed steps that used
     it wait for the new answer and run again."""
-    assert state.plan is not None and decision.step_id is not None
-    human = decision.step_id
+    assert state.plan is not None
     failed, _ = _users_of(state, human)
     for sid in [human, *failed]:
         record = state.ledger.steps[sid]

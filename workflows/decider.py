@@ -13,7 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stratagem import decisions, repairs
-    from stratagem.decision_inputs import CallTarget, PlanTarget, StepTarget
+    from stratagem.decision_inputs import CallTarget, PlanTarget, RetryRepair, StepTarget
     from stratagem.errors import DecisionRefusedError
     from stratagem.ledger import EventKind, StepStatus
     from stratagem.plan import Author, AuthorKind
@@ -177,8 +177,9 @@ class Decider:
     def repair(self, decision: RepairInput, *, via: str) -> DecisionOutcome:
         state = self._state
         assert state.plan is not None, "a run waits for a repair only once it has a plan"
-        if decision.action is RepairAction.retry and decision.args is not None:
-            self._retry_with(decision, via=via)
+        match decision.repair:
+            case RetryRepair(step_id, args) if args is not None:
+                self._retry_with(decision, step_id, args, via=via)
         stop = repairs.apply_repair(state, decision, via=via, now=workflow.now())
         if stop is not None:
             self._steps.fail_run(stop)
@@ -193,15 +194,15 @@ class Decider:
         left = ", ".join(repairs.failed_steps(state))
         return decisions.outcome(state, f"step '{decision.step_id}' {done}; still failed: {left}")
 
-    def _retry_with(self, decision: RepairInput, *, via: str) -> None:
+    def _retry_with(self, decision: RepairInput, step_id: str, args: dict[str, Any], *, via: str) -> None:
         """A retry with new arguments: a new revision that runs this step again."""
         state = self._state
-        assert state.plan is not None and decision.step_id is not None and decision.args is not None
-        draft = repairs.retried_plan(state, decision.step_id, decision.args)
+        assert state.plan is not None
+        draft = repairs.retried_plan(state, step_id, args)
         author = Author(kind=AuthorKind.human, name=decision.by)
         # The new revision runs this step again; the other failed steps still wait for their repair.
         others = {sid: state.ledger.steps[sid].error for sid in repairs.failed_steps(state)}
-        others.pop(decision.step_id, None)
+        others.pop(step_id, None)
         # Retrying is approving the new arguments, but not a revision someone else is still reviewing.
         approved = state.approved_revision == state.plan.revision
         self._planning.adopt(reconcile(state.plan, draft, state.ledger.steps), author, draft.reason)
