@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, NewType
 
 from pydantic import BaseModel, Field, PrivateAttr
 
@@ -228,6 +228,12 @@ class BudgetInput(DecisionInput):
 class AnswerInput(DecisionInput):
     step_id: str
     answer: Any
+
+
+Stop = NewType("Stop", str)
+"""What a rule that applies a decision returns when the run must end: why, in words (the run's
+failure or rejection reason). `Stop | None` says what a bare `str | None` left to the reader; it
+is a str at run time, so the reason stored and shown is the same text."""
 
 
 class DecisionOutcome(BaseModel):

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from .answers import answer_problem
-from .decision_inputs import AskAgainRepair, RetryRepair, SkipRepair, StopRepair
+from .decision_inputs import AskAgainRepair, RetryRepair, SkipRepair, Stop, StopRepair
 from .decisions import check_approver, check_open, check_step_approver, record_decision, step_of
 from .errors import DecisionRefusedError
 from .graph import ancestry
@@ -124,7 +124,7 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
     )
 
 
-def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> str | None:
+def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> Stop | None:
     """Apply a repair to one failed step (retry without new arguments, or skip), or stop. Returns
     why the run ends, for a stop. A retry with new arguments is a new revision: the workflow adopts
     it (`retried_plan`) and then calls `approve_repair`."""
@@ -144,7 +144,9 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
             message="stopped the run",
             data=StepRepaired(action="stop", via=via),
         )
-        return f"stopped by {decision.by} instead of a repair" + (f": {decision.reason}" if decision.reason else "")
+        return Stop(
+            f"stopped by {decision.by} instead of a repair" + (f": {decision.reason}" if decision.reason else "")
+        )
     match repair:
         case AskAgainRepair(step_id):
             return _ask_again(state, decision, step_id, via=via, now=now)
@@ -263,7 +265,7 @@ def _check_ask_again(state: RunState, decision: RepairInput, step_id: str) -> No
     check_step_approver(state, decision.by, step_id)
 
 
-def _ask_again(state: RunState, decision: RepairInput, human: str, *, via: str, now: datetime) -> str | None:
+def _ask_again(state: RunState, decision: RepairInput, human: str, *, via: str, now: datetime) -> Stop | None:
     """The human step's answer is dropped and its question asked anew; the failed steps that used
     it wait for the new answer and run again."""
     assert state.plan is not None

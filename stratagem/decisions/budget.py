@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from ..decision_inputs import Stop
 from ..errors import DecisionRefusedError
 from ..ledger import DecisionAction, EventKind
 from ..ledger_events import BudgetChanged, BudgetExhausted
@@ -74,7 +75,7 @@ def request_budget(state: RunState, used_up: list[str], now: datetime) -> bool:
 
 def apply_budget(
     state: RunState, decision: BudgetInput, *, via: str, now: datetime, still_used_up: Callable[[], list[str]]
-) -> str | None:
+) -> Stop | None:
     """Change the budget, or stop the run; returns why the run must stop, if it must."""
     revision = state.plan.revision if state.plan else 0
     if decision.stop:
@@ -83,7 +84,7 @@ def apply_budget(
             state, DecisionAction.budget, decision.by, now, revision, f"stop: {comment}", via, decision=decision
         )
         state.pending = [p for p in state.pending if p.kind is not DecisionKind.budget]
-        return f"stopped by {decision.by} when the budget ran out: {comment}"
+        return Stop(f"stopped by {decision.by} when the budget ran out: {comment}")
     before = state.options.budget.model_dump(exclude_none=True)
     state.options.budget = state.options.budget.model_copy(update=decision.limits)
     changes = ", ".join(

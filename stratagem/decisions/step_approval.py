@@ -9,6 +9,7 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
+from ..decision_inputs import Stop
 from ..errors import DecisionRefusedError
 from ..ledger import DecisionAction, EventKind
 from ..ledger_events import data_model
@@ -106,13 +107,13 @@ def decide_on_step(
     return approved, comment
 
 
-def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: str, now: datetime) -> str | None:
+def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: str, now: datetime) -> Stop | None:
     """Approve or reject one gated step. A rejection returns why the run must stop."""
     assert decision.step_id is not None
     kinds = (EventKind.step_approved, EventKind.step_rejected)
     approved, comment = decide_on_step(state, decision, kinds, via=via, now=now)
     state.step_approvals[decision.step_id] = approved
-    return None if approved else f"step '{decision.step_id}' rejected by {decision.by}: {comment}"
+    return None if approved else Stop(f"step '{decision.step_id}' rejected by {decision.by}: {comment}")
 
 
 def waiting(pending: PendingDecision) -> str:
