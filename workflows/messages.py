@@ -18,19 +18,14 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from stratagem import decisions, handlers, repairs
     from stratagem.catalog import ToolCatalog
+    from stratagem.decisions import Kind, kinds
     from stratagem.ledger import Ledger
     from stratagem.plan import Plan
     from stratagem.run_types import (
-        AnswerInput,
-        ApproveInput,
-        BudgetInput,
         DecisionOutcome,
         EventPage,
         EventsQuery,
         PendingDecision,
-        RejectInput,
-        RepairInput,
-        ReviseInput,
         RunState,
         RunStatus,
         StepCounts,
@@ -42,32 +37,25 @@ __all__ = ["DECISIONS", "DecisionMessages", "DecisionRefused", "Messages"]
 
 
 class DecisionMessages(NamedTuple):
-    """One kind of decision as the run receives it: an update `name` (validated first) and the
-    signal `handlers.signal_name(name)`, both taking an `input`; `check` gives the rule that may
-    refuse it, `apply` what it does (with `via`, "update" or "signal")."""
+    """One kind of decision as the run receives it: its `kind` (stratagem.decisions.kinds: the
+    update, validated first, and the signal, both taking the kind's input); `check` gives the rule
+    that may refuse it, `apply` what it does (with `via`, "update" or "signal")."""
 
-    name: str
-    input: type[Any]
+    kind: Kind
     check: Callable[[Decider], Check]
     apply: Callable[[Decider, Any, str], DecisionOutcome]
 
 
-# Every decision a run takes: a kind is one row (its rules live in stratagem.decisions).
+# Every decision a run takes: a kind is one row (its rules live in stratagem.decisions). Names
+# and inputs come from the table of kinds, which the client sends by, so the two cannot disagree;
+# the rows follow the order handlers were always registered in.
 DECISIONS = (
-    DecisionMessages(
-        handlers.APPROVE, ApproveInput, lambda _: decisions.check_approve, lambda d, x, via: d.approve(x, via=via)
-    ),
-    DecisionMessages(
-        handlers.REJECT, RejectInput, lambda _: decisions.check_reject, lambda d, x, via: d.reject(x, via=via)
-    ),
-    DecisionMessages(
-        handlers.REVISE, ReviseInput, lambda _: decisions.check_revise, lambda d, x, via: d.revise(x, via=via)
-    ),
-    DecisionMessages(handlers.ANSWER, AnswerInput, lambda _: decisions.check_answer, lambda d, x, _: d.answer(x)),
-    DecisionMessages(
-        handlers.REPAIR, RepairInput, lambda _: repairs.check_repair, lambda d, x, via: d.repair(x, via=via)
-    ),
-    DecisionMessages(handlers.BUDGET, BudgetInput, lambda d: d.check_budget, lambda d, x, via: d.budget(x, via=via)),
+    DecisionMessages(kinds.APPROVE, lambda _: decisions.check_approve, lambda d, x, via: d.approve(x, via=via)),
+    DecisionMessages(kinds.REJECT, lambda _: decisions.check_reject, lambda d, x, via: d.reject(x, via=via)),
+    DecisionMessages(kinds.REVISE, lambda _: decisions.check_revise, lambda d, x, via: d.revise(x, via=via)),
+    DecisionMessages(kinds.ANSWER, lambda _: decisions.check_answer, lambda d, x, _: d.answer(x)),
+    DecisionMessages(kinds.REPAIR, lambda _: repairs.check_repair, lambda d, x, via: d.repair(x, via=via)),
+    DecisionMessages(kinds.BUDGET, lambda d: d.check_budget, lambda d, x, via: d.budget(x, via=via)),
 )
 
 
@@ -83,37 +71,39 @@ def _with_decision_handlers(cls: type[Any]) -> type[Any]:
     SDK buffers a signal of the run's first workflow task that has no handler yet, and __init__
     runs after it has scheduled run(), so run() would start before the signal is handled; as a
     method, the signal is handled first, as it always was."""
-    for kind in DECISIONS:
-        for attribute, method in _methods(kind).items():
+    for row in DECISIONS:
+        for attribute, method in _methods(row).items():
             method.__name__, method.__qualname__ = attribute, f"{cls.__name__}.{attribute}"
             method.__module__ = cls.__module__
             setattr(cls, attribute, method)
     return cls
 
 
-def _methods(kind: DecisionMessages) -> dict[str, Callable[..., Any]]:
+def _methods(row: DecisionMessages) -> dict[str, Callable[..., Any]]:
+    kind = row.kind
+
     async def update(self: _Run, decision: Any) -> DecisionOutcome:
         decider = self._decider
-        return decider.update(decision, lambda: kind.apply(decider, decision, "update"))
+        return decider.update(decision, lambda: row.apply(decider, decision, "update"))
 
     def validate(self: _Run, decision: Any) -> None:
-        self._decider.validate(kind.check(self._decider), decision)
+        self._decider.validate(row.check(self._decider), decision)
 
     def signal(self: _Run, decision: Any) -> None:
         decider = self._decider
-        decider.signal(kind.check(decider), decision, lambda: kind.apply(decider, decision, "signal"))
+        decider.signal(row.check(decider), decision, lambda: row.apply(decider, decision, "signal"))
 
     # The SDK converts a payload to the type the handler's annotation names.
     # (A method's `self` carries no annotation there, as on a method written out.)
     update.__annotations__ = {"decision": kind.input, "return": DecisionOutcome}
     validate.__annotations__ = {"decision": kind.input, "return": None}
     signal.__annotations__ = {"decision": kind.input, "return": None}
-    handler = workflow.update(name=kind.name)(update)
+    handler = workflow.update(name=kind.update)(update)
     handler.validator(validate)
     return {
         kind.name: handler,
         f"_validate_{kind.name}": validate,
-        f"{kind.name}_signal": workflow.signal(name=handlers.signal_name(kind.name))(signal),
+        f"{kind.name}_signal": workflow.signal(name=kind.signal)(signal),
     }
 
 
