@@ -72,7 +72,11 @@ class ExecutionActivities:
                 workspace=self._workspace_of(request.workspace),
                 execution_id=request.execution_id,
             )
-            args, _ = _deferred_references(self._store, request.args, "", request.references)
+            match request.arguments:
+                case activity_io.ResolvedArgs(values):
+                    args = hydrate(self._store, values)
+                case activity_io.TemplateArgs(templates, outputs):
+                    args, _ = resolve_step(hydrate(self._store, templates), "", hydrate(self._store, outputs))
             output = await Checkpoint(self._heartbeat_every).run(self._registry.invoke(request.tool, args, context))
             output = externalize(self._store, _key(request.run_id, request.step_id), output)
         except asyncio.CancelledError:

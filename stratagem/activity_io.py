@@ -6,6 +6,7 @@ never breaks a run in flight.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -64,19 +65,48 @@ class PlanningOutput(CompactModel):
     failovers: list[str] = Field(default_factory=list, description="Models passed over, and why.")
 
 
+@dataclass(frozen=True)
+class ResolvedArgs:
+    """A tool step's arguments as its tool takes them: the workflow resolved every reference (stored
+    values may still be in the store, which the activity reads)."""
+
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TemplateArgs:
+    """A tool step's arguments that still hold references to other steps' outputs, which the
+    workflow only has in the store: the activity loads `outputs` and resolves `templates` with them."""
+
+    templates: dict[str, Any]
+    outputs: dict[str, Any]
+
+
+ToolArgs = ResolvedArgs | TemplateArgs
+
+
 class ToolStepInput(CompactModel):
+    """A tool step to run. Its arguments travel flat (`args`, and `references` when they are not
+    resolved yet), as they always have; `arguments` reads them as one or the other."""
+
     run_id: str
     execution_id: str
     step_id: str
     revision: int
     tool: str
-    args: dict[str, Any]
+    args: dict[str, Any] = Field(description="Resolved values, or templates when `references` is set.")
     references: dict[str, Any] | None = Field(
         default=None,
         description="Set when `args` still hold references into stored outputs: the outputs they refer to, "
         "which the activity loads and resolves the references with.",
     )
     workspace: str | None = Field(default=None, description="The run's own workspace (RunOptions.workspace).")
+
+    @property
+    def arguments(self) -> ToolArgs:
+        if self.references is None:
+            return ResolvedArgs(self.args)
+        return TemplateArgs(self.args, self.references)
 
 
 class CallDecision(CompactModel):
