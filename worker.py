@@ -13,9 +13,9 @@ import logging
 import os
 import sys
 
-from stratagem.config import Settings
-from stratagem.errors import StratagemError
-from stratagem.signing import DecisionPolicy
+from stratagem.common.config import Settings
+from stratagem.common.errors import StratagemError
+from stratagem.common.signing import DecisionPolicy
 from stratagem.worker import run_worker
 from stratagem.worker_options import add_worker_arguments, check_worker_args, child_argv, describe_worker, run_processes
 

@@ -6,8 +6,8 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from stratagem.roles import ALL_ROLES, Role
-from stratagem.store import OutputStore
+from stratagem.domain.roles import ALL_ROLES, Role
+from stratagem.io.store import OutputStore
 from stratagem.tools import ToolRegistry
 
 from .archive import ArchiveActivities
@@ -20,7 +20,7 @@ from .planning import PlanningActivities, describe_tools_here
 def activities_by_role(
     registry: ToolRegistry, workspace: Path, store: OutputStore | None = None, roles: Collection[Role] = ALL_ROLES
 ) -> dict[Role, list[Callable[..., Any]]]:
-    """Each role's activities (stratagem/roles.py). The workflow role has them all: local tools
+    """Each role's activities (stratagem/domain/roles.py). The workflow role has them all: local tools
     run as local activities in its process, and activities scheduled on the workflow's own queue
     by a run that started before the queues were split still find a worker there. It reads the
     tool catalogue locally only when `roles`, what this process serves, include the tools."""

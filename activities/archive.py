@@ -7,9 +7,9 @@ import asyncio
 from pydantic_core import to_json
 from temporalio import activity
 
-from stratagem import activity_io
-from stratagem.ledger import EventArchive
-from stratagem.store import OutputStore, default_store, store_json
+from stratagem.domain import activity_io
+from stratagem.domain.ledger import EventArchive
+from stratagem.io.store import OutputStore, default_store, store_json
 
 from .errors import as_application_error
 

@@ -8,7 +8,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from stratagem.errors import NonRetryableToolError, StratagemError, ToolError
+from stratagem.common.errors import NonRetryableToolError, StratagemError, ToolError
 from stratagem.models.base import ModelCallError, redact
 
 

@@ -16,17 +16,17 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import activity
 
-from stratagem import activity_io
-from stratagem.config import WORKSPACE_ROOTS_ENV
-from stratagem.errors import ConfigError
-from stratagem.executor import AwaitingApproval, Executor, ExecutorProgress
+from stratagem.common.config import WORKSPACE_ROOTS_ENV
+from stratagem.common.errors import ConfigError
+from stratagem.common.telemetry import attempt_span
+from stratagem.domain import activity_io
+from stratagem.domain.references import resolve_step
+from stratagem.io.executor import AwaitingApproval, Executor, ExecutorProgress
+from stratagem.io.store import OutputStore, StoreError, default_store, externalize, hydrate, store_value
+from stratagem.io.verifier import Verifier
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
-from stratagem.references import resolve_step
-from stratagem.store import OutputStore, StoreError, default_store, externalize, hydrate, store_value
-from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolContext, ToolRegistry
-from stratagem.verifier import Verifier
 
 from .checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, request_timeout
 from .errors import as_application_error

@@ -1,4 +1,4 @@
-"""A fork's carried outputs, read from the run it was forked from (stratagem.forks decides which).
+"""A fork's carried outputs, read from the run it was forked from (stratagem.domain.forks decides which).
 
 Whoever starts a fork names the source run and revision; what the fork carries over comes from
 that run's own ledger, never from the start request. A start that named a run that does not
@@ -15,10 +15,10 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from stratagem import activity_io, handlers
-from stratagem.forks import fork_carry
-from stratagem.ledger import Ledger
-from stratagem.run_types import WORKFLOW_NAME
+from stratagem.domain import activity_io, handlers
+from stratagem.domain.forks import fork_carry
+from stratagem.domain.ledger import Ledger
+from stratagem.domain.run_types import WORKFLOW_NAME
 
 # Asking the source run for its ledger: a worker on its queue answers within seconds.
 QUERY_TIMEOUT = timedelta(seconds=20)

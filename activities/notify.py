@@ -16,9 +16,9 @@ import json
 import httpx
 from temporalio import activity
 
-from stratagem import activity_io
-from stratagem.notify import NotifyConfig, message
-from stratagem.store import OutputStore, StoreError, default_store
+from stratagem.domain import activity_io
+from stratagem.io.notify import NotifyConfig, message
+from stratagem.io.store import OutputStore, StoreError, default_store
 
 from .errors import as_application_error
 

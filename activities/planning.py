@@ -8,18 +8,18 @@ from collections.abc import Awaitable, Callable
 from pydantic import ValidationError
 from temporalio import activity
 
-from stratagem import activity_io
-from stratagem.identity_cache import ByIdentity
+from stratagem.common.telemetry import attempt_span
+from stratagem.domain import activity_io
+from stratagem.domain.identity_cache import ByIdentity
+from stratagem.domain.secret_bindings import binding_variables, bindings_from_env
+from stratagem.domain.usage import CallUsage
+from stratagem.io.notify import NotifyConfig
+from stratagem.io.planner import Progress, plan_with_repairs
+from stratagem.io.store import OutputStore, default_store, hydrate
+from stratagem.io.verifier import goal_verdict
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.base import request_timeout_default
-from stratagem.notify import NotifyConfig
-from stratagem.planner import Progress, plan_with_repairs
-from stratagem.secret_bindings import binding_variables, bindings_from_env
-from stratagem.store import OutputStore, default_store, hydrate
-from stratagem.telemetry import attempt_span
 from stratagem.tools import ToolCatalog, ToolRegistry
-from stratagem.usage import CallUsage
-from stratagem.verifier import goal_verdict
 
 from .checkpoint import Checkpoint, request_timeout
 from .errors import as_application_error
@@ -176,7 +176,7 @@ def _spent_before(checkpoint: Checkpoint) -> list[CallUsage]:
 
 
 # The catalogue as this worker serves it, one object per catalogue and configuration: every run
-# gets the same object, as the registry's own, so its payload is written once (stratagem.payloads).
+# gets the same object, as the registry's own, so its payload is written once (stratagem.io.payloads).
 _served: ByIdentity[ToolCatalog, dict[tuple[bool, tuple[tuple[str, str], ...]], ToolCatalog]] = ByIdentity(limit=8)
 
 

@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any
 
-from stratagem.run_types import ApproveInput, Phase
+from stratagem.domain.run_types import ApproveInput, Phase
 
 from .common import Bench, Goal, Row, log, median, p95, ratio
 

@@ -25,12 +25,12 @@ from temporalio.converter import DataConverter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from stratagem.binaries import temporal_cli
 from stratagem.client import RunHandle, start_run
-from stratagem.payloads import stratagem_data_converter, with_claim_checks
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import RunInput, RunOptions, RunResult
-from stratagem.store import FileStore
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import RunInput, RunOptions, RunResult
+from stratagem.io.binaries import temporal_cli
+from stratagem.io.payloads import stratagem_data_converter, with_claim_checks
+from stratagem.io.store import FileStore
 from stratagem.tools import ToolRegistry
 from stratagem.worker import WorkerGroup, build_worker
 

@@ -15,16 +15,16 @@ import math
 from pathlib import Path
 from typing import Any
 
-from stratagem import activity_io
-from stratagem.catalog import ToolSpec
-from stratagem.executor import executor_messages
+from stratagem.domain import activity_io
+from stratagem.domain.catalog import ToolSpec
+from stratagem.domain.plan import PlanDraft, Step, StepKind
+from stratagem.domain.references import resolve
+from stratagem.domain.run_types import JOINT_STEP_ID
+from stratagem.domain.usage import Price
+from stratagem.io.executor import executor_messages
+from stratagem.io.planner import planner_schema, planning_messages
 from stratagem.models.base import Message, ToolCall
-from stratagem.plan import PlanDraft, Step, StepKind
-from stratagem.planner import planner_schema, planning_messages
-from stratagem.references import resolve
-from stratagem.run_types import JOINT_STEP_ID
 from stratagem.tools import ToolContext, ToolRegistry
-from stratagem.usage import Price
 
 from .economics_tasks import Task
 
@@ -66,7 +66,7 @@ async def _invoke(registry: ToolRegistry, workspace: Path, name: str, args: dict
 
 
 def _tool_text(output: Any) -> str:
-    # As the executor hands a tool's result to the model (stratagem/executor.py).
+    # As the executor hands a tool's result to the model (stratagem/io/executor.py).
     text = output if isinstance(output, str) else json.dumps(output, default=str)
     return text[:16_000] + (f"\n[cut: {len(text):,} characters in all]" if len(text) > 16_000 else "")
 

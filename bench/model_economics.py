@@ -14,8 +14,8 @@ The models are scripted: each makes the decisions a competent model would make f
 Each scripted answer carries an explicit `usage:`, computed here from the prompt Stratagem
 really sends for that call, at 4 characters per token:
 
-- input: the messages Stratagem builds (`stratagem.planner.planning_messages`, which holds the
-  tool catalogue and the plan schema; `stratagem.executor.executor_messages` plus the turns so
+- input: the messages Stratagem builds (`stratagem.io.planner.planning_messages`, which holds the
+  tool catalogue and the plan schema; `stratagem.io.executor.executor_messages` plus the turns so
   far), plus the JSON schemas of the tools offered with the call, plus 4 tokens per message;
 - output: the answer's text (the plan as JSON, the executor's answer), or the tool calls as JSON.
 
@@ -41,9 +41,9 @@ from typing import Any
 
 import yaml
 
+from stratagem.domain.run_types import JOINT_STEP_ID
+from stratagem.io.store import is_stored, load_value
 from stratagem.models.base import Message
-from stratagem.run_types import JOINT_STEP_ID
-from stratagem.store import is_stored, load_value
 from stratagem.tools import ToolRegistry
 
 from . import tools as bench_tools

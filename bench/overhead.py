@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from stratagem.client import execution_histories
-from stratagem.roles import QueueLayout
+from stratagem.domain.roles import QueueLayout
 
 from .common import (
     Bench,

@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stratagem import planner as planning
-from stratagem.errors import ModelOutputError, StratagemError
+from stratagem.common.errors import ModelOutputError, StratagemError
+from stratagem.domain.plan import plan_draft_json_schema
+from stratagem.io import planner as planning
 from stratagem.models import load_model
 from stratagem.models.base import ModelCallError
-from stratagem.plan import plan_draft_json_schema
 from stratagem.tools import ToolRegistry
 
 GOALS = [

@@ -17,10 +17,10 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from stratagem.config import Settings
-from stratagem.payloads import stratagem_data_converter, with_claim_checks
-from stratagem.plugin import workflow_runner
-from stratagem.store import FileStore
+from stratagem.common.config import Settings
+from stratagem.io.payloads import stratagem_data_converter, with_claim_checks
+from stratagem.io.store import FileStore
+from stratagem.temporal.plugin import workflow_runner
 
 from .baseline import BARE_ACTIVITIES, BARE_WORKFLOWS
 

@@ -38,16 +38,13 @@ import yaml
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.testing import WorkflowEnvironment
 
-from stratagem.binaries import temporal_cli
 from stratagem.client import RunHandle, start_run
-from stratagem.config import Settings, stratagem_home
-from stratagem.errors import DecisionRefusedError, StratagemError
-from stratagem.ledger import LedgerEvent
-from stratagem.payloads import stratagem_data_converter
-from stratagem.plan import Author, AuthorKind
-from stratagem.plan_files import load_plan_file
-from stratagem.risk import needs_approval
-from stratagem.run_types import (
+from stratagem.common.config import Settings, stratagem_home
+from stratagem.common.errors import DecisionRefusedError, StratagemError
+from stratagem.domain.ledger import LedgerEvent
+from stratagem.domain.plan import Author, AuthorKind
+from stratagem.domain.risk import needs_approval
+from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
     DecisionKind,
@@ -58,9 +55,12 @@ from stratagem.run_types import (
     RunInput,
     RunOptions,
 )
+from stratagem.domain.validation import validate_plan
+from stratagem.io.binaries import temporal_cli
+from stratagem.io.payloads import stratagem_data_converter
+from stratagem.io.plan_files import load_plan_file
 from stratagem.server import prepare_home
 from stratagem.tools import ToolRegistry
-from stratagem.validation import validate_plan
 from stratagem.worker import build_worker
 
 HERE = Path(__file__).parent

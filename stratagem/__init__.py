@@ -3,9 +3,9 @@
 The names most users need are here; everything else lives in its own module.
 """
 
-from .client import RunHandle, connect, get_run, start_run
-from .config import Settings
-from .errors import (
+from stratagem.client import RunHandle, connect, get_run, start_run
+from stratagem.common.config import Settings
+from stratagem.common.errors import (
     ConfigError,
     DecisionRefusedError,
     PlanFileError,
@@ -14,10 +14,9 @@ from .errors import (
     StratagemError,
     ToolError,
 )
-from .ledger import EventKind, Ledger, LedgerEvent, StepStatus
-from .plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step, StepKind
-from .plan_files import load_plan_file
-from .run_types import (
+from stratagem.domain.ledger import EventKind, Ledger, LedgerEvent, StepStatus
+from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step, StepKind
+from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
@@ -35,9 +34,10 @@ from .run_types import (
     RunResult,
     RunStatus,
 )
-from .tools import ToolContext, ToolRegistry, tool
-from .validation import validate_plan
-from .worker import build_worker, run_worker
+from stratagem.domain.validation import validate_plan
+from stratagem.io.plan_files import load_plan_file
+from stratagem.tools import ToolContext, ToolRegistry, tool
+from stratagem.worker import build_worker, run_worker
 
 __all__ = [
     "AnswerInput",

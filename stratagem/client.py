@@ -24,16 +24,15 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
-from . import handlers
-from .catalog import ToolCatalog
-from .config import Settings
-from .decisions import Kind, kinds
-from .errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
-from .event_stream import POLL_SECONDS, stream_events
-from .ledger import EventArchive, Ledger, LedgerEvent
-from .plan import AuthorKind, Plan
-from .plugin import StratagemPlugin
-from .run_types import (
+from stratagem.common.config import Settings
+from stratagem.common.errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
+from stratagem.common.signing import AUTO_APPROVE_KIND, Keyring, Signer
+from stratagem.domain import handlers
+from stratagem.domain.catalog import ToolCatalog
+from stratagem.domain.decisions import Kind, kinds
+from stratagem.domain.ledger import EventArchive, Ledger, LedgerEvent
+from stratagem.domain.plan import AuthorKind, Plan
+from stratagem.domain.run_types import (
     RUN_LEVEL,
     WORKFLOW_NAME,
     AnswerInput,
@@ -53,15 +52,16 @@ from .run_types import (
     RunStatus,
     start_digest,
 )
-from .signing import AUTO_APPROVE_KIND, Keyring, Signer
+from stratagem.event_stream import POLL_SECONDS, stream_events
+from stratagem.io.store import OutputStore, default_store, load_value
 
 # Where they always were, for callers: the attribute lives in stratagem.status_attribute.
-from .status_attribute import AWAITING_QUERY as AWAITING_QUERY
-from .status_attribute import REGISTER_STATUS_HINT as REGISTER_STATUS_HINT
-from .status_attribute import STATUS_KEY as STATUS_KEY
-from .status_attribute import ensure_status_attribute as ensure_status_attribute
-from .status_attribute import has_status_attribute as has_status_attribute
-from .store import OutputStore, default_store, load_value
+from stratagem.status_attribute import AWAITING_QUERY as AWAITING_QUERY
+from stratagem.status_attribute import REGISTER_STATUS_HINT as REGISTER_STATUS_HINT
+from stratagem.status_attribute import STATUS_KEY as STATUS_KEY
+from stratagem.status_attribute import ensure_status_attribute as ensure_status_attribute
+from stratagem.status_attribute import has_status_attribute as has_status_attribute
+from stratagem.temporal.plugin import StratagemPlugin
 
 
 @functools.cache
@@ -79,7 +79,7 @@ def quiet_runtime() -> Runtime:
 async def connect(settings: Settings | None = None, *, runtime: Runtime | None = None, quiet: bool = False) -> Client:
     """A client with Stratagem's data converter: the pydantic converter, encrypting payloads and
     failure messages when the settings carry an encryption key (STRATAGEM_ENCRYPTION_KEY; see
-    `stratagem.codec`). A malformed key raises ConfigError. `runtime` defaults to the SDK's;
+    `stratagem.io.codec`). A malformed key raises ConfigError. `runtime` defaults to the SDK's;
     `quiet=True` uses `quiet_runtime()` (for command-line tools, where the core's warnings are noise)."""
     settings = settings or Settings.from_env()
     plugin = StratagemPlugin.for_settings(settings)
@@ -124,7 +124,7 @@ class RunHandle:
         self.handle = handle
         self.rpc_timeout = rpc_timeout
         self.store = store
-        # Signs every decision (stratagem.signing): this key; else the one in STRATAGEM_SIGNING_KEY;
+        # Signs every decision (stratagem.common.signing): this key; else the one in STRATAGEM_SIGNING_KEY;
         # else the deciding person's key in `keyring` (default: the home's), made on first use.
         self.signer = signer
         self.keyring = keyring
@@ -161,7 +161,7 @@ class RunHandle:
         return await self.decide(kinds.REPAIR, decision)
 
     async def decide(self, kind: Kind, decision: DecisionInput) -> DecisionOutcome:
-        """Send a decision of `kind` (stratagem.decisions.KINDS) as its update, signed
+        """Send a decision of `kind` (stratagem.domain.decisions.KINDS) as its update, signed
         (`decision_signer`) unless it already is. A refusal raises DecisionRefusedError with the
         run's reason. The methods above are this, each with its kind."""
         update = kind.update

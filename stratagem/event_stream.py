@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from temporalio.service import RPCError, RPCStatusCode
 
-from .ledger import LedgerEvent
-from .run_types import EventPage
+from stratagem.domain.ledger import LedgerEvent
+from stratagem.domain.run_types import EventPage
 
 # How long the stream waits before asking again when it has yielded every event recorded so far.
 # A run records a few events per step; 0.3 s keeps a person's view current (the CLI polls as

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
-from .run_types import AWAITING_APPROVAL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME
+from stratagem.domain.run_types import AWAITING_APPROVAL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME
 
 STATUS_KEY = SearchAttributeKey.for_keyword(STATUS_SEARCH_ATTRIBUTE)
 REGISTER_STATUS_HINT = f"temporal operator search-attribute create --name {STATUS_SEARCH_ATTRIBUTE} --type Keyword"

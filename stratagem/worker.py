@@ -19,22 +19,21 @@ from temporalio.service import RPCError
 from temporalio.worker import Interceptor, Worker
 
 from stratagem.activities import activities_by_role
+from stratagem.client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
+from stratagem.common.config import Settings
+from stratagem.common.errors import ConfigError
+from stratagem.common.signing import DecisionPolicy
+from stratagem.common.telemetry import configure_tracing, flush_telemetry, metrics_runtime
+from stratagem.domain.roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
+from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE
+from stratagem.domain.secret_bindings import unbound_secrets
+from stratagem.io.store import OutputStore
+from stratagem.temporal.interceptors import SharedQueues
+from stratagem.temporal.plugin import worker_plugins
+from stratagem.tools import ToolRegistry
+from stratagem.tools.builtin import protect_address
+from stratagem.worker_options import WorkerOptions
 from stratagem.workflows import StratagemRun
-
-from .client import AWAITING_QUERY, REGISTER_STATUS_HINT, connect, ensure_status_attribute
-from .config import Settings
-from .errors import ConfigError
-from .interceptors import SharedQueues
-from .plugin import worker_plugins
-from .roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
-from .run_types import STATUS_SEARCH_ATTRIBUTE
-from .secret_bindings import unbound_secrets
-from .signing import DecisionPolicy
-from .store import OutputStore
-from .telemetry import configure_tracing, flush_telemetry, metrics_runtime
-from .tools import ToolRegistry
-from .tools.builtin import protect_address
-from .worker_options import WorkerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ logger = logging.getLogger(__name__)
 EAGER_ACTIVITIES = 16
 # How many payloads of a workflow task the SDK hands to external storage at once. Above 1, it
 # visits every payload of every activation and completion in a task of its own, even with no
-# external storage configured (Stratagem's claim checks are a codec: stratagem.payloads); one at
+# external storage configured (Stratagem's claim checks are a codec: stratagem.io.payloads); one at
 # a time, that pass costs nothing. A completion with a step's input and summary: 71 -> 46 us.
 SEQUENTIAL_STORAGE = 1
 
@@ -108,7 +107,7 @@ def build_worker(
     **worker_options: Any,
 ) -> WorkerGroup:
     """Workers for `roles` of the runs whose workflows run on `task_queue` (each role on its own
-    queue: stratagem/roles.py). `layout` says where the runs this worker drives send their
+    queue: stratagem/domain/roles.py). `layout` says where the runs this worker drives send their
     activities; by default shared when it serves every role, split otherwise. `rate_limits` caps
     a role's activities per second across every worker of its queue (Temporal enforces it on the
     server), e.g. to stay within a provider's quota. `extra_*` join the workflow role's worker
@@ -149,7 +148,7 @@ def build_worker(
             max_concurrent_activities=max_concurrent_activities,
             max_task_queue_activities_per_second=limits.get(role),
             interceptors=[*interceptors, *extra_interceptors],
-            # How the workflow runs, decision checks, tracing (stratagem.plugin), unless the client has them.
+            # How the workflow runs, decision checks, tracing (stratagem.temporal.plugin), unless the client has them.
             plugins=worker_plugins(client, decision_policy),
             **options,
         )
@@ -187,7 +186,7 @@ async def run_worker(
 ) -> None:
     """Serve `options.roles` until SIGTERM or SIGINT, with traces and metrics where the OTEL_*
     environment asks. `decision_policy`: the keys decisions are checked against (default: the
-    configured ones and the home's, stratagem.signing)."""
+    configured ones and the home's, stratagem.common.signing)."""
     options = options or WorkerOptions()
     limit_malloc_arenas()
     tool_modules = options.tools

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .errors import ConfigError
-from .roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
-from .secret_bindings import bindings_from_env
+from stratagem.common.errors import ConfigError
+from stratagem.domain.roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
+from stratagem.domain.secret_bindings import bindings_from_env
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Runs each scenario of tests/support/golden_scenarios.py on the time-skipping server and writes
 every execution's history to tests/golden/<generation>/<scenario>[-<n>].json. A generation is the
 set of histories one version of the workflow code wrote: when a change alters the commands a run
-issues (a new row of stratagem.run_levels.Change, at a new RUN_LEVEL), capture a new generation
+issues (a new row of stratagem.domain.run_levels.Change, at a new RUN_LEVEL), capture a new generation
 beside the old ones, which stand for runs already in flight. Existing files are kept unless
 --force (see RELIABILITY.md, "Changing the workflow"). The first generation lies directly in
 tests/golden/.
@@ -29,15 +29,15 @@ from conftest import SESSION_HOME, harness_for  # noqa: E402
 from support.golden_scenarios import SCENARIOS  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
-from stratagem.binaries import temporal_test_server  # noqa: E402
 from stratagem.client import execution_histories  # noqa: E402
-from stratagem.payloads import stratagem_data_converter  # noqa: E402
-from stratagem.signing import Keyring, Signer  # noqa: E402
+from stratagem.common.signing import Keyring, Signer  # noqa: E402
+from stratagem.io.binaries import temporal_test_server  # noqa: E402
+from stratagem.io.payloads import stratagem_data_converter  # noqa: E402
 
 GOLDEN = HERE / "golden"
 # The generation today's code writes: `<date>-level<RUN_LEVEL>`, named anew when RUN_LEVEL is raised.
 GENERATION = "2026-11-27-level7"
-# From level 7 decisions are signed (stratagem.signing): the public keys of the home a scenario's
+# From level 7 decisions are signed (stratagem.common.signing): the public keys of the home a scenario's
 # capture signed with are kept beside its histories (<scenario>.keys), and its replays trust
 # exactly those. Each capture signs with keys of its own, so a scenario captured again keeps its own.
 KEYS_SUFFIX = ".keys"

@@ -27,15 +27,15 @@ from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, Tele
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from stratagem.binaries import temporal_cli, temporal_test_server
 from stratagem.client import STATUS_KEY, RunHandle, execution_histories, start_run
+from stratagem.common.telemetry import TELEMETRY_ENV
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import RunInput, RunOptions, RunStatus
+from stratagem.io.binaries import temporal_cli, temporal_test_server
+from stratagem.io.payloads import stratagem_data_converter, with_claim_checks
+from stratagem.io.store import FileStore
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
-from stratagem.payloads import stratagem_data_converter, with_claim_checks
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.plugin import STRICT_SANDBOX_ENV, StratagemPlugin
-from stratagem.run_types import RunInput, RunOptions, RunStatus
-from stratagem.store import FileStore
-from stratagem.telemetry import TELEMETRY_ENV
+from stratagem.temporal.plugin import STRICT_SANDBOX_ENV, StratagemPlugin
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 from stratagem.workflows import StratagemRun
@@ -94,7 +94,7 @@ os.environ["TEMPORAL_CONFIG_FILE"] = str(Path(__file__).with_name("no-temporal-p
 # it fails every test (and every replay of a test's history) that reaches it. Production workers
 # pass it through instead (stratagem/worker.py, WORKFLOW_MODULES); test_worker.py runs that way.
 os.environ[STRICT_SANDBOX_ENV] = "1"
-# Decisions are signed by default (stratagem.signing): every test process, worker and CLI shares one
+# Decisions are signed by default (stratagem.common.signing): every test process, worker and CLI shares one
 # home's keys, made in a folder of the session's own, so a person's key made by a CLI process is
 # trusted by the in-process workers (cli_environment links each CLI home's keys here).
 SESSION_HOME = Path(tempfile.mkdtemp(prefix="stratagem-tests-home-"))
@@ -257,7 +257,7 @@ class Harness:
         workflow task is outstanding, which would stall later tests. The replay catches any
         non-determinism in the workflow code on every scenario the tests exercise.
         """
-        # Configured as the worker is (decision checks, tracing): stratagem.plugin.
+        # Configured as the worker is (decision checks, tracing): stratagem.temporal.plugin.
         replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(self.client.data_converter)])
         for run in self.runs:
             description = await run.handle.describe()
@@ -361,7 +361,7 @@ def session_approver_keys() -> dict[str, str]:
     """The environment that lets a CLI process host a run's workflow on a server its home did not
     start (stratagem.cli.session.host_policy): the session's public keys, configured, as an
     operator gives a CLI the workers' keys."""
-    from stratagem.signing import Keyring
+    from stratagem.common.signing import Keyring
 
     path = SESSION_HOME / "approvers"
     keys = Keyring(SESSION_KEYS).approver_keys()

@@ -1,4 +1,4 @@
-"""Typed answers (stratagem.answers): which answer schemas a plan may carry, what a wrong answer
+"""Typed answers (stratagem.domain.answers): which answer schemas a plan may carry, what a wrong answer
 is told, and which references into an answer the plan validation catches."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pydantic import BaseModel
 from support.states import NOW, make_state
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
-from stratagem import decisions
-from stratagem.answers import (
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain import decisions
+from stratagem.domain.answers import (
     KEYWORDS,
     answer_fields,
     answer_problem,
@@ -20,13 +21,12 @@ from stratagem.answers import (
     path_problem,
     schema_problems,
 )
-from stratagem.catalog import ToolCatalog, ToolSpec
-from stratagem.errors import DecisionRefusedError
-from stratagem.plan import PlanDraft
-from stratagem.planner import render_tools
-from stratagem.run_types import AnswerInput, DecisionKind, PendingDecision
+from stratagem.domain.catalog import ToolCatalog, ToolSpec
+from stratagem.domain.plan import PlanDraft
+from stratagem.domain.run_types import AnswerInput, DecisionKind, PendingDecision
+from stratagem.domain.validation import plan_problems
+from stratagem.io.planner import render_tools
 from stratagem.tools import ToolRegistry, tool
-from stratagem.validation import plan_problems
 
 pytestmark = pytest.mark.unit
 

@@ -10,9 +10,9 @@ import pytest
 from support.cli import TOOLS, acli, one_line_error, write_plan
 from support.plans import step
 
-from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import EventKind, StepStatus
-from stratagem.run_types import AnswerInput, ApproveInput, DecisionKind, Phase, RepairAction, RepairInput
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.domain.run_types import AnswerInput, ApproveInput, DecisionKind, Phase, RepairAction, RepairInput
 
 TYPED = {"type": "object", "properties": {"vendor": {"type": "string"}}, "required": ["vendor"]}
 
@@ -137,9 +137,9 @@ def _run(harness, run_id: str):
 
 @pytest.mark.unit
 def test_a_field_of_an_untyped_answer_is_refused_when_the_plan_is_validated():
-    from stratagem.plan import PlanDraft
+    from stratagem.domain.plan import PlanDraft
+    from stratagem.domain.validation import plan_problems
     from stratagem.tools import ToolRegistry
-    from stratagem.validation import plan_problems
 
     catalog = ToolRegistry.from_modules([]).catalog()  # the built-in tools
 
@@ -174,7 +174,7 @@ async def test_a_refused_field_is_the_only_one_asked_again(tmp_path):
     """When the run refuses one field of a typed answer (its schema changed by a revision, say),
     the terminal keeps the others and asks only that one."""
     from stratagem.cli.prompting import Prompter, question, respond
-    from stratagem.run_types import PendingDecision
+    from stratagem.domain.run_types import PendingDecision
 
     schema = {
         "type": "object",

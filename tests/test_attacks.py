@@ -21,10 +21,10 @@ from support.signing import send_signed
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from stratagem.binaries import temporal_cli
-from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import EventKind, StepStatus
-from stratagem.run_types import ApproveInput, BudgetInput, DecisionKind, Phase, RejectInput
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.domain.run_types import ApproveInput, BudgetInput, DecisionKind, Phase, RejectInput
+from stratagem.io.binaries import temporal_cli
 
 
 def b64(data: bytes) -> str:
@@ -217,9 +217,9 @@ async def test_plan_text_cannot_hide_or_crash_the_review(cli_env):
 
 @pytest.mark.workflow
 async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
-    from stratagem.ledger import Ledger
-    from stratagem.plan import Author, AuthorKind, Plan, Step
-    from stratagem.run_types import Phase, RunInput, RunOptions, RunState
+    from stratagem.domain.ledger import Ledger
+    from stratagem.domain.plan import Author, AuthorKind, Plan, Step
+    from stratagem.domain.run_types import Phase, RunInput, RunOptions, RunState
     from stratagem.workflows import StratagemRun
 
     run_id = f"forged-{uuid.uuid4().hex[:8]}"
@@ -254,7 +254,7 @@ async def test_a_start_carrying_a_hand_made_state_runs_nothing(harness):
 def test_a_plan_too_large_for_a_workflow_task_is_refused_before_it_starts():
     from pydantic import ValidationError
 
-    from stratagem.plan import MAX_PLAN_STEPS, PlanDraft
+    from stratagem.domain.plan import MAX_PLAN_STEPS, PlanDraft
 
     steps = [{"id": f"s{i}", "title": "t", "tool": "add", "args": {"a": 1, "b": 1}} for i in range(MAX_PLAN_STEPS + 1)]
     with pytest.raises(ValidationError, match="at most 10000 items"):

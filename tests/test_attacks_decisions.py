@@ -19,12 +19,12 @@ from support import FIXTURE_TOOLS
 from support.cli import ROOT, acli
 from support.signing import send_signed
 
-from stratagem.binaries import temporal_cli
 from stratagem.client import get_run, start_run
-from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import EventKind, StepStatus
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import AnswerInput, ApproveInput, Fork, Phase, RejectInput, RunInput, RunOptions
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import AnswerInput, ApproveInput, Fork, Phase, RejectInput, RunInput, RunOptions
+from stratagem.io.binaries import temporal_cli
 
 PAY = {
     "goal": "pay the vendor",
@@ -415,9 +415,9 @@ def test_the_review_table_folds_every_cell_at_any_width():
 async def test_a_cron_start_neither_approves_itself_nor_brings_a_state(dev_harness):
     """Temporal starts a cron schedule's next run with the first input and calls it continued: its
     auto_approve went unchecked, and a forged approved state was taken, from the second run on."""
-    from stratagem.ledger import Ledger
-    from stratagem.plan import Plan, Step
-    from stratagem.run_types import WORKFLOW_NAME, RunResult, RunState
+    from stratagem.domain.ledger import Ledger
+    from stratagem.domain.plan import Plan, Step
+    from stratagem.domain.run_types import WORKFLOW_NAME, RunResult, RunState
 
     harness = dev_harness
     plan = PlanDraft.model_validate(PAY)
@@ -512,7 +512,7 @@ async def test_an_old_signed_answer_sent_again_is_not_taken_for_a_question_asked
     from temporalio.client import WorkflowUpdateFailedError
 
     from stratagem.client import decision_signer
-    from stratagem.run_types import DecisionKind, RepairAction, RepairInput
+    from stratagem.domain.run_types import DecisionKind, RepairAction, RepairInput
 
     schema = {"type": "object", "properties": {"vendor": {"type": "string"}}, "required": ["vendor"]}
     plan = {
@@ -554,7 +554,7 @@ async def test_a_command_does_not_decide_with_a_key_its_own_home_just_made(dev_e
     """Against a server its home did not start, the CLI used to host the run's workflow trusting
     its home's keys: while no worker held the run, `approve --by dana` from another machine, with a
     dana key made there on the spot, was taken. It no longer hosts there; the workers decide."""
-    from stratagem.signing import Signer
+    from stratagem.common.signing import Signer
 
     dana = Signer.generate("dana-ops")
     task_queue = f"cli-host-{uuid.uuid4().hex[:8]}"

@@ -7,8 +7,8 @@ import json
 import pytest
 from support.plans import SIDE_EFFECT, step
 
-from stratagem.plan import PlanDraft
-from stratagem.run_types import ApproveInput, ReviseInput
+from stratagem.domain.plan import PlanDraft
+from stratagem.domain.run_types import ApproveInput, ReviseInput
 
 pytestmark = pytest.mark.workflow
 

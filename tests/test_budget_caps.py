@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
-from stratagem.ledger import StepStatus
+from stratagem.domain.ledger import StepStatus
+from stratagem.domain.run_types import BudgetInput, DecisionKind, Phase
 from stratagem.models import (
     Message,
     ModelRequest,
@@ -31,7 +32,6 @@ from stratagem.models import (
     load_model,
 )
 from stratagem.models.negotiation import forget_learned
-from stratagem.run_types import BudgetInput, DecisionKind, Phase
 
 BUDGET = 1_000
 GREEDY = 5_000  # what the model writes when nothing stops it

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from stratagem.catalog import ToolSpec
-from stratagem.errors import BudgetReachedError
+from stratagem.common.errors import BudgetReachedError
+from stratagem.domain.catalog import ToolSpec
+from stratagem.domain.usage import Allowance, CallUsage, NoRoom, Price, Room, UsageTotals, room_for_call, share_of
 from stratagem.models import Message, ModelRequest, ModelResponse, Purpose, ToolCall, Usage
 from stratagem.models.budgeted import CallBudget
 from stratagem.models.failover import FailoverModel
@@ -23,7 +24,6 @@ from stratagem.models.tokens import (
     messages_tokens,
     text_tokens,
 )
-from stratagem.usage import Allowance, CallUsage, NoRoom, Price, Room, UsageTotals, room_for_call, share_of
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from support.hosts import serving
 
-from stratagem.errors import ToolArgumentsError, ToolError
+from stratagem.common.errors import ToolArgumentsError, ToolError
 from stratagem.tools.builtin import csv_rows, guard
 from stratagem.tools.builtin.allowlist import check_allowed, http_allowlist
 from stratagem.tools.registry import ToolContext, ToolRegistry

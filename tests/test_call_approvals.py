@@ -14,15 +14,15 @@ import yaml
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from stratagem import activity_io
 from stratagem.activities.execution import ExecutionActivities
-from stratagem.executor import AwaitingApproval, Executor, ExecutorProgress
-from stratagem.ledger import ToolCallStatus
+from stratagem.domain import activity_io
+from stratagem.domain.ledger import ToolCallStatus
+from stratagem.domain.plan import Risk, Step, StepKind
+from stratagem.domain.usage import Allowance
+from stratagem.io.executor import AwaitingApproval, Executor, ExecutorProgress
+from stratagem.io.store import FileStore, hydrate, is_stored, store_value
 from stratagem.models import ScriptedModel
-from stratagem.plan import Risk, Step, StepKind
-from stratagem.store import FileStore, hydrate, is_stored, store_value
 from stratagem.tools import ToolContext, ToolRegistry, tool
-from stratagem.usage import Allowance
 
 pytestmark = pytest.mark.unit
 

@@ -14,12 +14,12 @@ from support import FIXTURE_TOOLS
 from support.plans import step
 from temporalio.api.enums.v1 import EventType
 
-from stratagem import activity_io
 from stratagem.client import sign_auto_approval, start_run
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.roles import Role, role_queue
-from stratagem.run_types import Phase, RunInput, RunOptions
-from stratagem.signing import Keyring
+from stratagem.common.signing import Keyring
+from stratagem.domain import activity_io
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.roles import Role, role_queue
+from stratagem.domain.run_types import Phase, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from stratagem.executor import Executor, ExecutorProgress
-from stratagem.ledger import EventKind, StepStatus, ToolCallRecord, ToolCallStatus
-from stratagem.plan import Step
-from stratagem.store import hydrate
-from stratagem.verifier import missing_tool_calls
+from stratagem.domain.ledger import EventKind, StepStatus, ToolCallRecord, ToolCallStatus
+from stratagem.domain.plan import Step
+from stratagem.io.executor import Executor, ExecutorProgress
+from stratagem.io.store import hydrate
+from stratagem.io.verifier import missing_tool_calls
 
 
 def llm(id: str, instructions: str = "do it", **fields: Any) -> dict[str, Any]:
@@ -136,9 +136,9 @@ async def test_an_output_schema_that_is_never_met_fails_the_step(harness) -> Non
 
 @pytest.mark.unit
 def test_an_output_schema_on_the_wrong_kind_of_step_or_with_refs_is_refused() -> None:
-    from stratagem.catalog import ToolCatalog
-    from stratagem.plan import PlanDraft
-    from stratagem.validation import plan_problems
+    from stratagem.domain.catalog import ToolCatalog
+    from stratagem.domain.plan import PlanDraft
+    from stratagem.domain.validation import plan_problems
 
     human = {"id": "ask", "title": "Ask", "kind": "human", "instructions": "?", "output_schema": {"type": "object"}}
     reffed = llm("w", output_schema={"$ref": "https://example.com/schema.json"})

@@ -427,9 +427,9 @@ async def test_a_command_answers_for_a_run_with_local_steps_and_takes_no_activit
     import uuid
 
     from stratagem.client import start_run
-    from stratagem.plan import Author, AuthorKind, PlanDraft
-    from stratagem.run_types import RunInput, RunOptions
-    from stratagem.store import FileStore
+    from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+    from stratagem.domain.run_types import RunInput, RunOptions
+    from stratagem.io.store import FileStore
     from stratagem.tools import ToolRegistry
     from stratagem.worker import build_worker
 
@@ -542,8 +542,8 @@ def test_runs_started_from_two_folders_write_into_their_own_workspaces(tmp_path)
 
 
 async def test_following_a_run_shows_what_a_new_revision_changed(cli_env, tmp_path):
-    from stratagem.plan import PlanDraft
-    from stratagem.run_types import RejectInput, ReviseInput
+    from stratagem.domain.plan import PlanDraft
+    from stratagem.domain.run_types import RejectInput, ReviseInput
 
     env, harness = cli_env
     plan = {"goal": "order", "steps": [step("order", "record", label="laptop, monitor, dock")]}

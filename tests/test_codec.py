@@ -30,7 +30,11 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from stratagem.client import connect, get_run, start_run
-from stratagem.codec import (
+from stratagem.common.config import Settings
+from stratagem.common.errors import ConfigError, DecisionRefusedError
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import ApproveInput, Phase, RejectInput, RunInput, RunOptions
+from stratagem.io.codec import (
     ACCEPT_PLAIN_ENV,
     ENCODING,
     KEY_ENV,
@@ -42,12 +46,8 @@ from stratagem.codec import (
     data_converter,
     key_id,
 )
-from stratagem.config import Settings
-from stratagem.errors import ConfigError, DecisionRefusedError
-from stratagem.payloads import stratagem_data_converter
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.plugin import StratagemPlugin
-from stratagem.run_types import ApproveInput, Phase, RejectInput, RunInput, RunOptions
+from stratagem.io.payloads import stratagem_data_converter
+from stratagem.temporal.plugin import StratagemPlugin
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 from stratagem.workflows import StratagemRun

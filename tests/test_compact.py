@@ -10,14 +10,14 @@ import pytest
 from support import FIXTURE_TOOLS
 from support.plans import GREETING
 
-import stratagem.payloads as payloads
+import stratagem.io.payloads as payloads
 from stratagem.activities.planning import describe_tools_here
-from stratagem.catalog import ToolCatalog, ToolSpec
-from stratagem.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
-from stratagem.notify import SLACK_ENV
-from stratagem.payloads import stratagem_data_converter
-from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step
-from stratagem.run_types import DecisionKind, PendingDecision, Phase, RunOptions, RunState
+from stratagem.domain.catalog import ToolCatalog, ToolSpec
+from stratagem.domain.ledger import EventKind, Ledger, StepRecord, StepStatus, ToolCallRecord, ToolCallStatus
+from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step
+from stratagem.domain.run_types import DecisionKind, PendingDecision, Phase, RunOptions, RunState
+from stratagem.io.notify import SLACK_ENV
+from stratagem.io.payloads import stratagem_data_converter
 from stratagem.tools import ToolRegistry
 
 pytestmark = pytest.mark.unit

@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from support.cli import acli
 
-from stratagem.config import Settings
-from stratagem.errors import ConfigError
+from stratagem.common.config import Settings
+from stratagem.common.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "tmprl-key-d41d8cd98f00b204e9800998ecf8427e"

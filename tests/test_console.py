@@ -21,9 +21,9 @@ from support.plans import step
 from stratagem.client import start_run
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
 from stratagem.console.identity import SESSION_COOKIE, check_password, hash_password
-from stratagem.ledger import DecisionAction
-from stratagem.plan import PlanDraft
-from stratagem.run_types import Phase, RunInput
+from stratagem.domain.ledger import DecisionAction
+from stratagem.domain.plan import PlanDraft
+from stratagem.domain.run_types import Phase, RunInput
 
 SECRET = b"test-secret"
 XSS = "<img src=x onerror=alert(1)>"
@@ -261,7 +261,7 @@ async def test_a_proxy_header_counts_only_from_the_trusted_proxy(dev_harness):
 
 @pytest.mark.unit
 def test_local_mode_refuses_a_non_loopback_address_and_passwords_are_hashed():
-    from stratagem.errors import ConfigError
+    from stratagem.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="loopback"):
         IdentityConfig(mode=AuthMode.local, secret=SECRET).check("0.0.0.0")
@@ -284,7 +284,7 @@ def test_local_mode_refuses_a_non_loopback_address_and_passwords_are_hashed():
 async def test_where_decisions_are_signed_the_console_signs_for_the_person_it_signed_in(dev_env, tmp_path, monkeypatch):
     from conftest import harness_for
 
-    from stratagem.signing import Signer
+    from stratagem.common.signing import Signer
 
     console_key = Signer.generate("console")
     monkeypatch.setenv("STRATAGEM_ISSUER_KEYS", console_key.public_line())

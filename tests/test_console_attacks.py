@@ -32,10 +32,10 @@ from conftest import cli_environment, harness_for
 from support.cli import acli
 from support.ports import wait_listening
 
+from stratagem.common.signing import Signer
 from stratagem.console import AuthMode, IdentityConfig, Site, Users, create_app
 from stratagem.console.identity import SESSION_COOKIE
-from stratagem.run_types import Phase
-from stratagem.signing import Signer
+from stratagem.domain.run_types import Phase
 
 pytestmark = pytest.mark.system
 

@@ -23,7 +23,7 @@ from support.plans import step
 from support.webhooks import Receiver
 
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
-from stratagem.run_types import Phase
+from stratagem.domain.run_types import Phase
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # CI installs chromium and sets STRATAGEM_REQUIRE_BROWSER, so there a missing browser fails the
@@ -170,7 +170,7 @@ async def test_the_vendor_onboarding_example_end_to_end_in_the_browser(dev_env, 
     from conftest import harness_for
     from playwright.async_api import async_playwright, expect
 
-    from stratagem.plan_files import load_plan_file
+    from stratagem.io.plan_files import load_plan_file
     from stratagem.tools import ToolRegistry
 
     example = Path(__file__).resolve().parent.parent / "examples" / "vendor_onboarding"

@@ -1,4 +1,4 @@
-"""The console decides through the table of decision kinds (stratagem.decisions.kinds): each kind
+"""The console decides through the table of decision kinds (stratagem.domain.decisions.kinds): each kind
 has its REST endpoint at its name, and each wait a form that sends a kind answering it. What the
 endpoints and forms do against real runs is tests/test_console.py's."""
 
@@ -11,8 +11,8 @@ from fastapi.routing import APIRoute
 
 from stratagem.console import decisions
 from stratagem.console.access import FormPost
-from stratagem.decisions import KINDS, kinds
-from stratagem.run_types import DecisionKind
+from stratagem.domain.decisions import KINDS, kinds
+from stratagem.domain.run_types import DecisionKind
 
 pytestmark = pytest.mark.unit
 

@@ -34,11 +34,11 @@ from temporalio.client import WorkflowFailureError
 from temporalio.worker import Replayer
 
 from stratagem.client import RunHandle, start_run
-from stratagem.ledger import EventKind, StepStatus
-from stratagem.payloads import stratagem_data_converter
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.plugin import StratagemPlugin
-from stratagem.run_types import ApproveInput, Phase, RepairAction, RepairInput, RunInput, RunOptions
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import ApproveInput, Phase, RepairAction, RepairInput, RunInput, RunOptions
+from stratagem.io.payloads import stratagem_data_converter
+from stratagem.temporal.plugin import StratagemPlugin
 from stratagem.workflows import StratagemRun
 
 pytestmark = pytest.mark.system

@@ -1,4 +1,4 @@
-"""The table of decision kinds (stratagem.decisions.kinds) agrees with everything it drives: the
+"""The table of decision kinds (stratagem.domain.decisions.kinds) agrees with everything it drives: the
 wire names runs in flight answer to, the client's typed methods, the CLI's commands, and what a
 run may wait for."""
 
@@ -9,12 +9,12 @@ import typing
 
 import pytest
 
-from stratagem import handlers
 from stratagem.cli import decisions as cli_decisions
 from stratagem.cli import parser
 from stratagem.client import RunHandle
-from stratagem.decisions import KINDS, WAITS, kinds
-from stratagem.run_types import DecisionKind
+from stratagem.domain import handlers
+from stratagem.domain.decisions import KINDS, WAITS, kinds
+from stratagem.domain.run_types import DecisionKind
 
 pytestmark = pytest.mark.unit
 

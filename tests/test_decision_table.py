@@ -1,4 +1,4 @@
-"""The run workflow receives exactly the decisions of the table of kinds (stratagem.decisions.kinds),
+"""The run workflow receives exactly the decisions of the table of kinds (stratagem.domain.decisions.kinds),
 under the table's update and signal names and with its input models, so the client, which sends
 by the same table, and the run cannot disagree."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from temporalio import workflow
 
-from stratagem.decisions import KINDS
+from stratagem.domain.decisions import KINDS
 from workflows.messages import DECISIONS
 from workflows.stratagem_run import StratagemRun
 

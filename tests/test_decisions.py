@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from support.states import NOW, draft, make_state, tool_step
 
-from stratagem import decisions, repairs
-from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import DecisionAction, EventKind, StepStatus
-from stratagem.plan import Author, AuthorKind, Plan, Step
-from stratagem.run_types import (
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain import decisions, repairs
+from stratagem.domain.ledger import DecisionAction, EventKind, StepStatus
+from stratagem.domain.plan import Author, AuthorKind, Plan, Step
+from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
     DecisionKind,

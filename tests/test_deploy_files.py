@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from stratagem import config
 from stratagem.cli import parser, processes
+from stratagem.common import config
 
 pytestmark = pytest.mark.unit
 
@@ -620,7 +620,7 @@ def test_dockerignore_keeps_local_state_out() -> None:
 def test_the_roles_profile_runs_each_role_once(services: dict[str, dict[str, Any]]) -> None:
     import argparse
 
-    from stratagem.roles import ALL_ROLES
+    from stratagem.domain.roles import ALL_ROLES
     from stratagem.worker_options import add_worker_arguments, roles_from
 
     parser = argparse.ArgumentParser()

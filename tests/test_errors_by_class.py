@@ -8,7 +8,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.testing import ActivityEnvironment
 
 from stratagem.activities.errors import as_application_error
-from stratagem.errors import (
+from stratagem.common.errors import (
     NON_RETRYABLE_ERRORS,
     BudgetReachedError,
     CriteriaUnmetError,
@@ -16,8 +16,8 @@ from stratagem.errors import (
     ToolError,
     UnknownToolError,
 )
+from stratagem.common.workflow_errors import DecisionRefused, RunFailed
 from stratagem.models.base import ModelCallError
-from stratagem.workflow_errors import DecisionRefused, RunFailed
 from stratagem.workflows import messages
 from stratagem.workflows.activity_options import PLANNING_RETRY, step_retry
 from stratagem.workflows.failures import cause_error

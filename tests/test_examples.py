@@ -25,13 +25,21 @@ from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from stratagem.client import get_run
-from stratagem.errors import DecisionRefusedError, ToolError
-from stratagem.ledger import EventKind, StepStatus
-from stratagem.plan import AuthorKind, PlanDraft, StepKind
-from stratagem.plan_files import load_plan_file
-from stratagem.run_types import AnswerInput, ApproveInput, DecisionKind, Phase, RepairAction, RepairInput, RunStatus
+from stratagem.common.errors import DecisionRefusedError, ToolError
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.domain.plan import AuthorKind, PlanDraft, StepKind
+from stratagem.domain.run_types import (
+    AnswerInput,
+    ApproveInput,
+    DecisionKind,
+    Phase,
+    RepairAction,
+    RepairInput,
+    RunStatus,
+)
+from stratagem.domain.validation import validate_plan
+from stratagem.io.plan_files import load_plan_file
 from stratagem.tools import ToolContext, ToolRegistry
-from stratagem.validation import validate_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

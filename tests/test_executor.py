@@ -14,12 +14,12 @@ import yaml
 from support import FIXTURE_TOOLS
 from temporalio.testing import ActivityEnvironment
 
-from stratagem import activity_io
 from stratagem.activities.checkpoint import Checkpoint
-from stratagem.executor import Executor, ExecutorProgress
-from stratagem.ledger import ToolCallRecord, ToolCallStatus
+from stratagem.domain import activity_io
+from stratagem.domain.ledger import ToolCallRecord, ToolCallStatus
+from stratagem.domain.plan import Step, StepKind
+from stratagem.io.executor import Executor, ExecutorProgress
 from stratagem.models import Message, ScriptedModel, ToolCall
-from stratagem.plan import Step, StepKind
 from stratagem.tools import ToolRegistry
 
 pytestmark = pytest.mark.unit

@@ -14,9 +14,9 @@ from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 from temporalio.client import WorkflowFailureError
 
 from stratagem.cli.start import run_options
-from stratagem.errors import ConfigError
-from stratagem.ledger import EventKind, StepStatus
-from stratagem.model_config import load_config
+from stratagem.common.errors import ConfigError
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.io.model_config import load_config
 from stratagem.models import Message, ModelAuthError, ModelRequest, Purpose, load_model
 
 

@@ -15,9 +15,9 @@ from support.golden_scenarios import SCENARIOS
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from stratagem.payloads import stratagem_data_converter
-from stratagem.plugin import StratagemPlugin
-from stratagem.signing import APPROVER_KEYS_ENV, DecisionPolicy
+from stratagem.common.signing import APPROVER_KEYS_ENV, DecisionPolicy
+from stratagem.io.payloads import stratagem_data_converter
+from stratagem.temporal.plugin import StratagemPlugin
 from stratagem.workflows import StratagemRun
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,8 @@ from conftest import payload_sizes
 from support.plans import step
 
 from stratagem.client import execution_histories
-from stratagem.ledger import ROUTINE_EVENTS, EventKind, Ledger
-from stratagem.store import is_stored
+from stratagem.domain.ledger import ROUTINE_EVENTS, EventKind, Ledger
+from stratagem.io.store import is_stored
 
 pytestmark = pytest.mark.workflow
 

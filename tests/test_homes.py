@@ -31,8 +31,8 @@ from support.ports import free_port_pair
 from temporalio.client import Client
 
 from stratagem.client import get_run
-from stratagem.payloads import stratagem_data_converter
-from stratagem.run_types import DecisionKind
+from stratagem.domain.run_types import DecisionKind
+from stratagem.io.payloads import stratagem_data_converter
 from stratagem.server import BackgroundWorker, EmbeddedServer
 from stratagem.server.processes import alive
 

@@ -13,7 +13,7 @@ from support.plans import GREETING, step
 from temporalio.client import Client
 
 from stratagem.client import STATUS_KEY, has_status_attribute
-from stratagem.run_types import AnswerInput, ApproveInput, Phase, RejectInput
+from stratagem.domain.run_types import AnswerInput, ApproveInput, Phase, RejectInput
 
 pytestmark = pytest.mark.system
 

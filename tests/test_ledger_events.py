@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from stratagem.compact import COMPACT_CONTEXT
-from stratagem.ledger import EventKind, Ledger, LedgerEvent
-from stratagem.ledger_events import (
+from stratagem.domain.compact import COMPACT_CONTEXT
+from stratagem.domain.ledger import EventKind, Ledger, LedgerEvent
+from stratagem.domain.ledger_events import (
     EVENT_DATA,
     AnswerReceived,
     BudgetExhausted,
@@ -28,7 +28,7 @@ from stratagem.ledger_events import (
     data_model,
     read_data,
 )
-from stratagem.usage import UsageTotals
+from stratagem.domain.usage import UsageTotals
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from stratagem.ledger import ToolCallStatus
+from stratagem.domain.ledger import ToolCallStatus
 
 pytestmark = pytest.mark.workflow
 

@@ -26,17 +26,17 @@ from support.cli import acli, cli, one_line_error, write_plan
 from support.mcp_server import SCRIPT, serving_http
 from support.plans import awaiting, step
 
-from stratagem.errors import PlanValidationError, ToolArgumentsError, ToolError, ToolRegistrationError
-from stratagem.ledger import ToolCallStatus
+from stratagem.common.errors import PlanValidationError, ToolArgumentsError, ToolError, ToolRegistrationError
+from stratagem.domain.ledger import ToolCallStatus
+from stratagem.domain.plan import PlanDraft, Risk
+from stratagem.domain.risk import needs_approval
+from stratagem.domain.run_types import ApproveInput
+from stratagem.domain.validation import validate_plan
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
-from stratagem.plan import PlanDraft, Risk
-from stratagem.risk import needs_approval
-from stratagem.run_types import ApproveInput
 from stratagem.tools import ToolContext, ToolRegistry, canonical_tool_source
 from stratagem.tools.mcp_servers import IDEMPOTENCY_META
 from stratagem.tools.mcp_sources import parse_source
 from stratagem.tools.mcp_tools import MAX_DESCRIPTION, MAX_OUTPUT_BYTES
-from stratagem.validation import validate_plan
 
 TIME = f"mcp:stdio:{sys.executable} -m mcp_server_time --local-timezone UTC"
 TEST_SERVER = f"mcp:stdio:{sys.executable} {SCRIPT}"

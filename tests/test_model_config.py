@@ -6,9 +6,9 @@ import pytest
 
 from stratagem.cli import parser
 from stratagem.cli.start import run_options
-from stratagem.errors import ConfigError
-from stratagem.model_config import load_config, run_prices
-from stratagem.usage import Price
+from stratagem.common.errors import ConfigError
+from stratagem.domain.usage import Price
+from stratagem.io.model_config import load_config, run_prices
 
 pytestmark = pytest.mark.unit
 
@@ -100,7 +100,7 @@ def test_a_cost_budget_needs_a_price_for_every_model():
 
 
 def test_model_settings_and_the_verifier_in_the_configuration(tmp_path) -> None:
-    from stratagem.model_settings import StructuredOutput, ToolCalling
+    from stratagem.domain.model_settings import StructuredOutput, ToolCalling
 
     good = tmp_path / "good.yaml"
     good.write_text(

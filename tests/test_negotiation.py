@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
-from stratagem.catalog import ToolSpec
+from stratagem.domain.catalog import ToolSpec
 from stratagem.models import Message, ModelRequest, ModelRequestError, Purpose, load_model
 from stratagem.models.negotiation import (
     Capabilities,

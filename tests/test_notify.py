@@ -13,11 +13,11 @@ import pytest
 from support.plans import awaiting, step
 from support.webhooks import Receiver
 
-from stratagem import activity_io
 from stratagem.console import AuthMode, IdentityConfig, create_app
-from stratagem.notify import NotifyConfig
-from stratagem.run_types import ApproveInput, Phase
-from stratagem.store import FileStore
+from stratagem.domain import activity_io
+from stratagem.domain.run_types import ApproveInput, Phase
+from stratagem.io.notify import NotifyConfig
+from stratagem.io.store import FileStore
 
 SECRET = "notify-secret"
 

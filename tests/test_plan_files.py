@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stratagem.errors import PlanFileError
-from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Risk, StepKind
-from stratagem.plan_files import dump_plan, load_plan_file, parse_plan_data
+from stratagem.common.errors import PlanFileError
+from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft, Risk, StepKind
+from stratagem.io.plan_files import dump_plan, load_plan_file, parse_plan_data
 
 pytestmark = pytest.mark.unit
 

@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from stratagem.errors import ModelOutputError
-from stratagem.ledger import StepRecord, StepStatus
-from stratagem.models import ModelRequest, ModelResponse, Purpose, ScriptedModel, Usage, load_model
-from stratagem.plan import PlanDraft
-from stratagem.planner import (
+from stratagem.common.errors import ModelOutputError
+from stratagem.domain.ledger import StepRecord, StepStatus
+from stratagem.domain.plan import PlanDraft
+from stratagem.io.planner import (
     Progress,
     parse_plan_output,
     plan_with_repairs,
@@ -21,6 +20,7 @@ from stratagem.planner import (
     planning_messages,
     render_tools,
 )
+from stratagem.models import ModelRequest, ModelResponse, Purpose, ScriptedModel, Usage, load_model
 from stratagem.tools import ToolCatalog, ToolRegistry
 
 pytestmark = pytest.mark.unit

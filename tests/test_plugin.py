@@ -17,15 +17,15 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from stratagem.client import connect, start_run
-from stratagem.config import Settings
-from stratagem.errors import DecisionRefusedError
-from stratagem.interceptors import SharedQueues, VerifyDecisions
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.plugin import StratagemPlugin, worker_plugins
-from stratagem.run_types import ApproveInput, Phase, RunInput
-from stratagem.signing import DecisionPolicy, Signer
-from stratagem.store import FileStore
-from stratagem.telemetry import tracing_enabled
+from stratagem.common.config import Settings
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.common.signing import DecisionPolicy, Signer
+from stratagem.common.telemetry import tracing_enabled
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import ApproveInput, Phase, RunInput
+from stratagem.io.store import FileStore
+from stratagem.temporal.interceptors import SharedQueues, VerifyDecisions
+from stratagem.temporal.plugin import StratagemPlugin, worker_plugins
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 from stratagem.workflows import StratagemRun
@@ -122,7 +122,7 @@ async def test_a_worker_on_a_connected_client_checks_decisions_with_the_deployme
 def test_the_sandbox_imports_the_workflow_package_afresh():
     """A passthrough entry covers its submodules: "stratagem" there would pass stratagem.workflows
     through unsandboxed, and the strict sandbox of the tests would catch nothing."""
-    from stratagem.plugin import PASSTHROUGH_MODULES
+    from stratagem.temporal.plugin import PASSTHROUGH_MODULES
     from stratagem.workflows import StratagemRun
 
     for name in (StratagemRun.__module__, "stratagem.workflows", "stratagem.activities"):

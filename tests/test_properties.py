@@ -23,14 +23,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from stratagem.errors import ModelOutputError, PlanFileError, ReferenceResolutionError, StratagemError
+from stratagem.common.errors import ModelOutputError, PlanFileError, ReferenceResolutionError, StratagemError
+from stratagem.domain.plan import PlanDraft
+from stratagem.domain.references import Reference, find_references, is_single_reference, resolve, resolve_text
+from stratagem.domain.validation import plan_problems
+from stratagem.io.plan_files import dump_plan, load_plan_file
+from stratagem.io.planner import parse_plan_output, plan_with_repairs
 from stratagem.models import ModelRequest, ModelResponse, Usage
-from stratagem.plan import PlanDraft
-from stratagem.plan_files import dump_plan, load_plan_file
-from stratagem.planner import parse_plan_output, plan_with_repairs
-from stratagem.references import Reference, find_references, is_single_reference, resolve, resolve_text
 from stratagem.tools import ToolCatalog, ToolRegistry
-from stratagem.validation import plan_problems
 
 pytestmark = pytest.mark.unit
 

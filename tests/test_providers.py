@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
-from stratagem.catalog import ToolSpec
-from stratagem.errors import ModelConfigError
+from stratagem.common.errors import ModelConfigError
+from stratagem.domain.catalog import ToolSpec
 from stratagem.models import (
     Message,
     Model,

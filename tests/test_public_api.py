@@ -78,7 +78,7 @@ def test_the_workflows_handler_names_are_the_wire_contract():
     constants keep them, and the workflow registers every one."""
     from temporalio.workflow import _Definition
 
-    from stratagem import handlers
+    from stratagem.domain import handlers
     from stratagem.workflows import StratagemRun
 
     updates = {"approve", "reject", "revise", "answer", "budget", "repair"}

@@ -16,11 +16,11 @@ from temporalio.client import Client
 from temporalio.service import RetryConfig
 
 from stratagem.client import get_run, start_run
-from stratagem.errors import RunUnresponsiveError
-from stratagem.ledger import EventKind, Ledger, LedgerEvent
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.plugin import StratagemPlugin
-from stratagem.run_types import AnswerInput, RunInput
+from stratagem.common.errors import RunUnresponsiveError
+from stratagem.domain.ledger import EventKind, Ledger, LedgerEvent
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import AnswerInput, RunInput
+from stratagem.temporal.plugin import StratagemPlugin
 
 pytestmark = pytest.mark.system
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from stratagem.ledger import EventKind
-from stratagem.run_types import Phase
+from stratagem.domain.ledger import EventKind
+from stratagem.domain.run_types import Phase
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "python.md"

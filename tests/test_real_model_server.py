@@ -34,13 +34,13 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from stratagem.catalog import ToolSpec
-from stratagem.errors import ModelOutputError
-from stratagem.ledger import EventKind, StepStatus
+from stratagem.common.errors import ModelOutputError
+from stratagem.domain.catalog import ToolSpec
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.domain.run_types import Phase
+from stratagem.io.planner import plan_with_repairs, planner_schema
 from stratagem.models import Message, ModelRequest, Purpose, load_model
 from stratagem.models.negotiation import forget_learned
-from stratagem.planner import plan_with_repairs, planner_schema
-from stratagem.run_types import Phase
 from stratagem.tools import ToolRegistry
 
 pytestmark = pytest.mark.timeout(900)
@@ -164,7 +164,7 @@ async def test_prompted_tool_calls_are_held_to_the_offered_tools(llama: str) -> 
     """Native tools are ignored by this server's default chat format; the prompted protocol with
     the grammar makes every answer either a call of an offered tool, with its arguments, or a
     final answer."""
-    from stratagem.model_settings import Capabilities, ToolCalling
+    from stratagem.domain.model_settings import Capabilities, ToolCalling
 
     record = ToolSpec(
         name="record",

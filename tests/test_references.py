@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from stratagem.errors import ReferenceResolutionError
-from stratagem.references import (
+from stratagem.common.errors import ReferenceResolutionError
+from stratagem.domain.references import (
     Reference,
     find_references,
     is_single_reference,

@@ -19,11 +19,11 @@ from support import FIXTURE_TOOLS
 from support.plans import step
 from temporalio.api.enums.v1 import EventType
 
-from stratagem import activity_io
 from stratagem.client import start_run
-from stratagem.errors import ConfigError
-from stratagem.roles import ALL_ROLES, QueueLayout, Role, role_queue
-from stratagem.run_types import Phase, RunInput, RunOptions
+from stratagem.common.errors import ConfigError
+from stratagem.domain import activity_io
+from stratagem.domain.roles import ALL_ROLES, QueueLayout, Role, role_queue
+from stratagem.domain.run_types import Phase, RunInput, RunOptions
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 from stratagem.worker_options import add_worker_arguments, check_worker_args, child_argv

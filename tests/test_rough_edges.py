@@ -6,13 +6,13 @@ import httpx
 import pytest
 from support.cli import TOOLS, acli, write_plan
 
-from stratagem.activity_io import LlmStepInput
+from stratagem.common.errors import PlanFileError
 from stratagem.console import AuthMode, IdentityConfig, create_app
-from stratagem.errors import PlanFileError
-from stratagem.executor import executor_messages
-from stratagem.plan import Step, StepKind
-from stratagem.plan_files import parse_plan_data
-from stratagem.run_types import Phase
+from stratagem.domain.activity_io import LlmStepInput
+from stratagem.domain.plan import Step, StepKind
+from stratagem.domain.run_types import Phase
+from stratagem.io.executor import executor_messages
+from stratagem.io.plan_files import parse_plan_data
 
 
 @pytest.mark.unit
@@ -96,8 +96,8 @@ async def test_following_a_run_says_when_a_killed_workers_attempt_is_retried(dev
     from support.cli import ROOT
 
     from stratagem.client import start_run
-    from stratagem.plan import Author, AuthorKind, PlanDraft
-    from stratagem.run_types import RunInput, RunOptions
+    from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+    from stratagem.domain.run_types import RunInput, RunOptions
 
     queue = f"lost-{uuid.uuid4().hex[:8]}"
     env = {

@@ -1,4 +1,4 @@
-"""Run levels (stratagem.run_types.RUN_LEVEL): a run started by today's client asks Temporal for no
+"""Run levels (stratagem.domain.run_types.RUN_LEVEL): a run started by today's client asks Temporal for no
 patch, and writes its phase into the memo once per workflow task; a run without a level (an
 older client, or someone starting the workflow by hand) still gets every patched behaviour; a
 run above the worker's level waits for a newer worker instead of running on old code."""
@@ -15,14 +15,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
 from stratagem.client import sign_auto_approval
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
 
 CHAIN = {
     "goal": "three steps",
     "steps": [step("a", "add", a=1, b=2), step("b", "add", ["a"], a=3, b=4), step("c", "add", ["b"], a=5, b=6)],
 }
-# A header holding a literal credential: refused by a patched rule (stratagem.validation).
+# A header holding a literal credential: refused by a patched rule (stratagem.domain.validation).
 LEAKY = {
     "goal": "call an API",
     "steps": [
@@ -54,7 +54,7 @@ async def start_by_hand(harness, plan: dict, level: int):
         level=level,
     )
     run_id = f"test-{uuid.uuid4().hex[:10]}"
-    # Signed, as a run that approves itself must be (stratagem.signing): what is tested is the rest.
+    # Signed, as a run that approves itself must be (stratagem.common.signing): what is tested is the rest.
     run = sign_auto_approval(run, run_id, now=await harness.env.get_current_time())
     return await harness.client.start_workflow(
         WORKFLOW_NAME, run, id=run_id, task_queue=harness.task_queue, result_type=RunResult

@@ -1,4 +1,4 @@
-"""One versioning scheme (stratagem.run_levels): every behaviour change is a row of `Change`, the
+"""One versioning scheme (stratagem.domain.run_levels): every behaviour change is a row of `Change`, the
 workflow asks `workflows.core.has` and nothing else, and a run below a row's level asks its legacy
 patch exactly as the code asked it before the table (histories of runs in flight hold the markers)."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from capture_golden import GENERATION
 
-from stratagem.ledger import Ledger
-from stratagem.run_levels import RUN_LEVEL, Change, reached
-from stratagem.run_types import RunOptions, RunState
+from stratagem.domain.ledger import Ledger
+from stratagem.domain.run_levels import RUN_LEVEL, Change, reached
+from stratagem.domain.run_types import RunOptions, RunState
 from stratagem.workflows import core
 
 pytestmark = pytest.mark.unit

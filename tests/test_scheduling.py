@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from stratagem.ledger import Ledger, StepRecord, StepStatus
-from stratagem.plan import Author, AuthorKind, Plan, PlanDraft
-from stratagem.scheduling import all_succeeded, ready_steps, reconcile, sink_steps
+from stratagem.domain.ledger import Ledger, StepRecord, StepStatus
+from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft
+from stratagem.domain.scheduling import all_succeeded, ready_steps, reconcile, sink_steps
 
 pytestmark = pytest.mark.unit
 
@@ -232,7 +232,7 @@ def test_first_plan_has_nothing_to_reconcile() -> None:
 def test_the_frontier_agrees_with_a_full_rescan_at_every_point_of_a_run() -> None:
     import random
 
-    from stratagem.scheduling import Frontier
+    from stratagem.domain.scheduling import Frontier
 
     rng = random.Random(11)
     for _ in range(20):

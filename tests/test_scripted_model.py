@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stratagem.errors import ModelConfigError, ModelOutputError
+from stratagem.common.errors import ModelConfigError, ModelOutputError
 from stratagem.models import (
     Message,
     ModelCallError,

@@ -25,11 +25,12 @@ from temporalio.client import Client, Interceptor, OutboundInterceptor, QueryWor
 from temporalio.service import RPCError, RPCStatusCode
 
 from stratagem.client import connect, get_run, has_status_attribute, quiet_runtime, start_run
-from stratagem.config import Settings
-from stratagem.errors import ConfigError, RunUnresponsiveError
-from stratagem.payloads import stratagem_data_converter
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import ApproveInput, Phase, RejectInput, RunInput, RunOptions
+from stratagem.common.config import Settings
+from stratagem.common.errors import ConfigError, RunUnresponsiveError
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import ApproveInput, Phase, RejectInput, RunInput, RunOptions
+from stratagem.io.payloads import stratagem_data_converter
+from stratagem.io.store import FileStore
 from stratagem.server import (
     WORKER_ENV,
     BackgroundWorker,
@@ -41,7 +42,6 @@ from stratagem.server import (
     split_address,
     worker_settings_fingerprint,
 )
-from stratagem.store import FileStore
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 

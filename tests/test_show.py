@@ -19,9 +19,9 @@ from stratagem.cli.show import (
     plan_view,
     spanning_forest,
 )
-from stratagem.ledger import Ledger, StepRecord, StepStatus
-from stratagem.plan import Author, AuthorKind, Plan
-from stratagem.usage import UsageTotals
+from stratagem.domain.ledger import Ledger, StepRecord, StepStatus
+from stratagem.domain.plan import Author, AuthorKind, Plan
+from stratagem.domain.usage import UsageTotals
 
 
 def plan_of(steps: list[dict], revision: int = 1, reason: str = "", goal: str = "g") -> Plan:
@@ -279,8 +279,8 @@ async def test_a_superseded_revision_shows_what_ran_under_it(harness):
     """#36: `show --revision 1` marked a step succeeded under revision 1 that had failed there and
     succeeded only under revision 2."""
     from stratagem.cli import show
-    from stratagem.ledger import StepStatus
-    from stratagem.run_types import ApproveInput, Phase, RepairAction, RepairInput
+    from stratagem.domain.ledger import StepStatus
+    from stratagem.domain.run_types import ApproveInput, Phase, RepairAction, RepairInput
 
     plan = {
         "goal": "ship",

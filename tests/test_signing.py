@@ -1,4 +1,4 @@
-"""Signed decisions (stratagem.signing): the signature proves who decided; a claim does not.
+"""Signed decisions (stratagem.common.signing): the signature proves who decided; a claim does not.
 
 The attacks use the plain `temporal` CLI, as anyone who can reach the frontend could."""
 
@@ -16,13 +16,13 @@ import pytest
 from conftest import harness_for
 from temporalio.client import WorkflowUpdateFailedError
 
-from stratagem.binaries import temporal_cli
 from stratagem.client import RunHandle, sign_auto_approval, start_run
-from stratagem.errors import ConfigError, DecisionRefusedError
-from stratagem.ledger import EventKind
-from stratagem.plan import PlanDraft
-from stratagem.run_types import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
-from stratagem.signing import DecisionPolicy, Keyring, Signer, Verdict
+from stratagem.common.errors import ConfigError, DecisionRefusedError
+from stratagem.common.signing import DecisionPolicy, Keyring, Signer, Verdict
+from stratagem.domain.ledger import EventKind
+from stratagem.domain.plan import PlanDraft
+from stratagem.domain.run_types import RUN_LEVEL, WORKFLOW_NAME, ApproveInput, RunInput, RunOptions, RunResult
+from stratagem.io.binaries import temporal_cli
 
 ALICE = Signer.generate("alice")
 # A key no home of the tests holds (the session home has a "mallory" of its own).

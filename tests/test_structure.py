@@ -44,7 +44,7 @@ def map_lines() -> list[str]:
 
 
 def named(module: str, lines: list[str]) -> bool:
-    """Whether a line of the map names `module`: its path in backticks (`stratagem/plan.py`), or
+    """Whether a line of the map names `module`: its path in backticks (`stratagem/domain/plan.py`), or
     its file name in backticks on a line that names its folder (`stratagem/models/` or another of
     its modules by path), as in "`stratagem/models/`: the interface in `base.py`"."""
     folder, _, name = module.rpartition("/")
@@ -63,13 +63,16 @@ def named(module: str, lines: list[str]) -> bool:
 def test_the_module_list_sees_through_the_links():
     modules = stratagem_modules()
     assert "workflows/stratagem_run.py" in modules and "activities/planning.py" in modules
-    assert "stratagem/plan.py" in modules and "stratagem/models/base.py" in modules
+    assert "stratagem/domain/plan.py" in modules and "stratagem/models/base.py" in modules
     assert not any(m.endswith(("__init__.py", "__main__.py")) for m in modules)
 
 
 def test_the_rule_reads_a_folder_and_its_file_names_on_one_line():
-    lines = ["| models | `stratagem/models/`: the interface in `base.py`, `_http.py` |", "| x | `stratagem/plan.py` |"]
-    assert named("stratagem/models/base.py", lines) and named("stratagem/plan.py", lines)
+    lines = [
+        "| models | `stratagem/models/`: the interface in `base.py`, `_http.py` |",
+        "| x | `stratagem/domain/plan.py` |",
+    ]
+    assert named("stratagem/models/base.py", lines) and named("stratagem/domain/plan.py", lines)
     assert not named("stratagem/models/scripted.py", lines)
     assert not named("stratagem/base.py", lines)  # a file name counts only beside its own folder
     assert not named("stratagem/tools/base.py", ["`stratagem/tools/builtin/` and `base.py`"])
@@ -98,7 +101,7 @@ def tracked_sources() -> list[Path]:
 
 def test_the_sources_include_the_package_and_the_links_targets_not_the_tests():
     sources = {str(path.relative_to(ROOT)) for path in tracked_sources()}
-    assert {"stratagem/plan.py", "workflows/core.py", "activities/planning.py", "bench/common.py"} <= sources
+    assert {"stratagem/domain/plan.py", "workflows/core.py", "activities/planning.py", "bench/common.py"} <= sources
     assert not any(name.startswith("tests/") for name in sources)
 
 

@@ -24,11 +24,11 @@ from support.plans import GREETING
 from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig
 
 from stratagem.client import start_run
-from stratagem.errors import ConfigError
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import Phase, RunInput, RunOptions
-from stratagem.telemetry import metrics_config, traces_exporters
-from stratagem.usage import Price
+from stratagem.common.errors import ConfigError
+from stratagem.common.telemetry import metrics_config, traces_exporters
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import Phase, RunInput, RunOptions
+from stratagem.domain.usage import Price
 
 ROOT = Path(__file__).resolve().parent.parent
 

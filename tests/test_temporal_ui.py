@@ -20,9 +20,9 @@ from support.plans import SIDE_EFFECT
 from support.ports import free_port_pair
 
 from stratagem.client import connect, start_run
-from stratagem.config import Settings
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import ApproveInput, Phase, RejectInput, RunInput
+from stratagem.common.config import Settings
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import ApproveInput, Phase, RejectInput, RunInput
 from stratagem.server import EmbeddedServer
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker

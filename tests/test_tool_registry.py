@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from stratagem.errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
-from stratagem.plan import Risk
+from stratagem.common.errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
+from stratagem.domain.plan import Risk
 from stratagem.tools import ToolContext, ToolDefinition, ToolRegistry, idempotency_key, tool
 from stratagem.tools.registry import define_tool
 

@@ -17,10 +17,10 @@ from support.spans import CAPTURE, Trace
 from temporalio.worker import Replayer
 
 from stratagem.client import execution_histories
-from stratagem.plugin import StratagemPlugin
-from stratagem.run_types import ApproveInput, Phase
+from stratagem.domain.run_types import ApproveInput, Phase
+from stratagem.domain.usage import Price
+from stratagem.temporal.plugin import StratagemPlugin
 from stratagem.tools import ToolRegistry
-from stratagem.usage import Price
 from stratagem.worker import build_worker
 from stratagem.workflows import StratagemRun
 
@@ -135,7 +135,7 @@ async def test_a_worker_restart_exports_every_span_once(dev_env, tmp_path):
     one ends (the review, the run) keep the ids the first one gave them: one tree."""
     from conftest import Harness
 
-    from stratagem.store import FileStore
+    from stratagem.io.store import FileStore
 
     registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
     workspace, store = tmp_path / "ws", FileStore(tmp_path / "store")

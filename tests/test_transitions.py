@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from support.states import NOW, make_state
 
-from stratagem import transitions
-from stratagem.ledger import EventKind, StepStatus, ToolCallRecord, ToolCallStatus
-from stratagem.run_types import Budget, RunOptions, RunState
-from stratagem.usage import CallUsage
+from stratagem.domain import transitions
+from stratagem.domain.ledger import EventKind, StepStatus, ToolCallRecord, ToolCallStatus
+from stratagem.domain.run_types import Budget, RunOptions, RunState
+from stratagem.domain.usage import CallUsage
 
 pytestmark = pytest.mark.unit
 

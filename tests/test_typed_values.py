@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from stratagem.activity_io import ResolvedArgs, TemplateArgs, ToolStepInput
-from stratagem.decision_inputs import (
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.activity_io import ResolvedArgs, TemplateArgs, ToolStepInput
+from stratagem.domain.decision_inputs import (
     AskAgainRepair,
     CallTarget,
     PlanTarget,
@@ -15,8 +16,7 @@ from stratagem.decision_inputs import (
     StepTarget,
     StopRepair,
 )
-from stratagem.errors import DecisionRefusedError
-from stratagem.run_types import ApproveInput, RejectInput, RepairAction, RepairInput
+from stratagem.domain.run_types import ApproveInput, RejectInput, RepairAction, RepairInput
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stratagem.usage import DEFAULT_PRICES, Budget, Price, UsageTotals, exhausted, may_cross, price_for
+from stratagem.domain.usage import DEFAULT_PRICES, Budget, Price, UsageTotals, exhausted, may_cross, price_for
 
 pytestmark = pytest.mark.unit
 

@@ -8,11 +8,11 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
-from stratagem.errors import ConfigError, PlanValidationError
-from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind, plan_draft_json_schema
-from stratagem.secret_bindings import SecretBinding, bindings_from_env, unbound_secrets
+from stratagem.common.errors import ConfigError, PlanValidationError
+from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind, plan_draft_json_schema
+from stratagem.domain.secret_bindings import SecretBinding, bindings_from_env, unbound_secrets
+from stratagem.domain.validation import plan_problems, validate_plan
 from stratagem.tools import ToolCatalog, ToolRegistry
-from stratagem.validation import plan_problems, validate_plan
 
 pytestmark = pytest.mark.unit
 
@@ -397,9 +397,9 @@ def test_plan_draft_json_schema_accepts_a_plan_and_refuses_a_bad_kind() -> None:
 
 
 def test_long_chains_validate_without_recursion_and_long_cycles_stay_readable():
-    from stratagem.plan import PlanDraft
+    from stratagem.domain.plan import PlanDraft
+    from stratagem.domain.validation import plan_problems
     from stratagem.tools import ToolRegistry
-    from stratagem.validation import plan_problems
 
     catalog = ToolRegistry.from_modules([], builtins=True).catalog()
     n = 5000

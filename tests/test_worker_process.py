@@ -14,8 +14,8 @@ import pytest
 from support.plans import GREETING, step
 
 from stratagem.client import start_run
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import ApproveInput, Phase, RunInput, RunOptions
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import ApproveInput, Phase, RunInput, RunOptions
 
 pytestmark = pytest.mark.system
 

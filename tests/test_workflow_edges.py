@@ -11,11 +11,11 @@ from support.plans import awaiting, step
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from stratagem.client import start_run
-from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import EventKind, StepStatus
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import AnswerInput, ApproveInput, Phase, ReviseInput, RunInput, RunOptions
-from stratagem.store import is_stored, load_value
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import AnswerInput, ApproveInput, Phase, ReviseInput, RunInput, RunOptions
+from stratagem.io.store import is_stored, load_value
 
 
 async def ends_cancelled(run) -> None:

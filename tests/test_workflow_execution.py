@@ -9,10 +9,10 @@ from support.plans import GREETING, awaiting, diamond, step
 from support.signing import send_signed
 from temporalio.client import WorkflowFailureError
 
-from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import EventKind, StepStatus
-from stratagem.plan import AuthorKind
-from stratagem.run_types import AnswerInput, ApproveInput, Phase
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.ledger import EventKind, StepStatus
+from stratagem.domain.plan import AuthorKind
+from stratagem.domain.run_types import AnswerInput, ApproveInput, Phase
 
 
 async def failure_of(run) -> str:

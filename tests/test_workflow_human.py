@@ -11,11 +11,11 @@ import pytest
 from support.plans import awaiting, step
 from temporalio.client import WorkflowFailureError
 
-from stratagem.errors import DecisionRefusedError
-from stratagem.forks import fork_carry
-from stratagem.ledger import DecisionAction, EventKind, StepStatus, ToolCallStatus
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import (
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.forks import fork_carry
+from stratagem.domain.ledger import DecisionAction, EventKind, StepStatus, ToolCallStatus
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import (
     ApproveInput,
     DecisionKind,
     Fork,
@@ -473,8 +473,8 @@ async def test_a_paused_call_survives_a_continue_as_new(dev_harness):
 def test_validation_notes_what_a_tool_changes_about_a_plan():
     from support import FIXTURE_TOOLS
 
+    from stratagem.domain.validation import plan_notes
     from stratagem.tools import ToolRegistry
-    from stratagem.validation import plan_notes
 
     catalog = ToolRegistry.from_modules([FIXTURE_TOOLS]).catalog()
     plan = PlanDraft.model_validate(

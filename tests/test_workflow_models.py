@@ -11,11 +11,11 @@ from support.plans import awaiting, step
 from support.signing import send_signed
 from temporalio.client import WorkflowFailureError
 
-from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import EventKind, StepStatus, ToolCallStatus
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.ledger import EventKind, StepStatus, ToolCallStatus
+from stratagem.domain.run_types import ApproveInput, BudgetInput, DecisionKind, Phase
+from stratagem.domain.usage import Price
 from stratagem.models import ModelRequest, ModelResponse, ScriptedModel, register_provider
-from stratagem.run_types import ApproveInput, BudgetInput, DecisionKind, Phase
-from stratagem.usage import Price
 
 # Requests the `recording:` provider saw, by step id: what the executor model was told.
 SEEN: dict[str, list[ModelRequest]] = {}
@@ -378,7 +378,7 @@ async def test_the_wall_clock_budget_holds_the_next_dispatch(harness):
     run = await harness.start(plan, auto_approve=True, executor=model, budget={"wall_clock_seconds": 3600})
     await harness.wait_for(run, lambda s: bool(s.pending))
     await harness.time_skip(2 * 3600)
-    from stratagem.run_types import AnswerInput
+    from stratagem.domain.run_types import AnswerInput
 
     await run.answer(AnswerInput(step_id="wait", answer="yes", by="x"))
     status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.budget for p in s.pending))

@@ -9,10 +9,10 @@ from support.plans import GREETING, SIDE_EFFECT, awaiting, step
 from support.signing import send_signed
 from temporalio.api.enums.v1 import EventType
 
-from stratagem.errors import DecisionRefusedError
-from stratagem.ledger import DecisionAction, EventKind, StepStatus
-from stratagem.plan import AuthorKind, PlanDraft
-from stratagem.run_types import ApproveInput, Phase, RejectInput, ReviewTimeoutAction, ReviseInput
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.ledger import DecisionAction, EventKind, StepStatus
+from stratagem.domain.plan import AuthorKind, PlanDraft
+from stratagem.domain.run_types import ApproveInput, Phase, RejectInput, ReviewTimeoutAction, ReviseInput
 
 pytestmark = pytest.mark.workflow
 

@@ -11,9 +11,9 @@ from support.plans import awaiting
 from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 from temporalio.client import WorkflowFailureError
 
-from stratagem.ledger import EventKind, StepStatus, ToolCallStatus
-from stratagem.run_types import ApproveInput
-from stratagem.usage import Price
+from stratagem.domain.ledger import EventKind, StepStatus, ToolCallStatus
+from stratagem.domain.run_types import ApproveInput
+from stratagem.domain.usage import Price
 
 KEY = "sk-test-secret-0123456789abcdef"
 ANTHROPIC_KEY = "sk-ant-test-secret-0123456789"
@@ -292,7 +292,7 @@ async def test_a_run_learns_what_its_endpoint_takes_and_says_so_in_the_ledger(ha
     """A llama.cpp-like server: json_schema refused with a 500, native tools ignored. The planner's
     call moves to JSON mode with the schema; the executor's tools go through the prompted protocol
     (configured for the model), and the step's allowlist still holds."""
-    from stratagem.model_settings import Capabilities, ToolCalling
+    from stratagem.domain.model_settings import Capabilities, ToolCalling
 
     plan = {
         "goal": "greet ada",

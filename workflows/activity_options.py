@@ -16,10 +16,10 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io
-    from stratagem.errors import NON_RETRYABLE_ERRORS
-    from stratagem.plan import Step
-    from stratagem.run_types import RunOptions
+    from stratagem.common.errors import NON_RETRYABLE_ERRORS
+    from stratagem.domain import activity_io
+    from stratagem.domain.plan import Step
+    from stratagem.domain.run_types import RunOptions
 
 # Planning and synthesis are a few model calls; these bound one attempt, not the whole run.
 PLANNING_TIMEOUT = timedelta(minutes=10)

@@ -1,6 +1,6 @@
 """Model usage and the run's budgets: recording what model calls cost, noticing a budget used
 up (or too small for one more call), asking a person to raise it, and sharing what is left
-between llm steps that run at once. The rules are in `stratagem.usage`; this is the workflow's
+between llm steps that run at once. The rules are in `stratagem.domain.usage`; this is the workflow's
 side of them. Workflow code: deterministic, no I/O.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import decisions, transitions
-    from stratagem.ledger import EventKind, ToolCallRecord
-    from stratagem.plan import Step, StepKind
-    from stratagem.run_levels import Change
-    from stratagem.run_types import Phase, RunState
-    from stratagem.usage import Allowance, CallUsage, UsageTotals, allowance, exhausted, share_of
+    from stratagem.domain import decisions, transitions
+    from stratagem.domain.ledger import EventKind, ToolCallRecord
+    from stratagem.domain.plan import Step, StepKind
+    from stratagem.domain.run_levels import Change
+    from stratagem.domain.run_types import Phase, RunState
+    from stratagem.domain.usage import Allowance, CallUsage, UsageTotals, allowance, exhausted, share_of
 
 from .control import RunControl
 from .core import has

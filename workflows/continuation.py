@@ -13,12 +13,12 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io
-    from stratagem.ledger import EventArchive, EventKind, Ledger
-    from stratagem.ledger_events import ContinuedAsNew
-    from stratagem.roles import Role
-    from stratagem.run_levels import Change
-    from stratagem.run_types import RunInput, RunState
+    from stratagem.domain import activity_io
+    from stratagem.domain.ledger import EventArchive, EventKind, Ledger
+    from stratagem.domain.ledger_events import ContinuedAsNew
+    from stratagem.domain.roles import Role
+    from stratagem.domain.run_levels import Change
+    from stratagem.domain.run_types import RunInput, RunState
 
 from .activity_options import ARCHIVE_RETRY, ARCHIVE_TIMEOUT
 from .core import has, outcome_attributes, queue

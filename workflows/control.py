@@ -7,8 +7,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import decisions
-    from stratagem.run_types import ApproveInput, RejectInput, RunState
+    from stratagem.domain import decisions
+    from stratagem.domain.run_types import ApproveInput, RejectInput, RunState
 
 
 class RunControl:

@@ -1,10 +1,10 @@
 """What every part of the run workflow shares: its clock, the one check that versions its
-behaviour (`has`, over the table in stratagem/run_levels.py), where its activities go, and what
+behaviour (`has`, over the table in stratagem/domain/run_levels.py), where its activities go, and what
 its span reports at the end.
 
 The run workflow (`workflows.stratagem_run.StratagemRun`) is one class, as Temporal requires, that
 holds parts, each an object with a small interface and the only writer of its own fields (as
-`stratagem.scheduling.Frontier` and `workflows.observe.Observer` are):
+`stratagem.domain.scheduling.Frontier` and `workflows.observe.Observer` are):
 
     RunControl    stopping, rejection, winding down for a continue-as-new (control.py)
     Progress      the step table, memo, status search attribute and notifications (progress.py)
@@ -33,9 +33,9 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem.roles import Role, role_queue
-    from stratagem.run_levels import Change
-    from stratagem.run_types import RunState
+    from stratagem.domain.roles import Role, role_queue
+    from stratagem.domain.run_levels import Change
+    from stratagem.domain.run_types import RunState
 
 
 def now() -> datetime:
@@ -43,14 +43,14 @@ def now() -> datetime:
 
 
 def has(state: RunState, change: Change) -> bool:
-    """Whether the run has `change` (a row of stratagem.run_levels.Change): always at the row's
+    """Whether the run has `change` (a row of stratagem.domain.run_levels.Change): always at the row's
     level or above; below it, what its patch answers (an old history: no; a new run: yes, with a
     marker), and never for a row without one. Every version check of the workflow is this call."""
     return state.level >= change.level or (change.patch is not None and workflow.patched(change.patch))
 
 
 def queue(role: Role) -> str:
-    """Where a role's activities go: a queue per role, beside the workflow's own (stratagem/roles.py)."""
+    """Where a role's activities go: a queue per role, beside the workflow's own (stratagem/domain/roles.py)."""
     return role_queue(workflow.info().task_queue, role)
 
 

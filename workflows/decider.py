@@ -1,6 +1,6 @@
 """What the decisions people send do: each is checked (a refused update never reaches history; a
 refused signal is recorded instead of applied) and then applied to the run. The rules, what a
-decision may do and what it records, live in `stratagem.decisions` and `stratagem.repairs`; the
+decision may do and what it records, live in `stratagem.domain.decisions` and `stratagem.domain.repairs`; the
 handlers that receive them are `Messages`'. Workflow code: deterministic, no I/O.
 """
 
@@ -12,13 +12,14 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import decisions, repairs
-    from stratagem.decision_inputs import CallTarget, PlanTarget, RetryRepair, StepTarget
-    from stratagem.errors import DecisionRefusedError
-    from stratagem.ledger import EventKind, StepStatus
-    from stratagem.plan import Author, AuthorKind
-    from stratagem.run_levels import Change
-    from stratagem.run_types import (
+    from stratagem.common.errors import DecisionRefusedError
+    from stratagem.common.workflow_errors import DecisionRefused
+    from stratagem.domain import decisions, repairs
+    from stratagem.domain.decision_inputs import CallTarget, PlanTarget, RetryRepair, StepTarget
+    from stratagem.domain.ledger import EventKind, StepStatus
+    from stratagem.domain.plan import Author, AuthorKind
+    from stratagem.domain.run_levels import Change
+    from stratagem.domain.run_types import (
         AnswerInput,
         ApproveInput,
         BudgetInput,
@@ -30,8 +31,7 @@ with workflow.unsafe.imports_passed_through():
         ReviseInput,
         RunState,
     )
-    from stratagem.scheduling import reconcile
-    from stratagem.workflow_errors import DecisionRefused
+    from stratagem.domain.scheduling import reconcile
 
 from .budgets import Budgets
 from .control import RunControl
@@ -71,7 +71,7 @@ class Decider:
             # No VerifyDecisions on this worker (built without Stratagem's plugin): nothing was
             # checked, so nothing is taken.
             return DecisionRefused(
-                "this worker checks no signatures; run it with Stratagem's plugin (stratagem.plugin)"
+                "this worker checks no signatures; run it with Stratagem's plugin (stratagem.temporal.plugin)"
             )
         if has(state, Change.DECISIONS_COUNT_ONCE) and decision.signature and _mark(decision) in state.decided:
             # Read from a history and sent again (the same signature), it would decide twice.
@@ -102,7 +102,7 @@ class Decider:
 
     def signal(self, check: Check, decision: Any, apply: Callable[[], Any]) -> None:
         """Signals cannot be refused, so a refused one is recorded instead of applied. One the
-        worker could not verify (stratagem.signing) is refused before its content is looked at."""
+        worker could not verify (stratagem.common.signing) is refused before its content is looked at."""
         state = self._state
         verdict = decision.verdict
         if verdict is not None and verdict.refused:

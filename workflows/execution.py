@@ -1,5 +1,5 @@
 """Execution: start every step as soon as it is ready, up to the run's parallelism, and say what
-comes next when no step is left to run. Which steps are ready is `stratagem.scheduling.Frontier`'s
+comes next when no step is left to run. Which steps are ready is `stratagem.domain.scheduling.Frontier`'s
 job (held by `Steps`); running one step is `StepRunner`'s. Workflow code: deterministic, no I/O.
 """
 
@@ -10,10 +10,10 @@ import asyncio
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem.ledger import EventKind, StepStatus
-    from stratagem.plan import Step, StepKind
-    from stratagem.run_types import DecisionKind, Phase, RunState
-    from stratagem.scheduling import all_succeeded
+    from stratagem.domain.ledger import EventKind, StepStatus
+    from stratagem.domain.plan import Step, StepKind
+    from stratagem.domain.run_types import DecisionKind, Phase, RunState
+    from stratagem.domain.scheduling import all_succeeded
 
 from .continuation import Continuation
 from .control import RunControl

@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError,
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem.errors import BudgetReachedError, CriteriaUnmetError, StratagemError
+    from stratagem.common.errors import BudgetReachedError, CriteriaUnmetError, StratagemError
 
 _TIMEOUTS = {
     TimeoutType.START_TO_CLOSE: "timed out: an attempt took longer than its time limit",

@@ -11,13 +11,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io
-    from stratagem.ledger import EventKind
-    from stratagem.ledger_events import GoalChecked
-    from stratagem.roles import Role
-    from stratagem.run_types import RunState
-    from stratagem.scheduling import sink_steps
-    from stratagem.usage import CallUsage, price_for
+    from stratagem.domain import activity_io
+    from stratagem.domain.ledger import EventKind
+    from stratagem.domain.ledger_events import GoalChecked
+    from stratagem.domain.roles import Role
+    from stratagem.domain.run_types import RunState
+    from stratagem.domain.scheduling import sink_steps
+    from stratagem.domain.usage import CallUsage, price_for
 
 from .activity_options import PLANNING_RETRY, PLANNING_TIMEOUT
 from .budgets import Budgets

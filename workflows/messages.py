@@ -3,8 +3,8 @@ repair, budget), each as an update with a validator and as a signal, and the que
 status, plan, ledger, pending decisions and events.
 
 Temporal requires the handlers on the workflow class, so this is `StratagemRun`'s one base class;
-what a decision does is `Decider`'s, and the rules it applies live in `stratagem.decisions`. Wire
-names are the constants in `stratagem.handlers`, shared with the client. Workflow code:
+what a decision does is `Decider`'s, and the rules it applies live in `stratagem.domain.decisions`. Wire
+names are the constants in `stratagem.domain.handlers`, shared with the client. Workflow code:
 deterministic, no I/O.
 """
 
@@ -16,12 +16,12 @@ from typing import Any, NamedTuple, Protocol
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import decisions, handlers, repairs
-    from stratagem.catalog import ToolCatalog
-    from stratagem.decisions import Kind, kinds
-    from stratagem.ledger import Ledger
-    from stratagem.plan import Plan
-    from stratagem.run_types import (
+    from stratagem.domain import decisions, handlers, repairs
+    from stratagem.domain.catalog import ToolCatalog
+    from stratagem.domain.decisions import Kind, kinds
+    from stratagem.domain.ledger import Ledger
+    from stratagem.domain.plan import Plan
+    from stratagem.domain.run_types import (
         DecisionOutcome,
         EventPage,
         EventsQuery,
@@ -37,7 +37,7 @@ __all__ = ["DECISIONS", "DecisionMessages", "DecisionRefused", "Messages"]
 
 
 class DecisionMessages(NamedTuple):
-    """One kind of decision as the run receives it: its `kind` (stratagem.decisions.kinds: the
+    """One kind of decision as the run receives it: its `kind` (stratagem.domain.decisions.kinds: the
     update, validated first, and the signal, both taking the kind's input); `check` gives the rule
     that may refuse it, `apply` what it does (with `via`, "update" or "signal")."""
 
@@ -46,7 +46,7 @@ class DecisionMessages(NamedTuple):
     apply: Callable[[Decider, Any, str], DecisionOutcome]
 
 
-# Every decision a run takes: a kind is one row (its rules live in stratagem.decisions). Names
+# Every decision a run takes: a kind is one row (its rules live in stratagem.domain.decisions). Names
 # and inputs come from the table of kinds, which the client sends by, so the two cannot disagree;
 # the rows follow the order handlers were always registered in.
 DECISIONS = (

@@ -24,9 +24,9 @@ with workflow.unsafe.imports_passed_through():
     from opentelemetry import context as otel_context
     from opentelemetry import trace
 
-    from stratagem.run_types import STATUS_SEARCH_ATTRIBUTE, RunState, run_status
-    from stratagem.telemetry import tracing_enabled, workflow_tracer
-    from stratagem.usage import CallRecord
+    from stratagem.common.telemetry import tracing_enabled, workflow_tracer
+    from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE, RunState, run_status
+    from stratagem.domain.usage import CallRecord
 
 STATUS_KEY = SearchAttributeKey.for_keyword(STATUS_SEARCH_ATTRIBUTE)
 

@@ -1,7 +1,7 @@
 """Planning: the tools a run may use, asking the planner for a revision, replanning after a
 failure, and adopting a revision (the supplied plan, the planner's, a reviewer's edit, or joint
-mode's single step) with the ledger brought in line. Whether a plan is valid is decided by `stratagem.validation` and how
-a revision carries the work already done by `stratagem.scheduling.reconcile`. Workflow code:
+mode's single step) with the ledger brought in line. Whether a plan is valid is decided by `stratagem.domain.validation` and how
+a revision carries the work already done by `stratagem.domain.scheduling.reconcile`. Workflow code:
 deterministic, no I/O.
 """
 
@@ -15,10 +15,10 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     from opentelemetry import trace
 
-    from stratagem import activity_io, decisions, repairs
-    from stratagem.catalog import ToolCatalog
-    from stratagem.ledger import EventKind, StepStatus
-    from stratagem.ledger_events import (
+    from stratagem.domain import activity_io, decisions, repairs
+    from stratagem.domain.catalog import ToolCatalog
+    from stratagem.domain.ledger import EventKind, StepStatus
+    from stratagem.domain.ledger_events import (
         GoalChecked,
         PlanningAttemptInvalid,
         PlanProposed,
@@ -26,13 +26,13 @@ with workflow.unsafe.imports_passed_through():
         StepCarried,
         StepFailed,
     )
-    from stratagem.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
-    from stratagem.roles import Role
-    from stratagem.run_levels import Change
-    from stratagem.run_types import JOINT_STEP_ID, DecisionKind, Fork, Mode, Phase, RunState
-    from stratagem.scheduling import Reconciliation, reconcile
-    from stratagem.usage import CallUsage, price_for
-    from stratagem.validation import plan_problems
+    from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
+    from stratagem.domain.roles import Role
+    from stratagem.domain.run_levels import Change
+    from stratagem.domain.run_types import JOINT_STEP_ID, DecisionKind, Fork, Mode, Phase, RunState
+    from stratagem.domain.scheduling import Reconciliation, reconcile
+    from stratagem.domain.usage import CallUsage, price_for
+    from stratagem.domain.validation import plan_problems
 
 from .activity_options import (
     CATALOG_RETRY,
@@ -332,7 +332,7 @@ class Planning:
     # ------------------------------------------------------------------ forks
 
     async def fork(self, fork: Fork, draft: PlanDraft) -> bool:
-        """Carry over what the run this one was forked from did (stratagem.forks). From level 7
+        """Carry over what the run this one was forked from did (stratagem.domain.forks). From level 7
         the outputs are read from the source run's own ledger by an activity: a start request that
         brings its own outputs is refused, as is a source that does not exist. False if the run
         failed for it."""

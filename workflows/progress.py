@@ -12,9 +12,9 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io, decisions
-    from stratagem.run_levels import Change
-    from stratagem.run_types import Phase, RunState, progress_markdown
+    from stratagem.domain import activity_io, decisions
+    from stratagem.domain.run_levels import Change
+    from stratagem.domain.run_types import Phase, RunState, progress_markdown
 
 from .activity_options import NOTIFY_RETRY, NOTIFY_TIMEOUT
 from .core import has

@@ -1,6 +1,6 @@
 """The review gate: a revision runs once it is approved, by a person, by auto_approve, or by
 policy (a replan when replan_requires_approval is off, unless it loosens what was approved). The
-rules are `stratagem.decisions`'; this waits for them. Workflow code: deterministic, no I/O.
+rules are `stratagem.domain.decisions`'; this waits for them. Workflow code: deterministic, no I/O.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import decisions
-    from stratagem.ledger import EventKind
-    from stratagem.run_levels import Change
-    from stratagem.run_types import ApproveInput, DecisionKind, Phase, ReviewTimeoutAction, RunState
+    from stratagem.domain import decisions
+    from stratagem.domain.ledger import EventKind
+    from stratagem.domain.run_levels import Change
+    from stratagem.domain.run_types import ApproveInput, DecisionKind, Phase, ReviewTimeoutAction, RunState
 
 from .core import has
 from .observe import Observer

@@ -16,16 +16,16 @@ from temporalio.exceptions import ActivityError
 from temporalio.exceptions import CancelledError as TemporalCancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import activity_io, decisions
-    from stratagem.errors import BudgetReachedError, CriteriaUnmetError, ReferenceResolutionError, StratagemError
-    from stratagem.ledger import EventKind, StepRecord, StepStatus, ToolCallRecord
-    from stratagem.ledger_events import StepEscalated, StepSucceeded
-    from stratagem.plan import Step, StepKind
-    from stratagem.references import references_in, resolve_step
-    from stratagem.roles import Role
-    from stratagem.run_types import ApproveInput, PausedCall, RunState
-    from stratagem.stored import is_stored
-    from stratagem.usage import CallUsage, may_cross, price_for
+    from stratagem.common.errors import BudgetReachedError, CriteriaUnmetError, ReferenceResolutionError, StratagemError
+    from stratagem.domain import activity_io, decisions
+    from stratagem.domain.ledger import EventKind, StepRecord, StepStatus, ToolCallRecord
+    from stratagem.domain.ledger_events import StepEscalated, StepSucceeded
+    from stratagem.domain.plan import Step, StepKind
+    from stratagem.domain.references import references_in, resolve_step
+    from stratagem.domain.roles import Role
+    from stratagem.domain.run_types import ApproveInput, PausedCall, RunState
+    from stratagem.domain.stored import is_stored
+    from stratagem.domain.usage import CallUsage, may_cross, price_for
 
 from .activity_options import max_attempts, step_activity_options
 from .budgets import Budgets

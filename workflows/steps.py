@@ -1,6 +1,6 @@
 """Steps: what a step's record and the ledger say as the step starts, fails and closes, which steps
 may start next (the `Frontier`), and the run's end, which closes the steps left open. The rules
-are `stratagem.transitions`'; this is the workflow's side of them. Workflow code: deterministic,
+are `stratagem.domain.transitions`'; this is the workflow's side of them. Workflow code: deterministic,
 no I/O.
 """
 
@@ -11,11 +11,11 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from opentelemetry import trace
 
-    from stratagem import transitions
-    from stratagem.ledger import EventKind, StepRecord, StepStatus
-    from stratagem.plan import Plan
-    from stratagem.run_types import Phase, RunState
-    from stratagem.scheduling import Frontier
+    from stratagem.domain import transitions
+    from stratagem.domain.ledger import EventKind, StepRecord, StepStatus
+    from stratagem.domain.plan import Plan
+    from stratagem.domain.run_types import Phase, RunState
+    from stratagem.domain.scheduling import Frontier
 
 from .control import RunControl
 from .observe import Observer

@@ -15,11 +15,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem.ledger import EventKind, Ledger, StepStatus
-    from stratagem.ledger_events import RunStarted
-    from stratagem.plan import Author, AuthorKind
-    from stratagem.run_levels import RUN_LEVEL, Change, reached
-    from stratagem.run_types import (
+    from stratagem.common.workflow_errors import RunFailed
+    from stratagem.domain.ledger import EventKind, Ledger, StepStatus
+    from stratagem.domain.ledger_events import RunStarted
+    from stratagem.domain.plan import Author, AuthorKind
+    from stratagem.domain.run_levels import RUN_LEVEL, Change, reached
+    from stratagem.domain.run_types import (
         WORKFLOW_NAME,
         Mode,
         Phase,
@@ -27,8 +28,7 @@ with workflow.unsafe.imports_passed_through():
         RunResult,
         RunState,
     )
-    from stratagem.scheduling import Reconciliation, sink_steps
-    from stratagem.workflow_errors import RunFailed
+    from stratagem.domain.scheduling import Reconciliation, sink_steps
 
 from .budgets import Budgets
 from .continuation import Continuation

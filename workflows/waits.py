@@ -14,14 +14,14 @@ from temporalio import workflow
 from temporalio.exceptions import CancelledError as TemporalCancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem import decisions, risk
-    from stratagem.errors import ReferenceResolutionError
-    from stratagem.ledger import EventKind, StepStatus
-    from stratagem.plan import Step
-    from stratagem.references import resolve_step
-    from stratagem.run_levels import Change
-    from stratagem.run_types import ApproveInput, DecisionKind, PausedCall, RunState
-    from stratagem.stored import describe, is_stored
+    from stratagem.common.errors import ReferenceResolutionError
+    from stratagem.domain import decisions, risk
+    from stratagem.domain.ledger import EventKind, StepStatus
+    from stratagem.domain.plan import Step
+    from stratagem.domain.references import resolve_step
+    from stratagem.domain.run_levels import Change
+    from stratagem.domain.run_types import ApproveInput, DecisionKind, PausedCall, RunState
+    from stratagem.domain.stored import describe, is_stored
 
 from .budgets import Budgets
 from .control import RunControl

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from stratagem.errors import ToolError
+from stratagem import ToolError
 from stratagem.tools import ToolContext, tool
 
 EMAIL_DOMAIN = "northwind-logistics.example"

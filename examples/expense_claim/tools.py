@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from stratagem.errors import ToolError
+from stratagem import ToolError
 from stratagem.tools import ToolContext, tool
 
 CLAIMS = {

@@ -18,7 +18,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from stratagem.errors import ToolError
+from stratagem import ToolError
 from stratagem.tools import tool
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data"

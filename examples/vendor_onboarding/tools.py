@@ -21,7 +21,7 @@ import unicodedata
 from datetime import date
 from typing import Any
 
-from stratagem.errors import ToolError
+from stratagem import ToolError
 from stratagem.tools import ToolContext, tool
 
 # Tools run in worker threads; this keeps two steps from writing the same file at once.

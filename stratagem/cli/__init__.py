@@ -12,13 +12,23 @@ from importlib.metadata import PackageNotFoundError, version
 from pydantic import ValidationError
 from temporalio.service import RPCError
 
-from ..config import Settings
-from ..errors import StratagemError
-from ..telemetry import configure_tracing, flush_telemetry
-from . import console_cmd, following, forking, inspection, listing, parser_decisions, processes, render, start
-from .arguments import Commands
-from .errors import USAGE
-from .session import connection_lost
+from stratagem.cli import (
+    console_cmd,
+    following,
+    forking,
+    inspection,
+    listing,
+    parser_decisions,
+    processes,
+    render,
+    start,
+)
+from stratagem.cli.arguments import Commands
+from stratagem.cli.errors import USAGE
+from stratagem.cli.session import connection_lost
+from stratagem.common.config import Settings
+from stratagem.common.errors import StratagemError
+from stratagem.common.telemetry import configure_tracing, flush_telemetry
 
 
 def _version() -> str:

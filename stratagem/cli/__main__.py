@@ -1,3 +1,3 @@
-from . import entry
+from stratagem.cli import entry
 
 entry()

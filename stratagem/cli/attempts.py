@@ -15,7 +15,7 @@ import time
 
 from temporalio.client import WorkflowHandle
 
-from . import render
+from stratagem.cli import render
 
 # How often the following command asks (one DescribeWorkflowExecution: cheap, but not every 0.3 s).
 EVERY_SECONDS = 2.0

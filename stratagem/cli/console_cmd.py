@@ -11,14 +11,14 @@ import secrets
 import sys
 from pathlib import Path
 
-from ..config import stratagem_home
-from ..errors import ConfigError
-from ..notify import CONSOLE_URL_ENV
-from ..signing import Keyring, Signer
-from . import render
-from .arguments import Commands
-from .errors import CliError
-from .session import open_client, settings
+from stratagem.cli import render
+from stratagem.cli.arguments import Commands
+from stratagem.cli.errors import CliError
+from stratagem.cli.session import open_client, settings
+from stratagem.common.config import stratagem_home
+from stratagem.common.errors import ConfigError
+from stratagem.common.signing import Keyring, Signer
+from stratagem.io.notify import CONSOLE_URL_ENV
 
 SECRET_ENV = "STRATAGEM_CONSOLE_SECRET"
 USERS_ENV = "STRATAGEM_CONSOLE_USERS"
@@ -105,7 +105,7 @@ def add_console_commands(commands: Commands) -> None:
 async def cmd_console(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..console import AuthMode, IdentityConfig, Site, Users, create_app
+    from stratagem.console import AuthMode, IdentityConfig, Site, Users, create_app
 
     identity = IdentityConfig(
         mode=AuthMode(args.auth),
@@ -174,7 +174,7 @@ def _in_use(host: str, port: int) -> bool:
 
 
 def cmd_console_user(args: argparse.Namespace) -> int:
-    from ..console import Users
+    from stratagem.console import Users
 
     path = users_path(args)
     if args.remove:
@@ -204,7 +204,7 @@ def cmd_console_user(args: argparse.Namespace) -> int:
 
 
 def cmd_console_token(args: argparse.Namespace) -> int:
-    from ..console import Users
+    from stratagem.console import Users
 
     path = users_path(args)
     with Users.editing(path) as users:

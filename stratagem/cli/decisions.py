@@ -1,5 +1,5 @@
 """The commands that decide on a run: approve, reject, revise, answer, budget, the repairs
-(retry, skip, ask-again, stop), each sending its kind of decision (stratagem.decisions.kinds),
+(retry, skip, ask-again, stop), each sending its kind of decision (stratagem.domain.decisions.kinds),
 and cancel; who decides (`reviewer`) and the key they sign with (keygen); and reading the limits
 and answers a person types, shared with the questions asked at a terminal."""
 
@@ -14,13 +14,17 @@ from pathlib import Path
 
 from temporalio.client import WorkflowExecutionStatus
 
-from ..answers import json_problem
-from ..config import stratagem_home
-from ..decision_inputs import CallTarget
-from ..decisions import Kind, kinds
-from ..errors import ConfigError
-from ..plan_files import load_plan_file
-from ..run_types import (
+from stratagem.cli import render
+from stratagem.cli.errors import CliError
+from stratagem.cli.listing import EXECUTION_STATUS
+from stratagem.cli.session import find_run, hosted_run, open_client, settings
+from stratagem.common.config import stratagem_home
+from stratagem.common.errors import ConfigError
+from stratagem.common.signing import SIGNING_KEY_ENV, Keyring, Signer
+from stratagem.domain.answers import json_problem
+from stratagem.domain.decision_inputs import CallTarget
+from stratagem.domain.decisions import Kind, kinds
+from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
@@ -31,11 +35,7 @@ from ..run_types import (
     RepairInput,
     ReviseInput,
 )
-from ..signing import SIGNING_KEY_ENV, Keyring, Signer
-from . import render
-from .errors import CliError
-from .listing import EXECUTION_STATUS
-from .session import find_run, hosted_run, open_client, settings
+from stratagem.io.plan_files import load_plan_file
 
 
 def reviewer(args: argparse.Namespace) -> str:

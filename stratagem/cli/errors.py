@@ -3,7 +3,7 @@ line with exit status 2."""
 
 from __future__ import annotations
 
-from ..errors import StratagemError
+from stratagem.common.errors import StratagemError
 
 # Exit statuses: 0 the run succeeded (or the command did its job), 1 the run failed, was
 # rejected or cancelled, 2 the user's input or environment is wrong, 130 interrupted.

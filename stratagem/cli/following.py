@@ -15,18 +15,13 @@ from rich.text import Text
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 
-from ..catalog import ToolCatalog
-from ..client import RunHandle
-from ..ledger import EventKind
-from ..run_types import PendingDecision, Phase, RunResult
-from ..server import owns_server
-from . import render, show
-from .arguments import Commands
-from .attempts import LostAttempts
-from .decisions import reviewer
-from .errors import FAILED, CliError
-from .prompting import Prompter, question, respond
-from .session import (
+from stratagem.cli import render, show
+from stratagem.cli.arguments import Commands
+from stratagem.cli.attempts import LostAttempts
+from stratagem.cli.decisions import reviewer
+from stratagem.cli.errors import FAILED, CliError
+from stratagem.cli.prompting import Prompter, question, respond
+from stratagem.cli.session import (
     background_worker,
     connection_lost,
     embedded,
@@ -36,6 +31,11 @@ from .session import (
     watching_worker,
     workflow_host,
 )
+from stratagem.client import RunHandle
+from stratagem.domain.catalog import ToolCatalog
+from stratagem.domain.ledger import EventKind
+from stratagem.domain.run_types import PendingDecision, Phase, RunResult
+from stratagem.server import owns_server
 
 
 def at_terminal(args: argparse.Namespace) -> bool:

@@ -1,26 +1,34 @@
 """`stratagem fork`: a new run from a revision of another, carrying over what succeeded there
-(stratagem.forks decides what), following it as `run` does."""
+(stratagem.domain.forks decides what), following it as `run` does."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 
-from ..client import run_input_of, start_run
-from ..forks import fork_carry
-from ..plan import Author, AuthorKind
-from ..plan_files import load_plan_file
-from ..run_types import RUN_LEVEL, Fork, RunInput
-from ..scheduling import reconcile
-from ..server import owns_server
-from ..validation import plan_problems
-from . import render
-from .arguments import Commands
-from .decisions import reviewer
-from .errors import CliError
-from .following import follow_attached
-from .session import RUN_TIMEOUT, background_worker, embedded, find_run, open_client, settings, workflow_host
-from .start import detached
+from stratagem.cli import render
+from stratagem.cli.arguments import Commands
+from stratagem.cli.decisions import reviewer
+from stratagem.cli.errors import CliError
+from stratagem.cli.following import follow_attached
+from stratagem.cli.session import (
+    RUN_TIMEOUT,
+    background_worker,
+    embedded,
+    find_run,
+    open_client,
+    settings,
+    workflow_host,
+)
+from stratagem.cli.start import detached
+from stratagem.client import run_input_of, start_run
+from stratagem.domain.forks import fork_carry
+from stratagem.domain.plan import Author, AuthorKind
+from stratagem.domain.run_types import RUN_LEVEL, Fork, RunInput
+from stratagem.domain.scheduling import reconcile
+from stratagem.domain.validation import plan_problems
+from stratagem.io.plan_files import load_plan_file
+from stratagem.server import owns_server
 
 
 def add_fork(commands: Commands) -> None:

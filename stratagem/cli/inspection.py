@@ -7,12 +7,12 @@ import asyncio
 import json
 import sys
 
-from ..run_types import WORKFLOW_NAME
-from ..store import default_store, is_stored, load_value
-from . import render, show
-from .arguments import Commands
-from .errors import CliError
-from .session import hosted_run, open_client, settings, worker_gone
+from stratagem.cli import render, show
+from stratagem.cli.arguments import Commands
+from stratagem.cli.errors import CliError
+from stratagem.cli.session import hosted_run, open_client, settings, worker_gone
+from stratagem.domain.run_types import WORKFLOW_NAME
+from stratagem.io.store import default_store, is_stored, load_value
 
 
 def add_status(commands: Commands) -> None:

@@ -10,13 +10,13 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from ..client import AWAITING_QUERY, REGISTER_STATUS_HINT, has_status_attribute
-from ..config import Settings
-from ..run_types import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, Phase
-from . import render
-from .arguments import Commands, positive
-from .errors import CliError
-from .session import open_client, settings
+from stratagem.cli import render
+from stratagem.cli.arguments import Commands, positive
+from stratagem.cli.errors import CliError
+from stratagem.cli.session import open_client, settings
+from stratagem.client import AWAITING_QUERY, REGISTER_STATUS_HINT, has_status_attribute
+from stratagem.common.config import Settings
+from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, Phase
 
 LIST_STATUSES = {
     "running": "Running",

@@ -1,7 +1,7 @@
 """The options of the commands that decide for a run, and of `cancel` and `keygen`; what each
 command does is in `stratagem.cli.decisions`.
 
-A deciding command's name and help are its kind's `Verb` (stratagem.decisions.kinds), and the
+A deciding command's name and help are its kind's `Verb` (stratagem.domain.decisions.kinds), and the
 commands are added in the table's order; what is the CLI's own, its handler and its options, is
 `DECIDING` here, by the verb's name.
 """
@@ -12,9 +12,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from ..decisions import KINDS
-from .arguments import Commands, positive
-from .decisions import (
+from stratagem.cli.arguments import Commands, positive
+from stratagem.cli.decisions import (
     cmd_answer,
     cmd_approve,
     cmd_ask_again,
@@ -27,6 +26,7 @@ from .decisions import (
     cmd_skip,
     cmd_stop,
 )
+from stratagem.domain.decisions import KINDS
 
 
 def approve_options(approve: argparse.ArgumentParser) -> None:

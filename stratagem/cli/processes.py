@@ -8,16 +8,16 @@ import asyncio
 import dataclasses
 import signal
 
-from ..config import stratagem_home
-from ..server import is_listening
-from ..signing import DecisionPolicy
-from ..tools import ToolRegistry
-from ..worker import run_worker
-from ..worker_options import add_worker_arguments, check_worker_args, child_argv, describe_worker, run_processes
-from . import render
-from .arguments import Commands
-from .errors import CliError
-from .session import background_worker, embedded, settings
+from stratagem.cli import render
+from stratagem.cli.arguments import Commands
+from stratagem.cli.errors import CliError
+from stratagem.cli.session import background_worker, embedded, settings
+from stratagem.common.config import stratagem_home
+from stratagem.common.signing import DecisionPolicy
+from stratagem.server import is_listening
+from stratagem.tools import ToolRegistry
+from stratagem.worker import run_worker
+from stratagem.worker_options import add_worker_arguments, check_worker_args, child_argv, describe_worker, run_processes
 
 
 def add_processes(commands: Commands) -> None:

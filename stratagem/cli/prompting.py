@@ -14,12 +14,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..answers import answer_fields, answer_problem, coerce, describe_field, json_problem
-from ..client import RunHandle
-from ..decisions.kinds import WAITS
-from ..errors import DecisionRefusedError, PlanFileError
-from ..plan_files import dump_plan, load_plan_file
-from ..run_types import (
+from stratagem.cli import render
+from stratagem.cli.decisions import parse_limits
+from stratagem.cli.errors import CliError
+from stratagem.client import RunHandle
+from stratagem.common.errors import DecisionRefusedError, PlanFileError
+from stratagem.domain.answers import answer_fields, answer_problem, coerce, describe_field, json_problem
+from stratagem.domain.decisions.kinds import WAITS
+from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
@@ -30,9 +32,7 @@ from ..run_types import (
     RepairInput,
     ReviseInput,
 )
-from . import render
-from .decisions import parse_limits
-from .errors import CliError
+from stratagem.io.plan_files import dump_plan, load_plan_file
 
 
 class Prompter:
@@ -76,7 +76,7 @@ class Prompter:
 
 
 def question(pending: PendingDecision, schema: dict[str, Any] | None = None, kept: dict[str, Any] | None = None) -> str:
-    """What the terminal asks: the kind's question (stratagem.decisions.kinds.WAITS), then the
+    """What the terminal asks: the kind's question (stratagem.domain.decisions.kinds.WAITS), then the
     choices `respond` understands."""
     asked = WAITS[pending.kind].question(pending)
     if pending.kind is DecisionKind.plan_approval:

@@ -15,16 +15,16 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from ..answers import answer_fields, describe_field
-from ..catalog import ToolCatalog
-from ..graph import topological_order
-from ..ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
-from ..plan import PlanDraft, StepKind
-from ..risk import risk_label
-from ..run_types import DecisionKind, PendingDecision, RunResult, RunStatus
-from ..stored import describe, is_stored
-from ..usage import Budget, UsageTotals
-from ..visible_text import written_out
+from stratagem.domain.answers import answer_fields, describe_field
+from stratagem.domain.catalog import ToolCatalog
+from stratagem.domain.graph import topological_order
+from stratagem.domain.ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
+from stratagem.domain.plan import PlanDraft, StepKind
+from stratagem.domain.risk import risk_label
+from stratagem.domain.run_types import DecisionKind, PendingDecision, RunResult, RunStatus
+from stratagem.domain.stored import describe, is_stored
+from stratagem.domain.usage import Budget, UsageTotals
+from stratagem.domain.visible_text import written_out
 
 
 def plain(text: str) -> str:

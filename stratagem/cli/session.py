@@ -21,15 +21,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from stratagem.activities import describe_tools_here
-from stratagem.workflows import StratagemRun
-
-from ..client import RunHandle, connect, get_run
-from ..codec import codec_from
-from ..config import DEFAULT_ADDRESS, Settings, stratagem_home
-from ..interceptors import HOST_UNAVAILABLE, HostOnly
-from ..plugin import worker_plugins
-from ..run_types import WORKFLOW_NAME
-from ..server import (
+from stratagem.cli import render
+from stratagem.cli.errors import CliError
+from stratagem.client import RunHandle, connect, get_run
+from stratagem.common.config import DEFAULT_ADDRESS, Settings, stratagem_home
+from stratagem.common.signing import ALLOW_UNSIGNED_ENV, APPROVER_KEYS_ENV, ISSUER_KEYS_ENV, DecisionPolicy
+from stratagem.domain.run_types import WORKFLOW_NAME
+from stratagem.io.codec import codec_from
+from stratagem.server import (
     BackgroundWorker,
     EmbeddedServer,
     WorkerExit,
@@ -39,9 +38,9 @@ from ..server import (
     marked_home,
     owns_server,
 )
-from ..signing import ALLOW_UNSIGNED_ENV, APPROVER_KEYS_ENV, ISSUER_KEYS_ENV, DecisionPolicy
-from . import render
-from .errors import CliError
+from stratagem.temporal.interceptors import HOST_UNAVAILABLE, HostOnly
+from stratagem.temporal.plugin import worker_plugins
+from stratagem.workflows import StratagemRun
 
 
 def settings() -> Settings:
@@ -294,7 +293,7 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
         max_cached_workflows=0,
         # Decisions are checked here as a worker checks them, and a decision taken here moves the
         # run on in this process: its spans (the review's end, say) are exported from here, with
-        # the same ids the worker would give them (stratagem.plugin).
+        # the same ids the worker would give them (stratagem.temporal.plugin).
         plugins=worker_plugins(client, policy),
     )
     async with worker:

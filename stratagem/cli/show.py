@@ -17,12 +17,12 @@ from rich.console import Group
 from rich.text import Text
 from rich.tree import Tree
 
-from ..graph import topological_order
-from ..ledger import EventKind, Ledger, StepRecord, StepStatus
-from ..plan import Plan, Step, StepKind
-from ..plan_diff import diff_lines, diff_revisions
-from .errors import CliError
-from .render import STATUS_STYLE
+from stratagem.cli.errors import CliError
+from stratagem.cli.render import STATUS_STYLE
+from stratagem.domain.graph import topological_order
+from stratagem.domain.ledger import EventKind, Ledger, StepRecord, StepStatus
+from stratagem.domain.plan import Plan, Step, StepKind
+from stratagem.domain.plan_diff import diff_lines, diff_revisions
 
 # Mermaid classes: succeeded green, failed red, running blue, pending grey, skipped/cancelled yellow.
 MERMAID_CLASSES = {

@@ -12,25 +12,33 @@ from typing import overload
 
 from pydantic import ValidationError
 
-from ..client import RunHandle, start_run
-from ..errors import ModelConfigError
-from ..model_config import load_config, run_prices
-from ..models import load_model, split_model_string
-from ..models.scripted import SCRIPTED_DIRS_ENV, allow_dirs
-from ..plan import Author, AuthorKind, PlanDraft, StepKind
-from ..plan_files import load_plan_file
-from ..run_types import FailureAction, Mode, RunInput, RunOptions
-from ..server import is_local, owns_server
-from ..tools import ToolRegistry
-from ..usage import Budget
-from ..validation import plan_notes, validate_plan
-from ..worker import build_worker
-from . import render
-from .arguments import Commands, positive
-from .decisions import reviewer
-from .errors import CliError
-from .following import follow_attached
-from .session import RUN_TIMEOUT, background_worker, embedded, open_client, settings, watching_worker, workflow_host
+from stratagem.cli import render
+from stratagem.cli.arguments import Commands, positive
+from stratagem.cli.decisions import reviewer
+from stratagem.cli.errors import CliError
+from stratagem.cli.following import follow_attached
+from stratagem.cli.session import (
+    RUN_TIMEOUT,
+    background_worker,
+    embedded,
+    open_client,
+    settings,
+    watching_worker,
+    workflow_host,
+)
+from stratagem.client import RunHandle, start_run
+from stratagem.common.errors import ModelConfigError
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft, StepKind
+from stratagem.domain.run_types import FailureAction, Mode, RunInput, RunOptions
+from stratagem.domain.usage import Budget
+from stratagem.domain.validation import plan_notes, validate_plan
+from stratagem.io.model_config import load_config, run_prices
+from stratagem.io.plan_files import load_plan_file
+from stratagem.models import load_model, split_model_string
+from stratagem.models.scripted import SCRIPTED_DIRS_ENV, allow_dirs
+from stratagem.server import is_local, owns_server
+from stratagem.tools import ToolRegistry
+from stratagem.worker import build_worker
 
 
 @overload

@@ -19,8 +19,8 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 
-from .identity import SESSION_COOKIE, AuthMode
-from .state import Console, ConsoleState
+from stratagem.console.identity import SESSION_COOKIE, AuthMode
+from stratagem.console.state import Console, ConsoleState
 
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "X-Stratagem-CSRF"

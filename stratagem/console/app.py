@@ -18,15 +18,15 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from temporalio.client import Client
 
-from ..errors import RunUnresponsiveError
-from ..signing import Keyring, Signer
-from ..store import OutputStore
-from . import decisions, inbox, runs, sessions, stream
-from .access import NotSignedIn, not_signed_in
-from .guard import Guard, Site
-from .identity import IdentityConfig
-from .state import ConsoleState
-from .views import page_templates
+from stratagem.common.errors import RunUnresponsiveError
+from stratagem.common.signing import Keyring, Signer
+from stratagem.console import decisions, inbox, runs, sessions, stream
+from stratagem.console.access import NotSignedIn, not_signed_in
+from stratagem.console.guard import Guard, Site
+from stratagem.console.identity import IdentityConfig
+from stratagem.console.state import ConsoleState
+from stratagem.console.views import page_templates
+from stratagem.io.store import OutputStore
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "

@@ -5,7 +5,7 @@ the run's message (a form goes back to the run page with it), never a half-appli
 decided is the person the console signed in (`CheckedForm`, `Decider`), never a name the request
 carries; the console signs what it forwards with its issuer key (`ConsoleState.run`).
 
-Every decision is sent as its kind from the table (stratagem.decisions.kinds) through
+Every decision is sent as its kind from the table (stratagem.domain.decisions.kinds) through
 `RunHandle.decide`. What is the console's own is here, keyed by the table: how a form answering
 each wait is read (`FORMS`), and each kind's endpoint, its body and what /openapi.json says of it
 (`ENDPOINTS`), from which the routes are made.
@@ -23,11 +23,14 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 
-from ..client import RunHandle
-from ..decisions import Kind, kinds
-from ..errors import DecisionRefusedError, PlanFileError, StratagemError
-from ..plan_files import parse_plan_data
-from ..run_types import (
+from stratagem.client import RunHandle
+from stratagem.common.errors import DecisionRefusedError, PlanFileError, StratagemError
+from stratagem.console.access import CheckedForm, Decider, FormPost
+from stratagem.console.runs import render_run
+from stratagem.console.state import Console
+from stratagem.console.views import answer_from, answer_schema, one_line, parse_json
+from stratagem.domain.decisions import Kind, kinds
+from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,
@@ -38,10 +41,7 @@ from ..run_types import (
     RepairInput,
     ReviseInput,
 )
-from .access import CheckedForm, Decider, FormPost
-from .runs import render_run
-from .state import Console
-from .views import answer_from, answer_schema, one_line, parse_json
+from stratagem.io.plan_files import parse_plan_data
 
 router = APIRouter()
 
@@ -96,7 +96,7 @@ class BudgetBody(BaseModel):
 
 
 async def decide(run: RunHandle, kind: Kind, decision: DecisionInput) -> dict[str, Any]:
-    """Send `decision` as `kind` (stratagem.decisions.kinds): a refusal is a 409 with the run's
+    """Send `decision` as `kind` (stratagem.domain.decisions.kinds): a refusal is a 409 with the run's
     reason, a run nobody serves a 503."""
     try:
         outcome = await run.decide(kind, decision)

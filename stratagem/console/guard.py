@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import ConfigError
+from stratagem.common.errors import ConfigError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})

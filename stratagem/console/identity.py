@@ -31,9 +31,9 @@ from typing import Any
 from itsdangerous import BadData, TimestampSigner, URLSafeTimedSerializer
 from itsdangerous import Signer as ItsSigner
 
-from ..errors import ConfigError
-from .guard import loopback
-from .users import Users, check_password, hash_password
+from stratagem.common.errors import ConfigError
+from stratagem.console.guard import loopback
+from stratagem.console.users import Users, check_password, hash_password
 
 SESSION_COOKIE = "stratagem_session"
 SESSION_SECONDS = 12 * 3600

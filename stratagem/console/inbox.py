@@ -10,11 +10,11 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 from temporalio.client import Client
 
-from ..client import AWAITING_QUERY, get_run, has_status_attribute
-from ..decisions import waiting_for
-from ..run_types import WORKFLOW_NAME
-from .access import Person, person
-from .state import Console
+from stratagem.client import AWAITING_QUERY, get_run, has_status_attribute
+from stratagem.console.access import Person, person
+from stratagem.console.state import Console
+from stratagem.domain.decisions import waiting_for
+from stratagem.domain.run_types import WORKFLOW_NAME
 
 INBOX_SCAN = 500
 INBOX_SCAN_UNFILTERED = 100  # without the attribute every running run is a candidate: the newest only

@@ -12,14 +12,14 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
-from ..notify import link_valid
-from ..plan_files import dump_plan
-from ..risk import risk_label
-from ..store import default_store, load_value
-from ..stored import is_stored
-from .access import Person, person
-from .state import Console, ConsoleState
-from .views import decision_view, diff_text, graph_columns
+from stratagem.console.access import Person, person
+from stratagem.console.state import Console, ConsoleState
+from stratagem.console.views import decision_view, diff_text, graph_columns
+from stratagem.domain.risk import risk_label
+from stratagem.domain.stored import is_stored
+from stratagem.io.notify import link_valid
+from stratagem.io.plan_files import dump_plan
+from stratagem.io.store import default_store, load_value
 
 router = APIRouter(dependencies=[Depends(person)])
 

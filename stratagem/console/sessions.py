@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from ..errors import StratagemError
-from .access import CheckedForm, Person
-from .identity import SESSION_COOKIE, AuthMode
-from .state import Console
-from .views import safe_next
+from stratagem.common.errors import StratagemError
+from stratagem.console.access import CheckedForm, Person
+from stratagem.console.identity import SESSION_COOKIE, AuthMode
+from stratagem.console.state import Console
+from stratagem.console.views import safe_next
 
 router = APIRouter()
 

@@ -15,12 +15,12 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.templating import Jinja2Templates
 from temporalio.client import Client
 
-from ..client import RunHandle, get_run
-from ..errors import StratagemError
-from ..ledger import Ledger
-from ..signing import Signer
-from ..store import OutputStore
-from .identity import IdentityConfig
+from stratagem.client import RunHandle, get_run
+from stratagem.common.errors import StratagemError
+from stratagem.common.signing import Signer
+from stratagem.console.identity import IdentityConfig
+from stratagem.domain.ledger import Ledger
+from stratagem.io.store import OutputStore
 
 
 @dataclass

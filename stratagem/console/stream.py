@@ -15,10 +15,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ..client import RunHandle
-from ..errors import StratagemError
-from .access import person
-from .state import Console
+from stratagem.client import RunHandle
+from stratagem.common.errors import StratagemError
+from stratagem.console.access import person
+from stratagem.console.state import Console
 
 POLL_SECONDS = 0.5
 MAX_DIGITS = 18  # more than any ledger reaches; int() of a 5,000-digit string would raise instead

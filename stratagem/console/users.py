@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError
+from stratagem.common.errors import ConfigError
 
 try:
     import fcntl

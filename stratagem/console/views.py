@@ -14,13 +14,13 @@ from typing import Any
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from ..answers import answer_fields, coerce
-from ..decisions import waiting_for
-from ..ledger import Ledger
-from ..plan import Plan
-from ..plan_diff import diff_lines, diff_revisions
-from ..run_types import DecisionKind, PendingDecision
-from ..visible_text import written_out
+from stratagem.domain.answers import answer_fields, coerce
+from stratagem.domain.decisions import waiting_for
+from stratagem.domain.ledger import Ledger
+from stratagem.domain.plan import Plan
+from stratagem.domain.plan_diff import diff_lines, diff_revisions
+from stratagem.domain.run_types import DecisionKind, PendingDecision
+from stratagem.domain.visible_text import written_out
 
 
 def page_templates() -> Jinja2Templates:

@@ -35,8 +35,15 @@ from types import ModuleType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..errors import ModelConfigError
-from .base import ModelAuthError, ModelCallError, ModelRequest, ModelRequestError, redact, request_timeout_default
+from stratagem.common.errors import ModelConfigError
+from stratagem.models.base import (
+    ModelAuthError,
+    ModelCallError,
+    ModelRequest,
+    ModelRequestError,
+    redact,
+    request_timeout_default,
+)
 
 # Local servers (vLLM, Ollama, LM Studio) ignore the key, but the SDKs insist on one.
 PLACEHOLDER_KEY = "stratagem-no-key"

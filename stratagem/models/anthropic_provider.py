@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._http import ANTHROPIC, Endpoint, client_for, http_client, reading, resolve_endpoint, send
-from .base import Message, ModelRequest, ModelRequestError, ModelResponse, ToolCall, Usage
-from .negotiation import Capabilities, StructuredOutput, negotiate
-from .output_limit import lower_cap, within_limit
+from stratagem.models._http import ANTHROPIC, Endpoint, client_for, http_client, reading, resolve_endpoint, send
+from stratagem.models.base import Message, ModelRequest, ModelRequestError, ModelResponse, ToolCall, Usage
+from stratagem.models.negotiation import Capabilities, StructuredOutput, negotiate
+from stratagem.models.output_limit import lower_cap, within_limit
 
 # The Messages API has no response format: a forced tool call holds the answer to the schema.
 SUPPORTED = [StructuredOutput.tool, StructuredOutput.prompt]

@@ -25,12 +25,12 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from ..catalog import ToolSpec
-from ..errors import ModelAuthError as ModelAuthError  # with the other errors: retry policies name it
-from ..errors import ModelConfigError
-from ..errors import ModelRequestError as ModelRequestError  # likewise
-from ..telemetry import model_call_span, record_response
-from ..usage import Usage
+from stratagem.common.errors import ModelAuthError as ModelAuthError  # with the other errors: retry policies name it
+from stratagem.common.errors import ModelConfigError
+from stratagem.common.errors import ModelRequestError as ModelRequestError  # likewise
+from stratagem.common.telemetry import model_call_span, record_response
+from stratagem.domain.catalog import ToolSpec
+from stratagem.domain.usage import Usage
 
 
 class Purpose(str, Enum):
@@ -133,7 +133,7 @@ def split_model_string(model: str) -> tuple[str, str]:
 
 def load_model(model: str, *, price: Any = None, capabilities: Any = None) -> Model:
     """The model a `provider:name` string names. Every call it makes is a `chat <model>` span,
-    costed with `price` (a `stratagem.usage.Price`) when one is given. `capabilities`
+    costed with `price` (a `stratagem.domain.usage.Price`) when one is given. `capabilities`
     (`negotiation.Capabilities`) fixes how a provider that negotiates calls its endpoint.
     `stratagem.models.load_model` also takes a failover tier's other models."""
     return _load_one(model, price, capabilities)

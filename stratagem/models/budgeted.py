@@ -1,7 +1,7 @@
 """One llm step's model calls, held to its allowance of the run's budget.
 
 The workflow gives each llm step an allowance: what of the run's model budgets it may use, set
-aside from what the steps beside it were given (`stratagem.usage.share_of`). Before each call,
+aside from what the steps beside it were given (`stratagem.domain.usage.share_of`). Before each call,
 `CallBudget.hold` counts the request's input (`stratagem.models.tokens`, a bound, or the model's
 own exact count where it has one: the scripted model does) and caps the call's output at what
 the allowance leaves once that input is paid for, in tokens and in cost.
@@ -29,10 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BudgetReachedError, ModelOutputError
-from ..usage import Allowance, CallUsage, NoRoom, Price, UsageTotals, room_for_call
-from . import tokens
-from .base import Message, ModelRequest, ModelResponse, Purpose
+from stratagem.common.errors import BudgetReachedError, ModelOutputError
+from stratagem.domain.usage import Allowance, CallUsage, NoRoom, Price, UsageTotals, room_for_call
+from stratagem.models import tokens
+from stratagem.models.base import Message, ModelRequest, ModelResponse, Purpose
 
 # How providers say an answer stopped at its cap: OpenAI's finish_reason, Anthropic's stop_reason.
 CUT_OFF = frozenset({"length", "max_tokens"})

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import base
-from .base import Model, ModelAuthError, ModelCallError, ModelRequest, ModelRequestError, ModelResponse
+from stratagem.models import base
+from stratagem.models.base import Model, ModelAuthError, ModelCallError, ModelRequest, ModelRequestError, ModelResponse
 
 # What moves a call to the next model. A garbled answer is a ModelCallError too: another
 # provider may well answer properly.

@@ -33,9 +33,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..model_settings import STRUCTURED_ORDER, Capabilities, StructuredOutput, ToolCalling, capabilities_for
-from ._http import Endpoint
-from .base import Message, ModelCallError, ModelRequest, ModelRequestError, ModelResponse, ToolCall
+from stratagem.domain.model_settings import (
+    STRUCTURED_ORDER,
+    Capabilities,
+    StructuredOutput,
+    ToolCalling,
+    capabilities_for,
+)
+from stratagem.models._http import Endpoint
+from stratagem.models.base import Message, ModelCallError, ModelRequest, ModelRequestError, ModelResponse, ToolCall
 
 __all__ = [
     "STRUCTURED_ORDER",

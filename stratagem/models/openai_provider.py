@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._http import OPENAI, Endpoint, client_for, http_client, reading, resolve_endpoint, send
-from .base import Message, ModelRequest, ModelRequestError, ModelResponse, Purpose, ToolCall, Usage
-from .negotiation import STRUCTURED_ORDER, Capabilities, StructuredOutput, learned, negotiate
-from .output_limit import lower_cap, within_limit
+from stratagem.models._http import OPENAI, Endpoint, client_for, http_client, reading, resolve_endpoint, send
+from stratagem.models.base import Message, ModelRequest, ModelRequestError, ModelResponse, Purpose, ToolCall, Usage
+from stratagem.models.negotiation import STRUCTURED_ORDER, Capabilities, StructuredOutput, learned, negotiate
+from stratagem.models.output_limit import lower_cap, within_limit
 
 
 class OpenAIModel:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from ._http import Endpoint
-from .negotiation import learned
+from stratagem.models._http import Endpoint
+from stratagem.models.negotiation import learned
 
 _MODEL_LIMIT = [
     re.compile(r"supports at most (\d+) (?:completion |output )?tokens", re.I),

@@ -43,8 +43,8 @@ from typing import Any
 
 import yaml
 
-from ..errors import ModelConfigError, ModelOutputError
-from .base import ModelCallError, ModelRequest, ModelResponse, Purpose, ToolCall, Usage
+from stratagem.common.errors import ModelConfigError, ModelOutputError
+from stratagem.models.base import ModelCallError, ModelRequest, ModelResponse, Purpose, ToolCall, Usage
 
 SCRIPTED_DIRS_ENV = "STRATAGEM_SCRIPTED_DIRS"
 

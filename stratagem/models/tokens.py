@@ -31,7 +31,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from .base import Message, ModelRequest
+from stratagem.models.base import Message, ModelRequest
 
 MESSAGE_TOKENS = 8  # role and delimiters of one message
 CALL_TOKENS = 16  # one tool call in an assistant turn, besides its name and arguments: id, framing

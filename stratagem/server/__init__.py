@@ -7,18 +7,18 @@ processes.py tells whether a recorded pid is still the process that was started,
 a server's home where its clients can read it, and worker_log.py reads why a worker ended.
 """
 
-from .addresses import LOCAL_HOSTS, MAX_PORT, is_listening, is_local, split_address
-from .background_worker import (
+from stratagem.server.addresses import LOCAL_HOSTS, MAX_PORT, is_listening, is_local, split_address
+from stratagem.server.background_worker import (
     WORKER_ENV,
     BackgroundWorker,
     code_fingerprint,
     worker_settings_fingerprint,
     worker_settings_given,
 )
-from .embedded import EmbeddedServer, owns_server
-from .home import prepare_home
-from .marks import HOME_KEY, mark_home, marked_home
-from .worker_log import WorkerExit
+from stratagem.server.embedded import EmbeddedServer, owns_server
+from stratagem.server.home import prepare_home
+from stratagem.server.marks import HOME_KEY, mark_home, marked_home
+from stratagem.server.worker_log import WorkerExit
 
 __all__ = [
     "HOME_KEY",

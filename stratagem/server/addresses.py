@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from ..errors import ConfigError
+from stratagem.common.errors import ConfigError
 
 MAX_PORT = 65535
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0"}

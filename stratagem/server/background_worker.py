@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import WORKSPACE_ROOTS_ENV, Settings
-from ..errors import ConfigError, StratagemError
-from ..models.scripted import SCRIPTED_DIRS_ENV
-from ..signing import DecisionPolicy
-from ..telemetry import TELEMETRY_ENV
-from ..tools import ToolRegistry, canonical_tool_source
-from ..tools.mcp_sources import is_mcp_source
-from .home import prepare_home, write_atomically
-from .processes import alive
-from .worker_log import WorkerExit, last_words
+from stratagem.common.config import WORKSPACE_ROOTS_ENV, Settings
+from stratagem.common.errors import ConfigError, StratagemError
+from stratagem.common.signing import DecisionPolicy
+from stratagem.common.telemetry import TELEMETRY_ENV
+from stratagem.models.scripted import SCRIPTED_DIRS_ENV
+from stratagem.server.home import prepare_home, write_atomically
+from stratagem.server.processes import alive
+from stratagem.server.worker_log import WorkerExit, last_words
+from stratagem.tools import ToolRegistry, canonical_tool_source
+from stratagem.tools.mcp_sources import is_mcp_source
 
 _WORKER_MARKER = "stratagem.cli worker"
 
@@ -42,7 +42,7 @@ WORKER_ENV = (
     "STRATAGEM_ENCRYPTION_OLD_KEYS",
     "STRATAGEM_STORE",
     "STRATAGEM_INLINE_LIMIT",
-    # Which decisions count (stratagem.signing): the keys the operator lists, and unsigned ones.
+    # Which decisions count (stratagem.common.signing): the keys the operator lists, and unsigned ones.
     "STRATAGEM_APPROVER_KEYS",
     "STRATAGEM_ISSUER_KEYS",
     "STRATAGEM_ALLOW_UNSIGNED",

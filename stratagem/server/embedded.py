@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..binaries import temporal_cli
-from ..config import DEFAULT_NAMESPACE
-from ..errors import ConfigError
-from ..run_types import STATUS_SEARCH_ATTRIBUTE
-from .addresses import MAX_PORT, is_listening, is_local, split_address
-from .home import prepare_home, write_atomically
-from .marks import mark_when_serving
-from .processes import alive, cmdline
+from stratagem.common.config import DEFAULT_NAMESPACE
+from stratagem.common.errors import ConfigError
+from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE
+from stratagem.io.binaries import temporal_cli
+from stratagem.server.addresses import MAX_PORT, is_listening, is_local, split_address
+from stratagem.server.home import prepare_home, write_atomically
+from stratagem.server.marks import mark_when_serving
+from stratagem.server.processes import alive, cmdline
 
 
 @dataclass(frozen=True)

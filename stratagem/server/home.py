@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import ConfigError
+from stratagem.common.errors import ConfigError
 
 
 def prepare_home(home: Path) -> Path:

@@ -1,9 +1,9 @@
 """Tools: plain functions a plan's tool steps call, registered with `@tool`, and the tools of
 MCP servers (`--tools mcp:stdio:COMMAND` or `mcp:http:URL`)."""
 
-from ..catalog import ToolCatalog, ToolSpec
-from .definition import ToolContext, ToolDefinition, idempotency_key, tool
-from .registry import ToolRegistry, canonical_tool_source
+from stratagem.domain.catalog import ToolCatalog, ToolSpec
+from stratagem.tools.definition import ToolContext, ToolDefinition, idempotency_key, tool
+from stratagem.tools.registry import ToolRegistry, canonical_tool_source
 
 __all__ = [
     "ToolCatalog",

@@ -19,9 +19,9 @@ from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, TypeAdapter, create_model
 
-from ..catalog import ToolSpec
-from ..errors import ToolRegistrationError
-from ..plan import Risk
+from stratagem.common.errors import ToolRegistrationError
+from stratagem.domain.catalog import ToolSpec
+from stratagem.domain.plan import Risk
 
 TOOL_MARK = "__stratagem_tool__"
 
@@ -126,12 +126,12 @@ def tool(
     Temporal local activities, in the worker that runs the workflow, with no task queue round
     trip. Keep it for tools that finish in well under a second.
 
-    A tool can say how dangerous it is, and no plan can say less (stratagem.risk):
+    A tool can say how dangerous it is, and no plan can say less (stratagem.domain.risk):
     `risk="low" | "medium" | "high"` is the least risk of a step that calls it;
     `requires_approval=True` makes every use wait for a person; `irreversible=True` (effects
     that cannot be undone) means both risk high and approval. A tool step that calls such a tool
     waits for its approval, however the plan marks it; an llm step's executor pauses before each
-    call to it until a person approves or rejects that call (stratagem.executor). The worker's
+    call to it until a person approves or rejects that call (stratagem.io.executor). The worker's
     own registration decides this, never a plan or a request."""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:

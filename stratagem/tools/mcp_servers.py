@@ -35,9 +35,9 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
-from ..errors import ToolError, ToolRegistrationError
-from .mcp_sources import McpSource
-from .mcp_tools import MAX_ERROR_CHARS, McpTool, clean, tool_output, tools_of
+from stratagem.common.errors import ToolError, ToolRegistrationError
+from stratagem.tools.mcp_sources import McpSource
+from stratagem.tools.mcp_tools import MAX_ERROR_CHARS, McpTool, clean, tool_output, tools_of
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from ..errors import ToolRegistrationError
-from ..plan import Risk
+from stratagem.common.errors import ToolRegistrationError
+from stratagem.domain.plan import Risk
 
 FORMS = "mcp:stdio:COMMAND [ARGS] or mcp:http:URL"
 DEFAULT_TIMEOUT = 30.0

@@ -2,7 +2,7 @@
 source's options applied, and step outputs.
 
 What a server says is untrusted: its descriptions and schemas lose their invisible characters
-(bidi controls, zero-width characters: stratagem.visible_text) and are cut to size before a
+(bidi controls, zero-width characters: stratagem.domain.visible_text) and are cut to size before a
 planner, the catalogue or a reviewer sees them, its annotations can raise a tool's risk but
 never lower what the worker's operator set, and its output is bounded before it enters a run.
 """
@@ -18,11 +18,11 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 from mcp.types import CallToolResult, ImageContent, TextContent, Tool, ToolAnnotations
 
-from ..errors import ToolError, ToolRegistrationError
-from ..plan import Risk
-from ..risk import RISK_ORDER
-from ..visible_text import visible
-from .mcp_sources import McpSource
+from stratagem.common.errors import ToolError, ToolRegistrationError
+from stratagem.domain.plan import Risk
+from stratagem.domain.risk import RISK_ORDER
+from stratagem.domain.visible_text import visible
+from stratagem.tools.mcp_sources import McpSource
 
 MAX_DESCRIPTION = 1024
 """Characters of a description (a tool's, or a parameter's) a planner is shown."""

@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ..catalog import ToolCatalog
-from ..errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
-from ..telemetry import tool_call_span
-from .definition import TOOL_MARK, ToolContext, ToolDefinition, define_tool, telling_schema
-from .mcp_sources import canonical_source, is_mcp_source, parse_source
+from stratagem.common.errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
+from stratagem.common.telemetry import tool_call_span
+from stratagem.domain.catalog import ToolCatalog
+from stratagem.tools.definition import TOOL_MARK, ToolContext, ToolDefinition, define_tool, telling_schema
+from stratagem.tools.mcp_sources import canonical_source, is_mcp_source, parse_source
 
 if TYPE_CHECKING:
     # Imported when a worker loads an MCP server, not before: the `mcp` SDK takes about 0.6 s to
     # import, which every command and every worker would otherwise pay.
-    from .mcp_servers import McpServer
-    from .mcp_tools import McpTool
+    from stratagem.tools.mcp_servers import McpServer
+    from stratagem.tools.mcp_tools import McpTool
 
 
 class ToolRegistry:
@@ -83,7 +83,7 @@ class ToolRegistry:
     def load_mcp(self, spec: str) -> list[str]:
         """Register the tools an MCP server lists (stratagem.tools.mcp_servers). They are listed
         now, once; calls open a session of their own when the first one comes."""
-        from .mcp_servers import McpServer
+        from stratagem.tools.mcp_servers import McpServer
 
         server = McpServer(parse_source(spec))
         tools = server.list_tools()

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from stratagem.errors import ToolError
+from stratagem.common.errors import ToolError
 from stratagem.tools import ToolContext, builtin, tool
 
 ATTEMPTS_LOG = "attempts.jsonl"

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 
-from stratagem.errors import ToolError
+from stratagem.common.errors import ToolError
 from stratagem.tools import ToolContext, tool
 
 

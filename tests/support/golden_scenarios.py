@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 
 from conftest import Harness
 
-from stratagem.plan import Author, AuthorKind, PlanDraft
-from stratagem.run_types import (
+from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
     BudgetInput,

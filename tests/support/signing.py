@@ -1,4 +1,4 @@
-"""Decisions sent as signals, signed as the CLI and the Python client sign them (stratagem.signing):
+"""Decisions sent as signals, signed as the CLI and the Python client sign them (stratagem.common.signing):
 with the deciding person's key in the test session's home, which the tests' workers trust."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from stratagem.client import RunHandle, decision_signer
-from stratagem.handlers import DECISION_SIGNALS
+from stratagem.domain.handlers import DECISION_SIGNALS
 
 
 async def send_signed(run: RunHandle, signal: str, decision: Any) -> None:

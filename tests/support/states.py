@@ -1,15 +1,15 @@
-"""A run's state built by hand, for the rules that take a RunState and the time (stratagem.decisions,
-stratagem.transitions), tested without Temporal."""
+"""A run's state built by hand, for the rules that take a RunState and the time (stratagem.domain.decisions,
+stratagem.domain.transitions), tested without Temporal."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from stratagem.catalog import ToolCatalog, ToolSpec
-from stratagem.ledger import Ledger
-from stratagem.plan import Author, AuthorKind, Plan, PlanDraft
-from stratagem.run_types import Phase, RunOptions, RunState
+from stratagem.domain.catalog import ToolCatalog, ToolSpec
+from stratagem.domain.ledger import Ledger
+from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft
+from stratagem.domain.run_types import Phase, RunOptions, RunState
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 """The time the rules are told it is."""

@@ -9,14 +9,14 @@ module holds, so every tool is imported here; in the order the single module def
 which is the order `load_module` reports them in.
 """
 
-from ...secret_bindings import SECRET_ENV_PREFIX
-from .allowlist import HTTP_ALLOWLIST_ENV
-from .csv_rows import append_csv_row
-from .files import MAX_READ_FILE_BYTES, list_files, read_file, write_file
-from .guard import HTTP_DENY_ENV, protect_address
-from .http import MAX_RESPONSE_BYTES, MAX_RESPONSE_TEXT_CHARS, http_request
-from .text import render_template
-from .workspace import MAX_NAME_BYTES, RESERVED_DIR
+from stratagem.domain.secret_bindings import SECRET_ENV_PREFIX
+from stratagem.tools.builtin.allowlist import HTTP_ALLOWLIST_ENV
+from stratagem.tools.builtin.csv_rows import append_csv_row
+from stratagem.tools.builtin.files import MAX_READ_FILE_BYTES, list_files, read_file, write_file
+from stratagem.tools.builtin.guard import HTTP_DENY_ENV, protect_address
+from stratagem.tools.builtin.http import MAX_RESPONSE_BYTES, MAX_RESPONSE_TEXT_CHARS, http_request
+from stratagem.tools.builtin.text import render_template
+from stratagem.tools.builtin.workspace import MAX_NAME_BYTES, RESERVED_DIR
 
 __all__ = [
     "HTTP_ALLOWLIST_ENV",

@@ -5,8 +5,8 @@ import os
 
 import httpx
 
-from ...errors import ToolError
-from ...hosts import host_and_port, is_ip
+from stratagem.common.errors import ToolError
+from stratagem.domain.hosts import host_and_port, is_ip
 
 HTTP_ALLOWLIST_ENV = "STRATAGEM_HTTP_ALLOWLIST"
 

@@ -1,5 +1,5 @@
 """The worker's credentials in one `http_request`: `${secret:NAME}` filled in only where the
-operator bound NAME (stratagem.secret_bindings), checked again at every redirect, and every
+operator bound NAME (stratagem.domain.secret_bindings), checked again at every redirect, and every
 credential the request carried kept out of what the step returns or reports.
 
 httpx drops `Authorization` on a redirect to another origin but keeps every other header
@@ -17,9 +17,15 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from ...errors import ConfigError, ToolError
-from ...secret_bindings import SECRET_ENV_PREFIX, SECRET_REFERENCE, SecretBinding, binding_from_env, binding_refusal
-from ...validation import CREDENTIAL_HEADERS
+from stratagem.common.errors import ConfigError, ToolError
+from stratagem.domain.secret_bindings import (
+    SECRET_ENV_PREFIX,
+    SECRET_REFERENCE,
+    SecretBinding,
+    binding_from_env,
+    binding_refusal,
+)
+from stratagem.domain.validation import CREDENTIAL_HEADERS
 
 # Words before a credential that are no secret themselves: "Bearer", "Basic", ...
 _AUTH_SCHEMES = frozenset({"bearer", "basic", "digest", "token", "negotiate", "ntlm", "apikey"})

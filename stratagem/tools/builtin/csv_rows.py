@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...errors import ToolError
-from ..definition import ToolContext, tool
-from .workspace import RESERVED_DIR, atomic_write, relative, workspace_path, workspace_root
+from stratagem.common.errors import ToolError
+from stratagem.tools.builtin.workspace import RESERVED_DIR, atomic_write, relative, workspace_path, workspace_root
+from stratagem.tools.definition import ToolContext, tool
 
 try:
     import fcntl

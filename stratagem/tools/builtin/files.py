@@ -3,9 +3,16 @@
 from pathlib import PurePosixPath
 from typing import Any
 
-from ...errors import ToolError
-from ..definition import ToolContext, tool
-from .workspace import RESERVED_DIR, atomic_write, is_absolute, relative, workspace_path, workspace_root
+from stratagem.common.errors import ToolError
+from stratagem.tools.builtin.workspace import (
+    RESERVED_DIR,
+    atomic_write,
+    is_absolute,
+    relative,
+    workspace_path,
+    workspace_root,
+)
+from stratagem.tools.definition import ToolContext, tool
 
 MAX_READ_FILE_BYTES = 1024 * 1024
 

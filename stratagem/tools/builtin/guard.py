@@ -12,9 +12,9 @@ import httpcore
 import httpcore._backends.sync  # noqa: F401 - SyncStream, wrapped with a deadline
 import httpx
 
-from ...config import Settings
-from ...errors import ToolError
-from .allowlist import HTTP_ALLOWLIST_ENV, host_and_port, is_ip
+from stratagem.common.config import Settings
+from stratagem.common.errors import ToolError
+from stratagem.tools.builtin.allowlist import HTTP_ALLOWLIST_ENV, host_and_port, is_ip
 
 # More addresses no step may call (host:port, comma-separated), beside the worker's Temporal ones.
 HTTP_DENY_ENV = "STRATAGEM_HTTP_DENY"

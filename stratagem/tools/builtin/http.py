@@ -10,12 +10,12 @@ from typing import Any, Literal
 
 import httpx
 
-from ...errors import ToolError
-from ...models.base import without_secrets
-from ..definition import ToolContext, tool
-from .allowlist import check_allowed, http_allowlist
-from .credentials import fill_secrets
-from .guard import guarded_transport
+from stratagem.common.errors import ToolError
+from stratagem.models.base import without_secrets
+from stratagem.tools.builtin.allowlist import check_allowed, http_allowlist
+from stratagem.tools.builtin.credentials import fill_secrets
+from stratagem.tools.builtin.guard import guarded_transport
+from stratagem.tools.definition import ToolContext, tool
 
 MAX_RESPONSE_TEXT_CHARS = 100_000
 # Reading stops here so a huge response cannot exhaust the worker's memory.

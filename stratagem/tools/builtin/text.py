@@ -4,8 +4,8 @@ import json
 from string import Template
 from typing import Any
 
-from ...errors import ToolError
-from ..definition import tool
+from stratagem.common.errors import ToolError
+from stratagem.tools.definition import tool
 
 
 @tool(side_effects=False)

@@ -6,9 +6,9 @@ import os
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from ...errors import ToolError
-from ...paths import stratagem_home
-from ..definition import ToolContext
+from stratagem.common.errors import ToolError
+from stratagem.common.paths import stratagem_home
+from stratagem.tools.definition import ToolContext
 
 MAX_NAME_BYTES = 255  # what Linux and macOS file systems allow in one name
 RESERVED_DIR = ".stratagem"

@@ -1,0 +1,179 @@
+"""The interceptors a Stratagem worker puts between Temporal and the run workflow: keeping a
+run's activities on its workflow's own queue (SharedQueues), checking every decision against the
+worker's keys (VerifyDecisions), and letting a process host the workflow without running its
+tools (HostOnly). Workflow-side code: deterministic, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio import workflow
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    HandleSignalInput,
+    HandleUpdateInput,
+    Interceptor,
+    StartActivityInput,
+    StartLocalActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+
+from stratagem.common.signing import DecisionPolicy, Verdict
+from stratagem.common.workflow_errors import DecisionRefused
+from stratagem.domain import activity_io
+from stratagem.domain.handlers import DECISION_SIGNALS, DECISION_UPDATES
+from stratagem.domain.roles import is_role_queue
+from stratagem.domain.run_types import DecisionInput, RunInput, start_digest
+
+
+class SharedQueues(Interceptor):
+    """Keeps a run's activities on its workflow's own task queue (`QueueLayout.shared`).
+
+    Temporal can hand an activity to the worker whose workflow task scheduled it, in the reply
+    that completes the task (eager dispatch), but only on the workflow's own queue. On a role
+    queue every step pays one more trip through the server's matching: on the overhead bench,
+    101 against 46 ms per step. A worker that serves every role gains nothing from the split, so
+    it folds the role queues back. Replay does not compare task queues, so a run may move between
+    shared and split workers at any point (RELIABILITY.md).
+    """
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _SharedQueuesInbound
+
+
+class _SharedQueuesInbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_SharedQueuesOutbound(outbound))
+
+
+class _SharedQueuesOutbound(WorkflowOutboundInterceptor):
+    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
+        own = workflow.info().task_queue
+        if input.task_queue and input.task_queue != own and is_role_queue(own, input.task_queue):
+            input.task_queue = own
+        return super().start_activity(input)
+
+
+class VerifyDecisions(Interceptor):
+    """Checks every decision against the worker's keys before the workflow sees it (stratagem.common.signing).
+
+    An update that fails is rejected in its validator (it never reaches history); a signal that
+    fails reaches the workflow marked refused, which records it as ignored. The verdict rides
+    on the decision as a private attribute, which no payload can set. A run that would approve
+    itself (`auto_approve`) starts only with a trusted person's signature over its input (level 7;
+    below it, only where no key is configured), unless the worker accepts unsigned decisions.
+    """
+
+    def __init__(self, policy: DecisionPolicy):
+        self.policy = policy
+        # Made once per worker: the SDK asks for the class at every workflow run.
+        self._inbound = type("VerifyDecisionsInbound", (_VerifyDecisionsInbound,), {"policy": policy})
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return self._inbound
+
+
+def _legacy() -> bool:
+    """Whether this run keeps the rule it started under before signing was the default
+    (`StratagemRun.signed_decisions`, worked out in its __init__, before any handler runs)."""
+    return not getattr(workflow.instance(), "signed_decisions", True)
+
+
+class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
+    policy: DecisionPolicy
+
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(outbound)
+        # The verdicts of updates validated in this task, by update id: the SDK decodes an
+        # update's arguments again for its handler, which would otherwise verify the signature a
+        # second time (180 us of an approval's workflow task). A replay runs no validator, so
+        # its handler verifies.
+        self._validated: dict[str, Verdict] = {}
+
+    def _judge(self, kind: str | None, args: Sequence[Any], known: Verdict | None = None) -> Verdict | None:
+        if kind is None or not args or not isinstance(args[0], DecisionInput):
+            return None
+        legacy = _legacy()
+        # From level 7 the signature covers the execution: one read from another run's history,
+        # under the same run id, does not verify here.
+        execution = workflow.info().first_execution_run_id
+        verdict = known or self.policy.verify(
+            workflow.info().workflow_id, kind, args[0], legacy=legacy, execution=execution
+        )
+        args[0]._verdict = verdict
+        return verdict
+
+    def handle_update_validator(self, input: HandleUpdateInput) -> None:
+        verdict = self._judge(input.update if input.update in DECISION_UPDATES else None, input.args)
+        if verdict is not None and verdict.refused:
+            raise DecisionRefused(verdict.refused)
+        super().handle_update_validator(input)
+        if verdict is not None:  # kept only for an update the run accepted: its handler follows
+            self._validated[input.id] = verdict
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        known = self._validated.pop(input.id, None)
+        self._judge(input.update if input.update in DECISION_UPDATES else None, input.args, known)
+        return await super().handle_update_handler(input)
+
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        self._judge(DECISION_SIGNALS.get(input.signal), input.args)
+        await super().handle_signal(input)
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        run = input.args[0] if input.args else None
+        # Every start but the run's own continue-as-new: a cron or retry start counts as continued
+        # for Temporal, and once approved itself unchecked (StratagemRun.continued_as_new).
+        own = getattr(workflow.instance(), "continued_as_new", workflow.info().continued_run_id is not None)
+        if not own and isinstance(run, RunInput) and run.options.auto_approve:
+            refused = self._auto_approve_refused(run)
+            if refused:
+                raise DecisionRefused(refused)
+        return await super().execute_workflow(input)
+
+    def _auto_approve_refused(self, run: RunInput) -> str | None:
+        if _legacy():  # the rule such runs started under
+            if self.policy.legacy_unsigned:
+                return None
+            return "this deployment accepts only signed decisions, so a run may not approve itself (auto_approve)"
+        info = workflow.info()
+        verdict = self.policy.verify_start(info.workflow_id, run.auto_approval, start_digest(run), info.start_time)
+        if run.auto_approval is not None:
+            run.auto_approval._verdict = verdict
+        return verdict.refused
+
+
+# What a host has no tools to run. The catalogue's local activity is not among them: a host
+# answers it "no tools here", and the run asks the tools role instead, without failing the task.
+HOST_UNAVAILABLE = (activity_io.DESCRIBE_TOOLS, activity_io.RUN_TOOL)
+
+
+class HostOnly(Interceptor):
+    """For a process that hosts the run workflow without its activities (the command line, for
+    the length of a command): a workflow task that would run a tool here (HOST_UNAVAILABLE) fails,
+    and Temporal gives it to another worker, one with the tools. Replaying history (to answer a
+    query, say) reads local activities' results from it and runs nothing, so it goes on."""
+
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _HostOnlyInbound
+
+
+class _HostOnlyInbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_HostOnlyOutbound(outbound))
+
+
+class HostedWorkflowError(RuntimeError):
+    """Not an ApplicationError: it fails the workflow task (retried elsewhere), not the run."""
+
+
+class _HostOnlyOutbound(WorkflowOutboundInterceptor):
+    def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
+        if input.activity in HOST_UNAVAILABLE and not workflow.unsafe.is_replaying():
+            raise HostedWorkflowError(
+                f"this process only hosts the workflow; {input.activity} needs a Stratagem worker"
+            )
+        return super().start_local_activity(input)
