@@ -308,14 +308,24 @@ def arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def leave(code: int) -> None:
+    """Exit without interpreter finalization, during which the Temporal SDK's native threads can
+    abort a finished process ("PyGILState_Release", temporalio/sdk-python#300): seen once in the
+    test suite, a run that succeeded and a process that ended with SIGABRT. `stratagem` and
+    worker.py leave the same way."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]  # keep our lines in order with the server's
     target = arguments().plan
     try:
-        sys.exit(asyncio.run(main(target)))
+        leave(asyncio.run(main(target)))
     except StratagemError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        leave(2)
     except KeyboardInterrupt:
         print("\nstopped: the quickstart's server and its run end with it", file=sys.stderr)
-        sys.exit(130)
+        leave(130)
