@@ -15,6 +15,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from stratagem.common.errors import ForkSourceError
 from stratagem.domain import activity_io, handlers
 from stratagem.domain.forks import fork_carry
 from stratagem.domain.ledger import Ledger
@@ -25,7 +26,7 @@ QUERY_TIMEOUT = timedelta(seconds=20)
 
 
 def _refused(message: str) -> ApplicationError:
-    return ApplicationError(message, type="ForkSourceError", non_retryable=True)
+    return ApplicationError(message, type=ForkSourceError.__name__, non_retryable=True)
 
 
 class ForkActivities:

@@ -8,10 +8,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.testing import ActivityEnvironment
 
 from stratagem.activities.errors import as_application_error
+from stratagem.activities.forks import _refused
 from stratagem.common.errors import (
     NON_RETRYABLE_ERRORS,
     BudgetReachedError,
     CriteriaUnmetError,
+    ForkSourceError,
     NonRetryableToolError,
     ToolError,
     UnknownToolError,
@@ -19,7 +21,7 @@ from stratagem.common.errors import (
 from stratagem.common.workflow_errors import DecisionRefused, RunFailed
 from stratagem.models.base import ModelCallError
 from stratagem.workflows import messages
-from stratagem.workflows.activity_options import PLANNING_RETRY, step_retry
+from stratagem.workflows.activity_options import FORK_RETRY, PLANNING_RETRY, step_retry
 from stratagem.workflows.failures import cause_error
 
 pytestmark = pytest.mark.unit
@@ -85,3 +87,10 @@ def test_the_failures_a_run_reports_keep_their_wire_types() -> None:
 def test_an_activity_reports_an_error_under_the_type_its_policies_match(error, type_, non_retryable) -> None:
     failure = ActivityEnvironment().run(as_application_error, error)
     assert (failure.type, failure.non_retryable) == (type_, non_retryable)
+
+
+def test_a_fork_source_that_cannot_be_read_keeps_its_wire_type_and_is_not_retried() -> None:
+    refused = _refused("there is no run r-1 to fork from")
+    assert (refused.type, refused.non_retryable) == ("ForkSourceError", True)
+    assert refused.type == ForkSourceError.__name__
+    assert FORK_RETRY.non_retryable_error_types == ["ForkSourceError"]

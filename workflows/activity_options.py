@@ -16,7 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem.common.errors import NON_RETRYABLE_ERRORS
+    from stratagem.common.errors import NON_RETRYABLE_ERRORS, ForkSourceError
     from stratagem.domain import activity_io
     from stratagem.domain.plan import Step
     from stratagem.domain.run_types import RunOptions
@@ -44,7 +44,7 @@ NOTIFY_RETRY = RetryPolicy(maximum_attempts=8, maximum_interval=timedelta(minute
 # Reading a fork's source run (a describe and a query): a missing source fails at once.
 FORK_TIMEOUT = timedelta(minutes=1)
 FORK_RETRY = RetryPolicy(
-    maximum_attempts=5, maximum_interval=timedelta(seconds=10), non_retryable_error_types=["ForkSourceError"]
+    maximum_attempts=5, maximum_interval=timedelta(seconds=10), non_retryable_error_types=[ForkSourceError.__name__]
 )
 ARCHIVE_TIMEOUT = timedelta(minutes=1)
 ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))

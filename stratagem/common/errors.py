@@ -103,6 +103,12 @@ class CriteriaUnmetError(StratagemError):
     to work on it: the run replans (the `criteria_unmet` trigger) rather than retrying it as it was."""
 
 
+class ForkSourceError(StratagemError):
+    """A fork named a source run, or a revision of it, that cannot be read: no such run, not a
+    Stratagem run, no such revision. Reported by the fork activity under this name, which its retry
+    policy does not retry."""
+
+
 # Errors another attempt cannot fix: they fail a step (or the planning) at once. An activity
 # reports an error under its class's name (activities/errors.py), and a retry policy matches
 # that name, so the list Temporal is given is derived from the classes.
