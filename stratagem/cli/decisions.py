@@ -1,7 +1,11 @@
 """The commands that decide on a run: approve, reject, revise, answer, budget, the repairs
 (retry, skip, ask-again, stop), each sending its kind of decision (stratagem.domain.decisions.kinds),
 and cancel; who decides (`reviewer`) and the key they sign with (keygen); and reading the limits
-and answers a person types, shared with the questions asked at a terminal."""
+and answers a person types, shared with the questions asked at a terminal.
+
+Each deciding command's options are written beside its handler, and `DECIDING` gives both by the
+verb's name (stratagem.cli.parser_decisions adds them in the table's order), so a new kind's
+command is this file's alone."""
 
 from __future__ import annotations
 
@@ -10,11 +14,14 @@ import getpass
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import WorkflowExecutionStatus
 
 from stratagem.cli import render
+from stratagem.cli.arguments import positive
 from stratagem.cli.errors import CliError
 from stratagem.cli.listing import EXECUTION_STATUS
 from stratagem.cli.session import find_run, hosted_run, open_client, settings
@@ -83,6 +90,15 @@ def _call(args: argparse.Namespace) -> str | None:
     return args.call
 
 
+def approve_options(approve: argparse.ArgumentParser) -> None:
+    approve.add_argument("run_id")
+    approve.add_argument("--revision", type=int, help="refuse if the plan under review is not this revision")
+    approve.add_argument("--step", metavar="STEP_ID", help="approve this gated step instead of the plan")
+    approve.add_argument("--call", metavar="CALL_ID", help="with --step: approve this tool call of the llm step")
+    approve.add_argument("--by", metavar="NAME")
+    approve.add_argument("--comment", default="")
+
+
 async def cmd_approve(args: argparse.Namespace) -> int:
     decision = ApproveInput(
         by=reviewer(args), revision=args.revision, step_id=args.step, call_id=_call(args), comment=args.comment
@@ -107,6 +123,15 @@ async def cmd_approve(args: argparse.Namespace) -> int:
     return _done(args, run.id, outcome)
 
 
+def reject_options(reject: argparse.ArgumentParser) -> None:
+    reject.add_argument("run_id")
+    reject.add_argument("--reason", required=True)
+    reject.add_argument("--revision", type=int)
+    reject.add_argument("--step", metavar="STEP_ID")
+    reject.add_argument("--call", metavar="CALL_ID", help="with --step: reject this tool call (the step is told)")
+    reject.add_argument("--by", metavar="NAME")
+
+
 async def cmd_reject(args: argparse.Namespace) -> int:
     decision = RejectInput(
         by=reviewer(args), reason=args.reason, revision=args.revision, step_id=args.step, call_id=_call(args)
@@ -119,6 +144,17 @@ def json_option(text: str, option: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CliError(f"{option}: not JSON: {json_problem(exc)}") from None
+
+
+# The repairs of a run that waits after a failed step: run it again, skip it, ask again, or stop.
+
+
+def retry_options(retry: argparse.ArgumentParser) -> None:
+    retry.add_argument("run_id")
+    retry.add_argument("step_id")
+    retry.add_argument("--args", metavar="JSON", help="the tool step's new arguments, a JSON object")
+    retry.add_argument("--reason", default="")
+    retry.add_argument("--by", metavar="NAME")
 
 
 async def cmd_retry(args: argparse.Namespace) -> int:
@@ -134,6 +170,14 @@ async def cmd_retry(args: argparse.Namespace) -> int:
     return await _decide(args, kinds.REPAIR, decision)
 
 
+def skip_options(skip: argparse.ArgumentParser) -> None:
+    skip.add_argument("run_id")
+    skip.add_argument("step_id")
+    skip.add_argument("--output", required=True, metavar="JSON", help="the step's output, as JSON")
+    skip.add_argument("--reason", default="")
+    skip.add_argument("--by", metavar="NAME")
+
+
 async def cmd_skip(args: argparse.Namespace) -> int:
     output = json_option(args.output, "--output")
     decision = RepairInput(
@@ -142,9 +186,22 @@ async def cmd_skip(args: argparse.Namespace) -> int:
     return await _decide(args, kinds.REPAIR, decision)
 
 
+def ask_again_options(again: argparse.ArgumentParser) -> None:
+    again.add_argument("run_id")
+    again.add_argument("step_id", help="the human step whose answer a failed step used")
+    again.add_argument("--reason", default="")
+    again.add_argument("--by", metavar="NAME")
+
+
 async def cmd_ask_again(args: argparse.Namespace) -> int:
     decision = RepairInput(by=reviewer(args), action=RepairAction.ask_again, step_id=args.step_id, reason=args.reason)
     return await _decide(args, kinds.REPAIR, decision)
+
+
+def stop_options(stop: argparse.ArgumentParser) -> None:
+    stop.add_argument("run_id")
+    stop.add_argument("--reason", default="")
+    stop.add_argument("--by", metavar="NAME")
 
 
 async def cmd_stop(args: argparse.Namespace) -> int:
@@ -152,10 +209,26 @@ async def cmd_stop(args: argparse.Namespace) -> int:
     return await _decide(args, kinds.REPAIR, decision)
 
 
+def revise_options(revise: argparse.ArgumentParser) -> None:
+    revise.add_argument("run_id")
+    revise.add_argument("plan_file")
+    revise.add_argument("--revision", type=int, help="the revision your edit is based on")
+    revise.add_argument("--reason", default="")
+    revise.add_argument("--by", metavar="NAME")
+
+
 async def cmd_revise(args: argparse.Namespace) -> int:
     draft = load_plan_file(args.plan_file)
     decision = ReviseInput(by=reviewer(args), plan=draft, revision=args.revision, reason=args.reason)
     return await _decide(args, kinds.REVISE, decision)
+
+
+def answer_options(answer: argparse.ArgumentParser) -> None:
+    answer.add_argument("run_id")
+    answer.add_argument("step_id")
+    answer.add_argument("text")
+    answer.add_argument("--json-value", action="store_true", help="parse TEXT as JSON")
+    answer.add_argument("--by", metavar="NAME")
 
 
 async def cmd_answer(args: argparse.Namespace) -> int:
@@ -194,6 +267,19 @@ def parse_limits(text: str) -> dict[str, float]:
     return limits
 
 
+def budget_options(budget: argparse.ArgumentParser) -> None:
+    budget.add_argument("run_id")
+    budget.add_argument("--tokens", type=positive(int), metavar="N", help="new token limit (input + output)")
+    budget.add_argument("--cost", type=positive(float), metavar="USD", help="new cost limit in US dollars")
+    budget.add_argument("--calls", type=positive(int), metavar="N", help="new limit on model calls")
+    budget.add_argument(
+        "--seconds", type=positive(float), metavar="N", help="new wall-clock limit, from the run's start"
+    )
+    budget.add_argument("--stop", action="store_true", help="end the run instead (it must be waiting on its budget)")
+    budget.add_argument("--reason", default="")
+    budget.add_argument("--by", metavar="NAME")
+
+
 async def cmd_budget(args: argparse.Namespace) -> int:
     by = reviewer(args)
     if args.stop:
@@ -207,6 +293,21 @@ async def cmd_budget(args: argparse.Namespace) -> int:
             raise CliError("give a limit to raise (--tokens, --cost, --calls, --seconds) or --stop")
         decision = BudgetInput.model_validate({"by": by, "reason": args.reason or "", **limits})
     return await _decide(args, kinds.BUDGET, decision)
+
+
+Options = Callable[[argparse.ArgumentParser], None]
+# Each deciding command's handler and options, by its verb's name (stratagem.domain.decisions.kinds).
+DECIDING: dict[str, tuple[Callable[[argparse.Namespace], Any], Options]] = {
+    "approve": (cmd_approve, approve_options),
+    "reject": (cmd_reject, reject_options),
+    "revise": (cmd_revise, revise_options),
+    "answer": (cmd_answer, answer_options),
+    "budget": (cmd_budget, budget_options),
+    "retry": (cmd_retry, retry_options),
+    "skip": (cmd_skip, skip_options),
+    "ask-again": (cmd_ask_again, ask_again_options),
+    "stop": (cmd_stop, stop_options),
+}
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
