@@ -2,12 +2,18 @@
 refused signal is recorded instead of applied) and then applied to the run. The rules, what a
 decision may do and what it records, live in `stratagem.domain.decisions` and `stratagem.domain.repairs`; the
 handlers that receive them are `Messages`'. Workflow code: deterministic, no I/O.
+
+Each kind's method is marked `@decision(kind, check=...)`, which makes it the kind's row of
+`DECISIONS`: the rule that may refuse it and what applying it does. `Messages` registers every row's
+update, validator and signal, in the order the methods are written here (the order handlers were
+always registered in), so a new kind is written here and needs no edit there.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from temporalio import workflow
 
@@ -16,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.common.workflow_errors import DecisionRefused
     from stratagem.domain import decisions, repairs
     from stratagem.domain.decision_inputs import CallTarget, PlanTarget, RetryRepair, StepTarget
+    from stratagem.domain.decisions import Kind, kinds
     from stratagem.domain.ledger import EventKind, StepStatus
     from stratagem.domain.plan import Author, AuthorKind
     from stratagem.domain.run_levels import Change
@@ -42,6 +49,37 @@ from .progress import Progress
 from .steps import Steps
 
 Check = Callable[[RunState, Any], None]
+
+
+class DecisionMessages(NamedTuple):
+    """One kind of decision as the run receives it: its `kind` (stratagem.domain.decisions.kinds: the
+    update, validated first, and the signal, both taking the kind's input); `check` gives the rule
+    that may refuse it, `apply` what it does (with `via`, "update" or "signal")."""
+
+    kind: Kind
+    check: Callable[[Decider], Check]
+    apply: Callable[[Decider, Any, str], DecisionOutcome]
+
+
+# Every decision a run takes, one row per kind, in the order Decider's methods are written (the
+# order the handlers were always registered in). Names and inputs come from the table of kinds,
+# which the client sends by, so the two cannot disagree.
+DECISIONS: list[DecisionMessages] = []
+
+
+def decision(kind: Kind, *, check: Callable[[Decider], Check]) -> Callable[[Callable[..., DecisionOutcome]], Any]:
+    """Make a Decider method what `kind` does once `check` (given the decider) lets it through.
+    A method with a `via` parameter is told whether an update or a signal carried the decision."""
+
+    def register(method: Callable[..., DecisionOutcome]) -> Callable[..., DecisionOutcome]:
+        if "via" in inspect.signature(method).parameters:
+            apply: Callable[[Decider, Any, str], DecisionOutcome] = lambda d, x, via: method(d, x, via=via)  # noqa: E731
+        else:
+            apply = lambda d, x, _: method(d, x)  # noqa: E731
+        DECISIONS.append(DecisionMessages(kind, check, apply))
+        return method
+
+    return register
 
 
 class Decider:
@@ -119,6 +157,7 @@ class Decider:
 
     # ------------------------------------------------------------------ what each decision does
 
+    @decision(kinds.APPROVE, check=lambda _: decisions.check_approve)
     def approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
         state = self._state
         match decision.target:
@@ -133,6 +172,7 @@ class Decider:
                     self._progress.hold_memo()
         return decisions.outcome(state, "approved")
 
+    @decision(kinds.REJECT, check=lambda _: decisions.check_reject)
     def reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
         state = self._state
         match decision.target:
@@ -157,6 +197,7 @@ class Decider:
         self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
         return decisions.outcome(state, "rejected")
 
+    @decision(kinds.REVISE, check=lambda _: decisions.check_revise)
     def revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:
         state = self._state
         running = state.phase is Phase.running
@@ -174,6 +215,12 @@ class Decider:
             return decisions.outcome(state, f"revision {plan.revision} keeps the approval: no step changed")
         return decisions.outcome(state, f"revision {plan.revision} awaits approval")
 
+    @decision(kinds.ANSWER, check=lambda _: decisions.check_answer)
+    def answer(self, answer: AnswerInput) -> DecisionOutcome:
+        decisions.record_answer(self._state, answer, workflow.now())
+        return decisions.outcome(self._state, f"answer recorded for step '{answer.step_id}'")
+
+    @decision(kinds.REPAIR, check=lambda _: repairs.check_repair)
     def repair(self, decision: RepairInput, *, via: str) -> DecisionOutcome:
         state = self._state
         assert state.plan is not None, "a run waits for a repair only once it has a plan"
@@ -211,15 +258,12 @@ class Decider:
         if approved:
             repairs.approve_repair(state, decision, via=via, now=workflow.now())
 
-    def answer(self, answer: AnswerInput) -> DecisionOutcome:
-        decisions.record_answer(self._state, answer, workflow.now())
-        return decisions.outcome(self._state, f"answer recorded for step '{answer.step_id}'")
-
     def check_budget(self, state: RunState, decision: BudgetInput) -> None:
         now = workflow.now()
         started = state.started_at or now
         decisions.check_budget(state, decision, elapsed_seconds=(now - started).total_seconds())
 
+    @decision(kinds.BUDGET, check=lambda d: d.check_budget)
     def budget(self, decision: BudgetInput, *, via: str) -> DecisionOutcome:
         stop = decisions.apply_budget(
             self._state, decision, via=via, now=workflow.now(), still_used_up=self._budgets.used_up

@@ -3,22 +3,22 @@ repair, budget), each as an update with a validator and as a signal, and the que
 status, plan, ledger, pending decisions and events.
 
 Temporal requires the handlers on the workflow class, so this is `StratagemRun`'s one base class;
-what a decision does is `Decider`'s, and the rules it applies live in `stratagem.domain.decisions`. Wire
-names are the constants in `stratagem.domain.handlers`, shared with the client. Workflow code:
-deterministic, no I/O.
+what a decision does is `Decider`'s, whose `@decision` methods are the rows of `DECISIONS` registered
+here, and the rules it applies live in `stratagem.domain.decisions`. A decision's wire names are
+its kind's (stratagem.domain.decisions.kinds), a query's the constants in
+`stratagem.domain.handlers`, both shared with the client. Workflow code: deterministic, no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem.domain import decisions, handlers, repairs
+    from stratagem.domain import handlers
     from stratagem.domain.catalog import ToolCatalog
-    from stratagem.domain.decisions import Kind, kinds
     from stratagem.domain.ledger import Ledger
     from stratagem.domain.plan import Plan
     from stratagem.domain.run_types import (
@@ -31,32 +31,9 @@ with workflow.unsafe.imports_passed_through():
         StepCounts,
     )
 
-from .decider import Check, Decider, DecisionRefused
+from .decider import DECISIONS, Decider, DecisionMessages, DecisionRefused
 
 __all__ = ["DECISIONS", "DecisionMessages", "DecisionRefused", "Messages"]
-
-
-class DecisionMessages(NamedTuple):
-    """One kind of decision as the run receives it: its `kind` (stratagem.domain.decisions.kinds: the
-    update, validated first, and the signal, both taking the kind's input); `check` gives the rule
-    that may refuse it, `apply` what it does (with `via`, "update" or "signal")."""
-
-    kind: Kind
-    check: Callable[[Decider], Check]
-    apply: Callable[[Decider, Any, str], DecisionOutcome]
-
-
-# Every decision a run takes: a kind is one row (its rules live in stratagem.domain.decisions). Names
-# and inputs come from the table of kinds, which the client sends by, so the two cannot disagree;
-# the rows follow the order handlers were always registered in.
-DECISIONS = (
-    DecisionMessages(kinds.APPROVE, lambda _: decisions.check_approve, lambda d, x, via: d.approve(x, via=via)),
-    DecisionMessages(kinds.REJECT, lambda _: decisions.check_reject, lambda d, x, via: d.reject(x, via=via)),
-    DecisionMessages(kinds.REVISE, lambda _: decisions.check_revise, lambda d, x, via: d.revise(x, via=via)),
-    DecisionMessages(kinds.ANSWER, lambda _: decisions.check_answer, lambda d, x, _: d.answer(x)),
-    DecisionMessages(kinds.REPAIR, lambda _: repairs.check_repair, lambda d, x, via: d.repair(x, via=via)),
-    DecisionMessages(kinds.BUDGET, lambda d: d.check_budget, lambda d, x, via: d.budget(x, via=via)),
-)
 
 
 class _Run(Protocol):

@@ -24,7 +24,7 @@ from temporalio.worker import (
 from stratagem.common.signing import DecisionPolicy, Verdict
 from stratagem.common.workflow_errors import DecisionRefused
 from stratagem.domain import activity_io
-from stratagem.domain.handlers import DECISION_SIGNALS, DECISION_UPDATES
+from stratagem.domain.decisions.kinds import BY_SIGNAL, BY_UPDATE
 from stratagem.domain.roles import is_role_queue
 from stratagem.domain.run_types import DecisionInput, RunInput, start_digest
 
@@ -107,7 +107,7 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
         return verdict
 
     def handle_update_validator(self, input: HandleUpdateInput) -> None:
-        verdict = self._judge(input.update if input.update in DECISION_UPDATES else None, input.args)
+        verdict = self._judge(input.update if input.update in BY_UPDATE else None, input.args)
         if verdict is not None and verdict.refused:
             raise DecisionRefused(verdict.refused)
         super().handle_update_validator(input)
@@ -116,11 +116,12 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
 
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
         known = self._validated.pop(input.id, None)
-        self._judge(input.update if input.update in DECISION_UPDATES else None, input.args, known)
+        self._judge(input.update if input.update in BY_UPDATE else None, input.args, known)
         return await super().handle_update_handler(input)
 
     async def handle_signal(self, input: HandleSignalInput) -> None:
-        self._judge(DECISION_SIGNALS.get(input.signal), input.args)
+        kind = BY_SIGNAL.get(input.signal)
+        self._judge(kind.update if kind is not None else None, input.args)
         await super().handle_signal(input)
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:

@@ -1,8 +1,8 @@
 """The table of decision kinds: each decision people send a run (`KINDS`), and each thing a run
 waits for a person to decide (`WAITS`).
 
-A kind says how its decision travels (its update and signal: wire names from
-`stratagem.domain.handlers`, part of the contract with runs in flight, so they never change), what it
+A kind says how its decision travels (its update and signal: wire names, written here and nowhere
+else, part of the contract with runs in flight, so they never change), what it
 takes, which commands send it, what a run may be waiting for when it arrives, and who may send
 it. A wait says how it is put to people: in a notification, the console or the inbox
 (`waiting`), and at the terminal (`question`). Two tables, because the two do not line up: an
@@ -10,8 +10,9 @@ approval answers a plan, a step or a call, and a plan under review takes an appr
 rejection or a revision.
 
 What handles a decision by its kind reads it here instead of naming it again: `RunHandle` sends
-each kind's update, the CLI's deciding commands send theirs through it, and notifications and
-the terminal prompt word a wait through `WAITS`.
+each kind's update, the workflow registers it (workflows/decider.py) and the interceptors check
+its signature (`BY_UPDATE`, `BY_SIGNAL`), the CLI's deciding commands send theirs through it, and
+notifications and the terminal prompt word a wait through `WAITS`.
 """
 
 from __future__ import annotations
@@ -48,9 +49,8 @@ class Kind:
 
     name: str
     update: str
-    """The update that carries it (with a validator; the sender gets the outcome or the refusal)."""
-    signal: str
-    """The signal that carries it (fire-and-forget: a refused one is recorded, not applied)."""
+    """The update that carries it (with a validator; the sender gets the outcome or the refusal).
+    A wire name: runs in flight answer to the names they started with, so it never changes."""
     input: type[DecisionInput]
     verbs: tuple[Verb, ...]
     answers: tuple[DecisionKind, ...]
@@ -61,11 +61,16 @@ class Kind:
     (stratagem.common.signing): the signature covers its update's name."""
     description: str
 
+    @property
+    def signal(self) -> str:
+        """The signal that carries it (fire-and-forget: a refused one is recorded, not applied),
+        named after its update (stratagem.domain.handlers.signal_name)."""
+        return handlers.signal_name(self.update)
+
 
 APPROVE = Kind(
     name="approve",
-    update=handlers.APPROVE,
-    signal=handlers.signal_name(handlers.APPROVE),
+    update="approve",
     input=ApproveInput,
     verbs=(Verb("approve", "approve the plan awaiting review, or a gated step"),),
     answers=(DecisionKind.plan_approval, DecisionKind.step_approval, DecisionKind.tool_call_approval),
@@ -75,8 +80,7 @@ APPROVE = Kind(
 )
 REJECT = Kind(
     name="reject",
-    update=handlers.REJECT,
-    signal=handlers.signal_name(handlers.REJECT),
+    update="reject",
     input=RejectInput,
     verbs=(Verb("reject", "reject the plan (ending the run) or a gated step"),),
     answers=(DecisionKind.plan_approval, DecisionKind.step_approval, DecisionKind.tool_call_approval),
@@ -86,8 +90,7 @@ REJECT = Kind(
 )
 REVISE = Kind(
     name="revise",
-    update=handlers.REVISE,
-    signal=handlers.signal_name(handlers.REVISE),
+    update="revise",
     input=ReviseInput,
     verbs=(Verb("revise", "replace the plan with an edited plan file: under review, while it runs, or as a repair"),),
     answers=(DecisionKind.plan_approval, DecisionKind.repair),
@@ -96,8 +99,7 @@ REVISE = Kind(
 )
 ANSWER = Kind(
     name="answer",
-    update=handlers.ANSWER,
-    signal=handlers.signal_name(handlers.ANSWER),
+    update="answer",
     input=AnswerInput,
     verbs=(Verb("answer", "answer a human step"),),
     answers=(DecisionKind.human_answer,),
@@ -106,8 +108,7 @@ ANSWER = Kind(
 )
 BUDGET = Kind(
     name="budget",
-    update=handlers.BUDGET,
-    signal=handlers.signal_name(handlers.BUDGET),
+    update="budget",
     input=BudgetInput,
     verbs=(Verb("budget", "raise a run's budget, or stop a run that used it up"),),
     answers=(DecisionKind.budget,),
@@ -116,8 +117,7 @@ BUDGET = Kind(
 )
 REPAIR = Kind(
     name="repair",
-    update=handlers.REPAIR,
-    signal=handlers.signal_name(handlers.REPAIR),
+    update="repair",
     input=RepairInput,
     verbs=(
         Verb("retry", "repair: run a failed step again, with new arguments if given"),
