@@ -37,7 +37,6 @@ LOCAL_CATALOG_TIMEOUT = timedelta(seconds=10)
 LOCAL_CATALOG_RETRY = RetryPolicy(maximum_attempts=3)
 # A step's activity reports at least this often (or its own timeout, if shorter).
 HEARTBEAT_TIMEOUT = timedelta(seconds=30)
-# Moving routine events to the output store at a continue-as-new.
 # A notification: a few quick HTTP posts, retried for a while (a chat service may be down).
 NOTIFY_TIMEOUT = timedelta(seconds=30)
 NOTIFY_RETRY = RetryPolicy(maximum_attempts=8, maximum_interval=timedelta(minutes=1))
@@ -46,6 +45,7 @@ FORK_TIMEOUT = timedelta(minutes=1)
 FORK_RETRY = RetryPolicy(
     maximum_attempts=5, maximum_interval=timedelta(seconds=10), non_retryable_error_types=[ForkSourceError.__name__]
 )
+# Moving routine events to the output store at a continue-as-new.
 ARCHIVE_TIMEOUT = timedelta(minutes=1)
 ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))
 
