@@ -79,15 +79,16 @@ def test_the_workflows_handler_names_are_the_wire_contract():
     from temporalio.workflow import _Definition
 
     from stratagem.domain import handlers
+    from stratagem.domain.decisions import KINDS
     from stratagem.workflows import StratagemRun
 
     updates = {"approve", "reject", "revise", "answer", "budget", "repair"}
-    assert handlers.DECISION_UPDATES == updates
-    assert handlers.DECISION_SIGNALS == {f"{u}_signal": u for u in updates}
+    assert updates <= {kind.update for kind in KINDS}
+    assert {f"{u}_signal" for u in updates} <= {kind.signal for kind in KINDS}
     definition = _Definition.from_class(StratagemRun)
     assert definition is not None
     assert updates <= set(definition.updates)
-    assert set(handlers.DECISION_SIGNALS) <= set(definition.signals)
+    assert {f"{u}_signal" for u in updates} <= set(definition.signals)
     assert (
         {handlers.STATUS, handlers.PLAN, handlers.LEDGER, handlers.PENDING, handlers.EVENTS, handlers.CATALOG}
         == {"status", "plan", "ledger", "pending", "events", "catalog"}

@@ -9,27 +9,11 @@ a new kind adds nothing here."""
 
 from __future__ import annotations
 
-# The six decisions that shipped before the table of kinds carried their names: each an update
-# (with a validator, answering with an outcome) and a signal of the same name plus "_signal"
-# (fire-and-forget, for tools that can only signal). Nothing in the package reads these any more;
-# they stay, unchanged, for the tests that pin the wire names runs in flight answer to
-# (tests/test_public_api.py, tests/test_decision_kinds.py) and the tests' signing helper, and for
-# callers that imported them.
-APPROVE = "approve"
-REJECT = "reject"
-REVISE = "revise"
-ANSWER = "answer"
-BUDGET = "budget"
-REPAIR = "repair"
-DECISION_UPDATES = frozenset({APPROVE, REJECT, REVISE, ANSWER, BUDGET, REPAIR})
-
 
 def signal_name(update: str) -> str:
     """The signal that carries the same decision as `update`."""
     return f"{update}_signal"
 
-
-DECISION_SIGNALS = {signal_name(update): update for update in DECISION_UPDATES}
 
 # Queries.
 STATUS = "status"
