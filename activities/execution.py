@@ -231,22 +231,16 @@ def _key(run_id: str, step_id: str) -> str:
 
 
 def _materialized(request: activity_io.LlmStepInput, store: OutputStore) -> activity_io.LlmStepInput:
-    """The request with stored inputs loaded and deferred references resolved."""
-    _, instructions = _deferred_references(store, {}, request.instructions, request.references)
+    """The request with stored inputs loaded and deferred references resolved: the workflow
+    resolves them itself when every output they name is in its ledger; otherwise it sends the
+    outputs named, and they are resolved here, where the store is read."""
+    match request.instructions_given:
+        case activity_io.ResolvedInstructions(text):
+            instructions = text
+        case activity_io.TemplateInstructions(template, outputs):
+            _, instructions = resolve_step({}, template, hydrate(store, outputs))
     inputs = hydrate(store, request.inputs)
     return request.model_copy(update={"inputs": inputs, "instructions": instructions, "references": None})
-
-
-def _deferred_references(
-    store: OutputStore, args: dict[str, Any], instructions: str, references: dict[str, Any] | None
-) -> tuple[dict[str, Any], str]:
-    """A step's arguments and instructions as its tool or executor gets them, stored values loaded.
-    `references` is None when the workflow resolved them already (every output they name was in
-    its ledger); otherwise they are the outputs named, and resolved here, where the store is read."""
-    args = hydrate(store, args)
-    if references is None:
-        return args, instructions
-    return resolve_step(args, instructions, hydrate(store, references))
 
 
 def _transcript(store: OutputStore, key: str, progress: ExecutorProgress) -> dict[str, Any] | None:

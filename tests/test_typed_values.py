@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from activities.execution import _materialized
 from stratagem.common.errors import DecisionRefusedError
-from stratagem.domain.activity_io import ResolvedArgs, TemplateArgs, ToolStepInput
+from stratagem.domain.activity_io import (
+    LlmStepInput,
+    ResolvedArgs,
+    ResolvedInstructions,
+    TemplateArgs,
+    TemplateInstructions,
+    ToolStepInput,
+)
 from stratagem.domain.decision_inputs import (
     AskAgainRepair,
     CallTarget,
@@ -16,7 +24,9 @@ from stratagem.domain.decision_inputs import (
     StepTarget,
     StopRepair,
 )
+from stratagem.domain.plan import Step
 from stratagem.domain.run_types import ApproveInput, RejectInput, RepairAction, RepairInput
+from stratagem.io.store import FileStore, externalize
 
 pytestmark = pytest.mark.unit
 
@@ -52,3 +62,18 @@ def test_a_tool_steps_arguments_say_whether_they_are_resolved():
     assert ToolStepInput(**fields, args={"x": 1}).arguments == ResolvedArgs({"x": 1})
     deferred = ToolStepInput(**fields, args={"x": "${a}"}, references={"a": {"stored": 1}})
     assert deferred.arguments == TemplateArgs({"x": "${a}"}, {"a": {"stored": 1}})
+
+
+def test_an_llm_steps_instructions_say_whether_they_are_resolved_and_a_template_is_resolved_from_the_store(tmp_path):
+    step = Step(id="s", title="Summarise", kind="llm", instructions="Summarise ${a.text}")
+    fields = {"run_id": "r", "revision": 1, "step": step, "model": "scripted"}
+    resolved = LlmStepInput(**fields, instructions="Summarise the figures")
+    assert resolved.instructions_given == ResolvedInstructions("Summarise the figures")
+    store = FileStore(tmp_path)
+    stored = externalize(store, "runs/r/a", {"text": "x" * 64}, limit=8)
+    assert "$stored" in stored  # the output the template names is only in the store
+    deferred = LlmStepInput(**fields, instructions="Summarise ${a.text}", references={"a": stored})
+    assert deferred.instructions_given == TemplateInstructions("Summarise ${a.text}", {"a": stored})
+    ready = _materialized(deferred, store)
+    assert (ready.instructions, ready.references) == ("Summarise " + "x" * 64, None)
+    assert deferred.model_dump(mode="json")["references"] == {"a": stored}  # the wire stays flat

@@ -85,6 +85,25 @@ class TemplateArgs:
 ToolArgs = ResolvedArgs | TemplateArgs
 
 
+@dataclass(frozen=True)
+class ResolvedInstructions:
+    """An llm step's instructions as its executor takes them: the workflow resolved every reference."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class TemplateInstructions:
+    """An llm step's instructions that still hold references to outputs the workflow only has in the
+    store: the activity loads `outputs` and resolves `template` with them."""
+
+    template: str
+    outputs: dict[str, Any]
+
+
+Instructions = ResolvedInstructions | TemplateInstructions
+
+
 class ToolStepInput(CompactModel):
     """A tool step to run. Its arguments travel flat (`args`, and `references` when they are not
     resolved yet), as they always have; `arguments` reads them as one or the other."""
@@ -138,7 +157,7 @@ class LlmStepInput(CompactModel):
     execution_id: str = ""
     revision: int
     step: Step
-    instructions: str = Field(description="The step's instructions with references resolved.")
+    instructions: str = Field(description="The step's instructions: resolved, or a template when `references` is set.")
     inputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the steps it depends on.")
     model: str
     max_rounds: int = Field(default=12, ge=1, description="Model calls the step may make.")
@@ -172,6 +191,14 @@ class LlmStepInput(CompactModel):
     fallbacks: dict[str, list[str]] = Field(
         default_factory=dict, description="For the step's models (executor, verifier): who answers when they cannot."
     )
+
+    @property
+    def instructions_given(self) -> Instructions:
+        """The instructions, read as resolved or as a template with the outputs it needs; they travel
+        flat (`instructions`, and `references` when not resolved yet), as they always have."""
+        if self.references is None:
+            return ResolvedInstructions(self.instructions)
+        return TemplateInstructions(self.instructions, self.references)
 
 
 class StepOutput(CompactModel):
