@@ -23,7 +23,8 @@ from support.hosts import serving
 from stratagem.common.errors import ToolArgumentsError, ToolError
 from stratagem.tools.builtin import csv_rows, guard
 from stratagem.tools.builtin.allowlist import check_allowed, http_allowlist
-from stratagem.tools.registry import ToolContext, ToolRegistry
+from stratagem.tools.definition import ToolContext
+from stratagem.tools.registry import ToolRegistry
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from stratagem.common.errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
 from stratagem.domain.plan import Risk
 from stratagem.tools import ToolContext, ToolDefinition, ToolRegistry, idempotency_key, tool
-from stratagem.tools.registry import define_tool
+from stratagem.tools.definition import define_tool
 
 pytestmark = pytest.mark.unit
 

@@ -41,7 +41,8 @@ from stratagem.domain.usage import CallUsage
 from stratagem.io.verifier import Verifier
 from stratagem.models.base import Message, Model, ModelRequest, ModelResponse, Purpose, ToolCall, redact
 from stratagem.models.budgeted import CallBudget
-from stratagem.tools.registry import ToolContext, ToolRegistry
+from stratagem.tools.definition import ToolContext
+from stratagem.tools.registry import ToolRegistry
 
 EXECUTOR_PROMPT = """You are an executor in a business-process engine. Carry out exactly one step of an
 approved plan. Do only what the step asks.
