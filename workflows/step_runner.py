@@ -176,6 +176,8 @@ class StepRunner:
     # ------------------------------------------------------------------ the activity
 
     async def _run_activity(self, step: Step, record: StepRecord, revision: int, paused: PausedCall | None) -> bool:
+        if paused is None and not self._waits.approved_as_shown(step):
+            return True  # asked again, with what it would run now
         inputs = self._inputs(step, record, revision)
         if inputs is None:
             return False

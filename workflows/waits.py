@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.domain.references import resolve_step
     from stratagem.domain.run_levels import Change
     from stratagem.domain.run_types import ApproveInput, DecisionKind, PausedCall, RunState
+    from stratagem.domain.step_preview import StepPreview, preview
     from stratagem.domain.stored import describe, is_stored
 
 from .budgets import Budgets
@@ -75,15 +76,51 @@ class Waits:
         state, control = self._state, self._control
         assert state.plan is not None
         if step.id not in state.step_approvals:
+            shown = None
+            if has(state, Change.RESOLVED_GATES):
+                shown = self._preview(step)
+                if shown is None:
+                    return False  # a reference names nothing: the step failed, nothing was asked
             if state.options.auto_approve:
-                control.decide_step(
-                    ApproveInput(by="auto_approve", step_id=step.id, comment="auto_approve"), via="auto"
-                )
+                auto = ApproveInput(by="auto_approve", step_id=step.id, comment="auto_approve")
+                if shown is not None:
+                    state.approved_digests[step.id] = shown.digest
+                control.decide_step(auto, via="auto")
             else:
-                decisions.request_step_approval(state, step, workflow.now())
+                decisions.request_step_approval(state, step, workflow.now(), shown)
                 await self.park(step.id, lambda: step.id in state.step_approvals or control.stopping)
                 decisions.remove_pending(state, step.id)
         return state.step_approvals.get(step.id, False) and not control.stopping
+
+    def _preview(self, step: Step) -> StepPreview | None:
+        """What the step will run, from the outputs before it (they are final: its dependencies
+        succeeded). None if a reference names nothing: the step failed, as it would at dispatch."""
+        try:
+            return preview(step, self._state.ledger.outputs())
+        except ReferenceResolutionError as exc:
+            assert self._state.plan is not None
+            record = self._state.ledger.steps[step.id]
+            self._steps.started(record, self._state.plan.revision)
+            self._steps.failed(record, str(exc), attempts=0)
+            return None
+
+    def approved_as_shown(self, step: Step) -> bool:
+        """Level 8, at dispatch: whether a gated step runs exactly what its approval was shown. If
+        not (a revision kept its approval but an input it reads changed, a repair re-ran one), its
+        approval is dropped and it is asked again, with what it would now run."""
+        state = self._state
+        approved = state.approved_digests.get(step.id)
+        if approved is None or not has(state, Change.RESOLVED_GATES) or not self._gated(step):
+            return True
+        try:
+            now = preview(step, state.ledger.outputs()).digest
+        except ReferenceResolutionError:
+            return True  # the dispatch fails the step on it, and nothing runs
+        if now == approved:
+            return True
+        state.step_approvals.pop(step.id, None)
+        state.approved_digests.pop(step.id, None)
+        return False
 
     async def _call_decided(self, step: Step, paused: PausedCall) -> bool:
         """An llm step paused on a tool call: wait for a person's decision on it. False if the run

@@ -104,7 +104,8 @@ class ApproveInput(DecisionInput):
         default=None,
         max_length=64,
         description="A tool call's approval: the digest of the arguments shown (PendingDecision.call.digest); "
-        "refused as stale if the call waiting differs.",
+        "a gated step's: the digest of what it will run (PendingDecision.preview.digest). Refused as stale if "
+        "what waits differs.",
     )
     comment: str = Field(default="", max_length=TEXT_LIMIT)
 

@@ -23,7 +23,7 @@ from typing import Protocol
 
 # The level this code stamps on the runs it starts (stratagem.client.start_run) and the highest
 # it runs: a worker fails the workflow tasks of a run above it until a newer worker takes them.
-RUN_LEVEL = 7
+RUN_LEVEL = 8
 
 
 class Change(Enum):
@@ -69,6 +69,8 @@ class Change(Enum):
     FORK_OUTPUTS_SHOWN = 7, None, "a fork's plan approval carries the outputs the approver saw"
     CALL_APPROVAL_BOUND = 7, None, "a tool call's approval is bound to the digest of its arguments"
     ANSWERS_BY_APPROVERS = 7, None, "answers are held to the run's approver list"
+    # Level 8: approvers see what will run (issue #38).
+    RESOLVED_GATES = 8, None, "a gated step is asked with what will run, and runs only with what was approved"
 
 
 class Leveled(Protocol):

@@ -16,6 +16,7 @@ from stratagem.domain.compact import CompactModel
 from stratagem.domain.ledger import Ledger
 from stratagem.domain.plan import Plan
 from stratagem.domain.run_options import RunOptions
+from stratagem.domain.step_preview import StepPreview
 
 
 class Fork(BaseModel):
@@ -77,6 +78,11 @@ class PendingDecision(CompactModel):
         default_factory=list,
         description="A repair's: the human steps whose question may be asked again (RepairAction.ask_again).",
     )
+    preview: StepPreview | None = Field(
+        default=None,
+        description="A step approval's (level 8): what the step will run, credentials masked, and the digest an "
+        "approval is bound to.",
+    )
 
 
 class PausedCall(CompactModel):
@@ -103,6 +109,11 @@ class RunState(BaseModel):
     pending: list[PendingDecision] = Field(default_factory=list)
     step_approvals: dict[str, bool] = Field(
         default_factory=dict, description="Gated steps decided for the current revision: True approved, False rejected."
+    )
+    approved_digests: dict[str, str] = Field(
+        default_factory=dict,
+        description="Level 8: the digest of what each approved gated step was shown with (StepPreview.digest); "
+        "a step whose digest differs when it is dispatched is asked again.",
     )
     answers: dict[str, Any] = Field(default_factory=dict, description="Human answers not yet consumed by their step.")
     planner_calls: int = 0

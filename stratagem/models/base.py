@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, Protocol
 
@@ -30,6 +29,8 @@ from stratagem.common.errors import ModelConfigError
 from stratagem.common.errors import ModelRequestError as ModelRequestError  # likewise
 from stratagem.common.telemetry import model_call_span, record_response
 from stratagem.domain.catalog import ToolSpec
+from stratagem.domain.redaction import redact as redact  # where every model error message is masked
+from stratagem.domain.redaction import without_secrets as without_secrets
 from stratagem.domain.usage import Usage
 
 
@@ -178,37 +179,6 @@ class TracedModel:
 
 def known_providers() -> list[str]:
     return sorted(_providers)
-
-
-# Shapes of provider API keys, so a key echoed back by a server never reaches a message.
-# What credentials look like: provider keys (OpenAI, Anthropic, Mailgun-style), GitHub, Slack,
-# AWS access key ids, JWTs, PEM private keys, and the value after "Bearer"/"Basic" or after a
-# credential-like name ("api_key=...", "password: ..."). Matched text becomes "[redacted]".
-_KEY_SHAPES = re.compile(
-    r"\b(?:sk-[A-Za-z0-9_\-*]{6,}|sk-ant-[A-Za-z0-9_\-*]{6,}|key-[A-Za-z0-9]{16,}"
-    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}"
-    r"|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
-    re.DOTALL,
-)
-_KEY_AFTER = re.compile(
-    r"(?i)(\b(?:bearer|basic)\s+|\b(?:api[_-]?key|apikey|access[_-]?token|secret|password|passwd|auth)"
-    r"[\"']?\s*[:=]\s*[\"']?)([^\s\"',;&]{6,})"
-)
-
-
-def without_secrets(text: str, secrets: Iterable[str | None]) -> str:
-    """`text` with each of `secrets` (the values themselves, four characters or more) masked."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    return text
-
-
-def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """`text` without any of `secrets` and without anything shaped like an API key."""
-    text = _KEY_SHAPES.sub("[redacted]", without_secrets(text, secrets))
-    return _KEY_AFTER.sub(lambda m: m.group(1) + "[redacted]", text)
 
 
 DEFAULT_REQUEST_TIMEOUT = 120.0

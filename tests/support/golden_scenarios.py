@@ -300,6 +300,28 @@ async def ask_again(h: Harness) -> list:
     return [run]
 
 
+async def resolved_gate(h: Harness) -> list:
+    """Level 8: a gated step is asked once its input is answered, with its arguments resolved, and
+    approved with the digest of what was shown."""
+    plan = {
+        "goal": "pay who is named",
+        "steps": [
+            {"id": "payee", "title": "Who is paid?", "kind": "human", "instructions": "Name the payee."},
+            {**step("pay", "record", ["payee"], label="pay ${payee}"), "risk": "high"},
+        ],
+    }
+    run = await h.start(plan)
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+    await run.answer(AnswerInput(step_id="payee", answer="acme", by="alice"))
+    status = await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    [shown] = [p.preview for p in status.pending if p.preview is not None]
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=shown.digest))
+    await run.result()
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -315,4 +337,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "fork": fork,
     "checked": checked,
     "ask_again": ask_again,
+    "resolved_gate": resolved_gate,
 }

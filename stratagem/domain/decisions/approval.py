@@ -10,7 +10,7 @@ from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.decision_inputs import CallTarget, PlanTarget, StepTarget
 from stratagem.domain.decisions.call_approval import check_call_digest, pending_call
 from stratagem.domain.decisions.common import check_approver, check_open, check_revision, pending_for
-from stratagem.domain.decisions.step_approval import check_step_approver
+from stratagem.domain.decisions.step_approval import check_step_approver, check_step_digest
 from stratagem.domain.run_levels import Change, reached
 from stratagem.domain.run_types import ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, RunState
 
@@ -25,6 +25,8 @@ def check_approve(state: RunState, decision: ApproveInput) -> None:
         and waiting.call.digest
     ):
         check_call_digest(decision, waiting.call.digest)
+    elif waiting is not None and waiting.preview is not None and reached(state, Change.RESOLVED_GATES):
+        check_step_digest(decision, waiting.preview)
 
 
 def check_reject(state: RunState, decision: RejectInput) -> None:
@@ -34,7 +36,7 @@ def check_reject(state: RunState, decision: RejectInput) -> None:
 
 
 def _check_target(state: RunState, decision: ApproveInput | RejectInput) -> PendingDecision | None:
-    """The checks an approval and a rejection share; returns the tool call waiting, for a call."""
+    """The checks an approval and a rejection share; returns what waits, for a call or a step."""
     check_open(state)
     check_approver(state, decision.by)
     check_revision(state, decision.revision)
@@ -46,9 +48,11 @@ def _check_target(state: RunState, decision: ApproveInput | RejectInput) -> Pend
             check_step_approver(state, decision.by, step_id)
             return waiting
         case StepTarget(step_id):
-            if pending_for(state, DecisionKind.step_approval, step_id) is None:
+            waiting = pending_for(state, DecisionKind.step_approval, step_id)
+            if waiting is None:
                 raise DecisionRefusedError(f"step '{step_id}' is not waiting for approval")
             check_step_approver(state, decision.by, step_id)
+            return waiting
         case PlanTarget():
             if state.phase is not Phase.awaiting_approval:
                 raise DecisionRefusedError(f"no plan is waiting for approval (the run is {state.phase.value})")

@@ -17,6 +17,7 @@ from stratagem.domain.ledger_events import data_model
 from stratagem.domain.plan import Plan, Step
 from stratagem.domain.risk import effective_risk
 from stratagem.domain.run_types import ApproveInput, DecisionKind, PendingDecision, RejectInput, RunState
+from stratagem.domain.step_preview import StepPreview
 
 
 def step_approvers(state: RunState, step_id: str) -> list[str] | None:
@@ -59,8 +60,9 @@ def kept_step_approvals(
     }
 
 
-def request_step_approval(state: RunState, step: Step, now: datetime) -> None:
-    """Ask for a gated step's approval, unless a continue-as-new carried the request here."""
+def request_step_approval(state: RunState, step: Step, now: datetime, preview: StepPreview | None = None) -> None:
+    """Ask for a gated step's approval, unless a continue-as-new carried the request here. From
+    level 8 the request carries what the step will run (`preview`), and an approval is bound to it."""
     assert state.plan is not None
     if pending_for(state, DecisionKind.step_approval, step.id) is not None:
         return
@@ -71,6 +73,7 @@ def request_step_approval(state: RunState, step: Step, now: datetime) -> None:
             since=now,
             step_id=step.id,
             prompt=f"approve step '{step.id}' ({step.title}), risk {effective_risk(step, state.catalog).value}",
+            preview=preview,
         )
     )
     state.ledger.record(EventKind.step_awaiting_approval, now, revision=state.plan.revision, step_id=step.id)
@@ -111,9 +114,24 @@ def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: s
     """Approve or reject one gated step. A rejection returns why the run must stop."""
     assert decision.step_id is not None
     kinds = (EventKind.step_approved, EventKind.step_rejected)
+    waiting = pending_for(state, DecisionKind.step_approval, decision.step_id)
     approved, comment = decide_on_step(state, decision, kinds, via=via, now=now)
     state.step_approvals[decision.step_id] = approved
+    if approved and waiting is not None and waiting.preview is not None:
+        # What this approval lets run: the step is asked again if it would run anything else.
+        state.approved_digests[decision.step_id] = waiting.preview.digest
     return None if approved else Stop(f"step '{decision.step_id}' rejected by {decision.by}: {comment}")
+
+
+def check_step_digest(decision: ApproveInput, preview: StepPreview) -> None:
+    """A step approval that names a digest approves exactly what it was shown: if what the step
+    will run changed since (a revision, a repaired input), the approval is refused as stale. One
+    that names none approves what waits when it arrives (callers of the API that show nothing)."""
+    if decision.digest is not None and decision.digest != preview.digest:
+        raise DecisionRefusedError(
+            f"step '{decision.step_id}' changed since it was shown (digest {decision.digest[:12]}... was shown, "
+            f"{preview.digest[:12]}... waits): look at it again"
+        )
 
 
 def waiting(pending: PendingDecision) -> str:
@@ -122,5 +140,8 @@ def waiting(pending: PendingDecision) -> str:
 
 
 def question(pending: PendingDecision) -> str:
-    """The question a person is asked at the terminal (before the choices)."""
-    return f"{pending.prompt}?"
+    """The question a person is asked at the terminal (before the choices), with what will run."""
+    if pending.preview is None:
+        return f"{pending.prompt}?"
+    shown = "\n".join(f"  {line}" for line in pending.preview.lines())
+    return f"{pending.prompt}, to run:\n{shown}\n  (digest {pending.preview.digest[:12]}...)\napprove it?"

@@ -1,0 +1,90 @@
+"""Resolved arguments at every gate (issue #38, item 1), on the time-skipping server: a gated step
+is asked with what it will run (references filled, credentials masked), an approval is bound to
+the digest of what was shown, and one shown something else is refused as stale. The fixture
+tools' own counter (calls.jsonl, written when the tool runs) proves what ran.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.plan import PlanDraft
+from stratagem.domain.run_levels import RUN_LEVEL
+from stratagem.domain.run_types import AnswerInput, ApproveInput, Phase, ReviseInput
+
+pytestmark = pytest.mark.workflow
+
+KEY = "sk-live" + "1234567890abcdefgh"  # shaped like a provider key; split so no scanner flags the file
+
+PAY = {
+    "goal": "pay who the finance lead names",
+    "steps": [
+        {"id": "payee", "title": "Who is paid?", "kind": "human", "instructions": "Name the payee."},
+        {
+            "id": "pay",
+            "title": "Pay the vendor",
+            "tool": "record",
+            "args": {"label": "pay ${payee} 1200 EUR"},
+            "depends_on": ["payee"],
+            "risk": "high",
+        },
+    ],
+}
+
+
+async def _at_the_gate(harness, plan=PAY):
+    run = await harness.start(plan, approvers=["dana"])
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["payee"])
+    await run.answer(AnswerInput(step_id="payee", answer="acme", by="dana"))
+    status = await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["pay"])
+    return run, status.pending[0]
+
+
+async def test_a_gated_step_is_asked_with_its_resolved_arguments_and_runs_exactly_them(harness):
+    run, waiting = await _at_the_gate(harness)
+    assert RUN_LEVEL >= 8
+    assert waiting.preview is not None
+    assert waiting.preview.tool == "record"
+    assert waiting.preview.args == {"label": "pay acme 1200 EUR"}  # not "${payee}"
+    assert "record(" in waiting.preview.lines()[0] and '"pay acme 1200 EUR"' in waiting.preview.lines()[1]
+    assert len(waiting.preview.digest) == 64
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=waiting.preview.digest))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == ["pay acme 1200 EUR"]
+
+
+async def test_an_approval_shown_other_arguments_is_refused_as_stale_and_nothing_runs(harness):
+    run, waiting = await _at_the_gate(harness)
+    assert waiting.preview is not None
+    shown = waiting.preview.digest
+    # While the approver looks, someone revises the amount.
+    draft = PlanDraft.model_validate(
+        PAY | {"steps": [PAY["steps"][0], PAY["steps"][1] | {"args": {"label": "pay ${payee} 9900 EUR"}}]}
+    )
+    await run.revise(ReviseInput(by="dana", plan=draft, reason="more"))
+    await harness.wait_for(run, lambda s: any(p.kind.value == "plan_approval" for p in s.pending))
+    await run.approve(ApproveInput(by="dana", revision=2))
+    status = await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["pay"])
+    now = status.pending[0].preview
+    assert now is not None and now.args == {"label": "pay acme 9900 EUR"} and now.digest != shown
+    with pytest.raises(DecisionRefusedError, match="changed since it was shown") as refused:
+        await run.approve(ApproveInput(by="dana", step_id="pay", digest=shown))
+    assert "\n" not in str(refused.value)
+    assert harness.calls() == []  # nothing ran with arguments nobody was shown
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=now.digest))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == ["pay acme 9900 EUR"]
+
+
+async def test_credentials_are_masked_in_what_is_shown_but_bound_in_the_digest(harness):
+    plan = PAY | {"steps": [PAY["steps"][0], PAY["steps"][1] | {"args": {"label": f"pay ${{payee}} key {KEY}"}}]}
+    run, waiting = await _at_the_gate(harness, plan)
+    assert waiting.preview is not None and waiting.preview.args is not None
+    assert KEY not in waiting.preview.model_dump_json()
+    assert waiting.preview.args == {"label": "pay acme key [redacted]"}
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=waiting.preview.digest))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == [f"pay acme key {KEY}"]
