@@ -29,7 +29,7 @@ from stratagem.common.config import stratagem_home
 from stratagem.common.errors import ConfigError
 from stratagem.common.signing import SIGNING_KEY_ENV, Keyring, Signer
 from stratagem.domain.answers import json_problem
-from stratagem.domain.decision_inputs import CallTarget
+from stratagem.domain.decision_inputs import CallTarget, StepTarget
 from stratagem.domain.decisions import Kind, kinds
 from stratagem.domain.run_types import (
     AnswerInput,
@@ -104,6 +104,8 @@ async def cmd_approve(args: argparse.Namespace) -> int:
         by=reviewer(args), revision=args.revision, step_id=args.step, call_id=_call(args), comment=args.comment
     )
     call = decision.target
+    if isinstance(call, StepTarget):
+        return await _approve_step(args, decision)
     if not isinstance(call, CallTarget):
         return await _decide(args, kinds.APPROVE, decision)
     async with hosted_run(args.run_id) as run:
@@ -119,6 +121,21 @@ async def cmd_approve(args: argparse.Namespace) -> int:
             # The approval names the arguments it approves, shown here in full (folded, never cut).
             render.note(f"approving {waiting.tool}({waiting.arguments})", json_mode=args.json)
             decision.digest = waiting.digest or None
+        outcome = await run.decide(kinds.APPROVE, decision)
+    return _done(args, run.id, outcome)
+
+
+async def _approve_step(args: argparse.Namespace, decision: ApproveInput) -> int:
+    """A gated step is approved as it was shown: what it will run, printed here in full (folded,
+    never cut), and the digest of it, which the run compares with what waits when it decides."""
+    async with hosted_run(args.run_id) as run:
+        waiting = next(
+            (p.preview for p in await run.pending() if p.step_id == decision.step_id and p.preview is not None), None
+        )
+        if waiting is not None:
+            shown = "\n  ".join(waiting.lines())
+            render.note(f"approving step '{decision.step_id}', to run:\n  {shown}", json_mode=args.json)
+            decision.digest = waiting.digest
         outcome = await run.decide(kinds.APPROVE, decision)
     return _done(args, run.id, outcome)
 

@@ -183,7 +183,9 @@ async def respond(
                 render.console.print("please answer a, r, e or l")
         elif pending.kind is DecisionKind.step_approval:
             if choice.startswith("y"):
-                await run.approve(ApproveInput(by=by, step_id=pending.step_id))
+                # Bound to what was shown above: if the step would now run anything else, the run refuses it.
+                digest = pending.preview.digest if pending.preview is not None else None
+                await run.approve(ApproveInput(by=by, step_id=pending.step_id, digest=digest))
             elif choice.startswith("n"):
                 await run.reject(RejectInput(by=by, step_id=pending.step_id, reason=await _reason(prompter)))
             elif choice.startswith("l"):

@@ -205,7 +205,12 @@ def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] 
             f"stratagem approve {run_id} --revision {pending.revision}  (or reject / revise)"
         )
     if pending.kind.value == "step_approval":
-        return f"step '{pending.step_id}' waits for approval: stratagem approve {run_id} --step {pending.step_id}"
+        hint = f"step '{pending.step_id}' waits for approval: stratagem approve {run_id} --step {pending.step_id}"
+        if pending.preview is None:
+            return hint
+        # Every value it will run with, in full: the console folds long lines, nothing cuts them.
+        shown = "".join(f"\n  {line}" for line in pending.preview.lines())
+        return f"{hint}\n  it will run:{shown}\n  (digest {pending.preview.digest[:12]}...)"
     if pending.kind.value == "tool_call_approval" and pending.call is not None:
         call = f"--step {pending.step_id} --call {pending.call.call_id}"
         return (

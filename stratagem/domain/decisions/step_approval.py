@@ -143,5 +143,6 @@ def question(pending: PendingDecision) -> str:
     """The question a person is asked at the terminal (before the choices), with what will run."""
     if pending.preview is None:
         return f"{pending.prompt}?"
-    shown = "\n".join(f"  {line}" for line in pending.preview.lines())
-    return f"{pending.prompt}, to run:\n{shown}\n  (digest {pending.preview.digest[:12]}...)\napprove it?"
+    # What will run comes first, so the question itself stays the last line, next to its choices.
+    shown = "".join(f"  {line}\n" for line in pending.preview.lines())
+    return f"step '{pending.step_id}' will run:\n{shown}  (digest {pending.preview.digest[:12]}...)\n{pending.prompt}?"
