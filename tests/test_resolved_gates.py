@@ -7,6 +7,7 @@ tools' own counter (calls.jsonl, written when the tool runs) proves what ran.
 from __future__ import annotations
 
 import pytest
+from support.webhooks import Receiver
 
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.plan import PlanDraft
@@ -88,3 +89,29 @@ async def test_credentials_are_masked_in_what_is_shown_but_bound_in_the_digest(h
     await run.approve(ApproveInput(by="dana", step_id="pay", digest=waiting.preview.digest))
     assert (await run.result()).status is Phase.succeeded
     assert [c["label"] for c in harness.calls()] == [f"pay acme key {KEY}"]
+
+
+async def test_a_notification_shows_what_the_gated_step_will_run_in_full(harness, monkeypatch):
+    hook = Receiver()
+    monkeypatch.setenv("STRATAGEM_NOTIFY_SLACK_URL", hook.url + "/slack")
+    monkeypatch.setenv("STRATAGEM_NOTIFY_WEBHOOK_URL", hook.url + "/hook")
+    memo = "for the October retainer, invoice 2026-118; " * 20  # past the 500 characters a prompt is cut to
+    plan = PAY | {"steps": [PAY["steps"][0], PAY["steps"][1] | {"args": {"label": "pay ${payee} " + memo}}]}
+    try:
+        run, waiting = await _at_the_gate(harness, plan)
+        for _ in range(200):
+            if any(r["body"].get("kind") == "step_approval" for r in hook.received if r["path"] == "/hook"):
+                break
+            await harness.time_skip(0.1)
+        [body] = [r["body"] for r in hook.received if r["path"] == "/hook" and r["body"]["kind"] == "step_approval"]
+        [slack] = [
+            r["body"]["text"]
+            for r in hook.received
+            if r["path"] == "/slack" and "waits for approval of step pay" in r["body"]["text"]
+        ]
+    finally:
+        hook.close()
+    assert waiting.preview is not None
+    assert body["shows"] == waiting.preview.lines()
+    assert " ".join(slack.split()).count("invoice 2026-118;") == 20  # never cut
+    assert "pay acme for the October retainer" in slack

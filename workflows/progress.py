@@ -114,6 +114,7 @@ class Progress:
                     step_id=pending.step_id,
                     revision=pending.revision,
                     prompt=pending.prompt,
+                    shows=pending.preview.lines() if pending.preview is not None else [],
                 ),
                 start_to_close_timeout=NOTIFY_TIMEOUT,
                 retry_policy=NOTIFY_RETRY,

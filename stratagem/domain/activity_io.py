@@ -266,6 +266,10 @@ class NotifyInput(BaseModel):
     step_id: str | None = None
     revision: int
     prompt: str
+    shows: list[str] = Field(
+        default_factory=list,
+        description="A gated step's: what it will run, one line per value (StepPreview.lines), sent in full.",
+    )
 
 
 class ArchiveEventsInput(BaseModel):
