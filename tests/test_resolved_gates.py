@@ -12,7 +12,15 @@ from support.webhooks import Receiver
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.plan import PlanDraft
 from stratagem.domain.run_levels import RUN_LEVEL
-from stratagem.domain.run_types import AnswerInput, ApproveInput, Phase, ReviseInput
+from stratagem.domain.run_types import (
+    AnswerInput,
+    ApproveInput,
+    DecisionKind,
+    Phase,
+    RepairAction,
+    RepairInput,
+    ReviseInput,
+)
 
 pytestmark = pytest.mark.workflow
 
@@ -115,3 +123,40 @@ async def test_a_notification_shows_what_the_gated_step_will_run_in_full(harness
     assert body["shows"] == waiting.preview.lines()
     assert " ".join(slack.split()).count("invoice 2026-118;") == 20  # never cut
     assert "pay acme for the October retainer" in slack
+
+
+async def test_an_approval_does_not_carry_over_to_a_repaired_input(harness):
+    """Attack: the payee was approved as 'acme'; the step fails, a repair asks the payee again and
+    'mallory' is answered. The approval of 'pay acme' must not let 'pay mallory' run: the step is
+    asked again with what it would now run (Waits.approved_as_shown, at dispatch)."""
+    plan = {
+        "goal": "pay who is named",
+        "steps": [
+            PAY["steps"][0],
+            {
+                "id": "pay",
+                "title": "Pay",
+                "tool": "fails_once",
+                "args": {"label": "pay ${payee}"},
+                "depends_on": ["payee"],
+                "requires_approval": True,
+            },
+        ],
+    }
+    run, waiting = await _at_the_gate(harness, plan)
+    assert waiting.preview is not None and waiting.preview.args == {"label": "pay acme"}
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=waiting.preview.digest))
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    assert [c["label"] for c in harness.calls()] == ["pay acme"]  # it ran once, as approved, and failed
+    await run.repair(RepairInput(by="dana", action=RepairAction.ask_again, step_id="payee"))
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+    await run.answer(AnswerInput(step_id="payee", answer="mallory", by="dana"))
+    status = await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["pay"])
+    again = status.pending[0].preview
+    assert again is not None and again.args == {"label": "pay mallory"}
+    assert [c["label"] for c in harness.calls()] == ["pay acme"]  # 'pay mallory' did not run on the old approval
+    with pytest.raises(DecisionRefusedError, match="changed since it was shown"):
+        await run.approve(ApproveInput(by="dana", step_id="pay", digest=waiting.preview.digest))
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=again.digest))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == ["pay acme", "pay mallory"]

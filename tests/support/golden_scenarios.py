@@ -322,6 +322,32 @@ async def resolved_gate(h: Harness) -> list:
     return [run]
 
 
+async def repaired_gate(h: Harness) -> list:
+    """Level 8: a gated step approved for one input fails; a repair asks that input again, and the
+    step is asked again at dispatch with what it would now run, not run on the old approval."""
+    plan = {
+        "goal": "pay who is named",
+        "steps": [
+            {"id": "payee", "title": "Who is paid?", "kind": "human", "instructions": "Name the payee."},
+            {**step("pay", "fails_once", ["payee"], label="pay ${payee}"), "requires_approval": True},
+        ],
+    }
+    run = await h.start(plan)
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    for answer in ("acme", "globex"):
+        await h.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+        await run.answer(AnswerInput(step_id="payee", answer=answer, by="alice"))
+        status = await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+        [shown] = [p.preview for p in status.pending if p.preview is not None]
+        await run.approve(ApproveInput(by="dana", step_id="pay", digest=shown.digest))
+        if answer == "acme":
+            await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+            await run.repair(RepairInput(by="dana", action=RepairAction.ask_again, step_id="payee"))
+    await run.result()
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -338,4 +364,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "checked": checked,
     "ask_again": ask_again,
     "resolved_gate": resolved_gate,
+    "repaired_gate": repaired_gate,
 }
