@@ -7,6 +7,7 @@ tools' own counter (calls.jsonl, written when the tool runs) proves what ran.
 from __future__ import annotations
 
 import pytest
+from support.plans import step
 from support.webhooks import Receiver
 
 from stratagem.common.errors import DecisionRefusedError
@@ -160,3 +161,57 @@ async def test_an_approval_does_not_carry_over_to_a_repaired_input(harness):
     await run.approve(ApproveInput(by="dana", step_id="pay", digest=again.digest))
     assert (await run.result()).status is Phase.succeeded
     assert [c["label"] for c in harness.calls()] == ["pay acme", "pay mallory"]
+
+
+async def test_a_reference_into_a_stored_output_is_shown_with_what_it_reads_and_bound_to_its_content(harness):
+    """The workflow cannot read the store: the reference is shown as written, beside the stored
+    output it reads (size, address), and the digest covers that output's sha256, so the content
+    the activity fills in is the one the approver was shown the address and hash of."""
+    plan = {
+        "goal": "g",
+        "steps": [
+            step("huge", "big_output", kib=300),
+            {**step("pay", "record", ["huge"], label="head ${huge}"), "requires_approval": True},
+        ],
+    }
+    run = await harness.start(plan)
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    status = await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["pay"])
+    shown = status.pending[0].preview
+    assert shown is not None and shown.args == {"label": "head ${huge}"}
+    assert list(shown.stored) == ["huge"] and "stored output, 307,202 bytes: store:" in shown.stored["huge"]
+    assert any(line.startswith("${huge} is [stored output") for line in shown.lines())
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=shown.digest))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls() if c.get("tool") == "record"] == ["head " + "x" * 300 * 1024]
+
+
+async def test_an_llm_step_is_asked_with_its_resolved_instructions_and_tools(harness):
+    model = harness.script("gate-llm.yaml", {"executor": {"write": [{"text": "written"}]}})
+    plan = {
+        "goal": "write to the payee",
+        "steps": [
+            PAY["steps"][0],
+            {
+                "id": "write",
+                "title": "Write",
+                "kind": "llm",
+                "instructions": "Write to ${payee} about invoice 118.",
+                "tools": ["record"],
+                "depends_on": ["payee"],
+                "requires_approval": True,
+            },
+        ],
+    }
+    run = await harness.start(plan, approvers=["dana"], executor=model)
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["payee"])
+    await run.answer(AnswerInput(step_id="payee", answer="acme", by="dana"))
+    status = await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["write"])
+    shown = status.pending[0].preview
+    assert shown is not None and shown.tool is None and shown.args is None
+    assert shown.instructions == "Write to acme about invoice 118." and shown.tools == ["record"]
+    await run.approve(ApproveInput(by="dana", step_id="write", digest=shown.digest))
+    assert (await run.result()).status is Phase.succeeded
