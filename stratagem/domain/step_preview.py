@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,13 +51,23 @@ class StepPreview(CompactModel):
         out: list[str] = []
         if self.tool is not None:
             out.append(f"{self.tool}(")
-            out += [f"  {key}={json.dumps(value, ensure_ascii=False)}" for key, value in (self.args or {}).items()]
+            out += [
+                f"  {_key(key)}={json.dumps(value, ensure_ascii=False)}" for key, value in (self.args or {}).items()
+            ]
             out.append(")")
         if self.instructions is not None:
             out.append(f"instructions: {self.instructions}")
             out.append(f"tools: {', '.join(self.tools) or 'none'}")
         out += [f"${{{sid}}} is {text}" for sid, text in self.stored.items()]
         return out
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
+def _key(key: str) -> str:
+    """An argument's name as shown: quoted unless plain, so no name can pass for another line."""
+    return key if _PLAIN_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
 
 
 def preview(step: Step, outputs: Mapping[str, Any]) -> StepPreview:
