@@ -53,3 +53,13 @@ def test_every_value_is_on_a_line_of_its_own_and_no_name_passes_for_another_line
 def test_a_reference_that_names_nothing_is_an_error_not_a_blank() -> None:
     with pytest.raises(ReferenceResolutionError):
         preview(pay(iban="${bank.iban}"), {"bank": {}})
+
+
+def test_beside_a_stored_output_the_other_references_are_still_filled() -> None:
+    stored = {"$stored": "store:runs/r/huge/abc.json", "bytes": 400000, "sha256": "abc", "preview": "x"}
+    step = pay(note="${huge} to ${bank.iban}, escaped $${bank.iban}", whole="${huge}")
+    shown = preview(step, {"huge": stored, "bank": {"iban": "DE02"}})
+    assert shown.args == {"note": "${huge} to DE02, escaped $${bank.iban}", "whole": "${huge}"}
+    assert "400,000 bytes: store:runs/r/huge/abc.json" in shown.stored["huge"]
+    moved = preview(step, {"huge": stored | {"sha256": "def"}, "bank": {"iban": "DE02"}})
+    assert moved.digest != shown.digest  # other content in the store is another approval

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,8 +94,11 @@ def _render(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
-def resolve_text(text: str, outputs: Mapping[str, Any]) -> Any:
-    """Resolve the references in one string (see the module docstring for the rules)."""
+def resolve_text(text: str, outputs: Mapping[str, Any], unread: Collection[str] = ()) -> Any:
+    """Resolve the references in one string (see the module docstring for the rules). References
+    to the steps in `unread` are left as written (escapes too): their outputs are not at hand."""
+    if unread:
+        return _resolve_around(text, outputs, unread)
     match = _REFERENCE.fullmatch(text)
     if match is not None and match.group(1) is not None:
         path = tuple(p for p in match.group(2).split(".") if p)
@@ -110,6 +113,22 @@ def resolve_text(text: str, outputs: Mapping[str, Any]) -> Any:
     return _REFERENCE.sub(substitute, text)
 
 
+def _resolve_around(text: str, outputs: Mapping[str, Any], unread: Collection[str]) -> Any:
+    match = _REFERENCE.fullmatch(text)
+    if match is not None and match.group(1) is not None and match.group(1) in unread:
+        return text
+
+    def substitute(m: re.Match[str]) -> str:
+        if m.group(1) is None or m.group(1) in unread:
+            return m.group(0)
+        path = tuple(p for p in m.group(2).split(".") if p)
+        return _render(_lookup(Reference(m.group(1), path), outputs))
+
+    if match is not None and match.group(1) is not None:
+        return resolve_text(text, outputs)
+    return _REFERENCE.sub(substitute, text)
+
+
 def resolve_step(args: Mapping[str, Any], instructions: str, outputs: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     """A step's arguments and instructions with every reference replaced from `outputs`.
 
@@ -120,12 +139,12 @@ def resolve_step(args: Mapping[str, Any], instructions: str, outputs: Mapping[st
     return resolve(dict(args), outputs), str(resolve(instructions, outputs))
 
 
-def resolve(value: Any, outputs: Mapping[str, Any]) -> Any:
-    """Resolve references everywhere inside a JSON-like value."""
+def resolve(value: Any, outputs: Mapping[str, Any], unread: Collection[str] = ()) -> Any:
+    """Resolve references everywhere inside a JSON-like value (those to `unread` steps left as written)."""
     if isinstance(value, str):
-        return resolve_text(value, outputs)
+        return resolve_text(value, outputs, unread)
     if isinstance(value, Mapping):
-        return {k: resolve(v, outputs) for k, v in value.items()}
+        return {k: resolve(v, outputs, unread) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [resolve(v, outputs) for v in value]
+        return [resolve(v, outputs, unread) for v in value]
     return value

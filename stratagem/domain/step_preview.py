@@ -7,7 +7,7 @@ step is dispatched, so a step never runs with values other than those approved: 
 repaired input that changes them asks again (workflows/waits.py, workflows/step_runner.py).
 
 A reference into an output kept in the store cannot be filled here (only an activity reads the
-store): it is shown as written, beside a description of that output, and the digest covers the
+store): it is shown as written (the others beside it are filled), beside a description of that output, and the digest covers the
 stored output's reference, whose sha256 fixes its content.
 """
 
@@ -24,7 +24,7 @@ from pydantic import Field
 from stratagem.domain.compact import CompactModel
 from stratagem.domain.plan import Step, StepKind
 from stratagem.domain.redaction import masked, redact
-from stratagem.domain.references import references_in, resolve_step
+from stratagem.domain.references import references_in, resolve, resolve_step
 from stratagem.domain.stored import describe, is_stored
 
 
@@ -74,8 +74,8 @@ def preview(step: Step, outputs: Mapping[str, Any]) -> StepPreview:
     """`step` as it will run on `outputs`. ReferenceResolutionError if a reference names nothing."""
     referenced = {ref.step_id for ref in references_in(step.instructions, step.args)}
     stored = {sid: outputs[sid] for sid in sorted(referenced) if is_stored(outputs.get(sid))}
-    if stored:
-        args, instructions = dict(step.args), step.instructions
+    if stored:  # the rest is filled; what reads a stored output is shown as written, beside it
+        args, instructions = resolve(dict(step.args), outputs, stored), str(resolve(step.instructions, outputs, stored))
     else:
         args, instructions = resolve_step(step.args, step.instructions, outputs)
     exact: dict[str, Any] = {"kind": step.kind.value, "stored": stored}
