@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.cli import TOOLS, acli, write_plan
+from support.cli import TOOLS, acli, one_line_error, write_plan
 from support.plans import step
 from support.terminal import Terminal
 from test_cli import wait_status
@@ -40,8 +40,15 @@ async def test_status_and_approve_show_the_resolved_arguments_and_bind_to_them(c
     assert preview["tool"] == "record" and preview["args"] == {"label": label}
     shown = (await acli("status", "cli-gate", env=env)).stdout
     assert "it will run:" in shown and json.dumps(label) in shown.replace("\n", "")
+    digest = preview["digest"][:12]
+    assert f"stratagem approve cli-gate --step pay --digest {digest}" in shown
+    # A digest of something else (what another page or an earlier status showed) approves nothing.
+    one_line_error(
+        await acli("approve", "cli-gate", "--step", "pay", "--digest", "0" * 12, "--by", "dana", env=env),
+        "step 'pay' changed since it was shown",
+    )
     assert harness.calls() == []
-    approved = await acli("approve", "cli-gate", "--step", "pay", "--by", "dana", env=env)
+    approved = await acli("approve", "cli-gate", "--step", "pay", "--digest", digest, "--by", "dana", env=env)
     assert approved.returncode == 0, approved.stderr
     assert "approving step 'pay', to run:" in approved.stdout and json.dumps(label) in approved.stdout
     waited = await acli("wait", "cli-gate", "--json", env=env)

@@ -95,6 +95,11 @@ def approve_options(approve: argparse.ArgumentParser) -> None:
     approve.add_argument("--revision", type=int, help="refuse if the plan under review is not this revision")
     approve.add_argument("--step", metavar="STEP_ID", help="approve this gated step instead of the plan")
     approve.add_argument("--call", metavar="CALL_ID", help="with --step: approve this tool call of the llm step")
+    approve.add_argument(
+        "--digest",
+        metavar="DIGEST",
+        help="with --step: approve only what `status` showed (its digest, or the first 12 characters of it)",
+    )
     approve.add_argument("--by", metavar="NAME")
     approve.add_argument("--comment", default="")
 
@@ -132,6 +137,10 @@ async def _approve_step(args: argparse.Namespace, decision: ApproveInput) -> int
         waiting = next(
             (p.preview for p in await run.pending() if p.step_id == decision.step_id and p.preview is not None), None
         )
+        seen = getattr(args, "digest", None)
+        if seen is not None and (len(seen) < 12 or waiting is None or not waiting.digest.startswith(seen)):
+            now = f" ({waiting.digest[:12]}... waits)" if waiting is not None else ""
+            raise CliError(f"step '{decision.step_id}' changed since it was shown (digest {seen[:12]}...){now}")
         if waiting is not None:
             shown = "\n  ".join(waiting.lines())
             render.note(f"approving step '{decision.step_id}', to run:\n  {shown}", json_mode=args.json)

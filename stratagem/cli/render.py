@@ -208,6 +208,7 @@ def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] 
         hint = f"step '{pending.step_id}' waits for approval: stratagem approve {run_id} --step {pending.step_id}"
         if pending.preview is None:
             return hint
+        hint += f" --digest {pending.preview.digest[:12]}"  # approves only what is shown below
         # Every value it will run with, in full: the console folds long lines, nothing cuts them.
         shown = "".join(f"\n  {line}" for line in pending.preview.lines())
         return f"{hint}\n  it will run:{shown}\n  (digest {pending.preview.digest[:12]}...)"
