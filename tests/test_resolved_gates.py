@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from support.plans import step
 from support.webhooks import Receiver
+from test_examples import Example, example_harness, read_csv
 
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.plan import PlanDraft
@@ -215,3 +216,27 @@ async def test_an_llm_step_is_asked_with_its_resolved_instructions_and_tools(har
     assert shown.instructions == "Write to acme about invoice 118." and shown.tools == ["record"]
     await run.approve(ApproveInput(by="dana", step_id="write", digest=shown.digest))
     assert (await run.result()).status is Phase.succeeded
+
+
+async def test_the_vendor_payment_is_approved_with_the_iban_and_amount_it_pays(time_env, tmp_path):
+    """The issue's first complaint: the payment's approver saw its title and `${bank_check.iban}`.
+    Now the approval shows the IBAN the bank check returned, and that is the IBAN paid."""
+    example = Example("vendor_onboarding")
+    async with example_harness(time_env, tmp_path, example) as harness:
+        run = await harness.start(example.plan(), by="ops", executor=f"scripted:{example.models}")
+        await harness.wait_for(run, lambda s: bool(s.pending))
+        await run.approve(ApproveInput(by="reviewer", revision=1))
+        status = await harness.wait_for(run, lambda s: [p.step_id for p in s.pending] == ["first_payment"], 60)
+        shown = status.pending[0].preview
+        assert shown is not None and shown.tool == "schedule_payment"
+        assert shown.args == {
+            "vendor": "ACME Supplies GmbH",
+            "amount_eur": 1200,
+            "iban": "DE89370400440532013000",
+            "reference": "Onboarding V-C0B7E361: first order PO-2025-1042",
+        }
+        assert not (harness.workspace / "payments" / "ledger.csv").exists()
+        await run.approve(ApproveInput(by="approver", step_id="first_payment", digest=shown.digest))
+        assert (await run.result()).status is Phase.succeeded
+        [payment] = read_csv(harness.workspace / "payments" / "ledger.csv")
+    assert (payment["iban"], payment["amount_eur"]) == ("DE89370400440532013000", "1200.00")
