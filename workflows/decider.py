@@ -57,7 +57,7 @@ class DecisionMessages(NamedTuple):
     that may refuse it, `apply` what it does (with `via`, "update" or "signal")."""
 
     kind: Kind
-    check: Callable[[Decider], Check]
+    check: Check
     apply: Callable[[Decider, Any, str], DecisionOutcome]
 
 
@@ -67,19 +67,27 @@ class DecisionMessages(NamedTuple):
 DECISIONS: list[DecisionMessages] = []
 
 
-def decision(kind: Kind, *, check: Callable[[Decider], Check]) -> Callable[[Callable[..., DecisionOutcome]], Any]:
-    """Make a Decider method what `kind` does once `check` (given the decider) lets it through.
+def decision(kind: Kind, *, check: Check) -> Callable[[Callable[..., DecisionOutcome]], Any]:
+    """Make a Decider method what `kind` does once the domain rule `check` lets it through.
     A method with a `via` parameter is told whether an update or a signal carried the decision."""
 
     def register(method: Callable[..., DecisionOutcome]) -> Callable[..., DecisionOutcome]:
-        if "via" in inspect.signature(method).parameters:
-            apply: Callable[[Decider, Any, str], DecisionOutcome] = lambda d, x, via: method(d, x, via=via)  # noqa: E731
-        else:
-            apply = lambda d, x, _: method(d, x)  # noqa: E731
+        takes_via = "via" in inspect.signature(method).parameters
+
+        def apply(decider: Decider, decision: Any, via: str) -> DecisionOutcome:
+            return method(decider, decision, via=via) if takes_via else method(decider, decision)
+
         DECISIONS.append(DecisionMessages(kind, check, apply))
         return method
 
     return register
+
+
+def _check_budget(state: RunState, decision: BudgetInput) -> None:
+    """The budget rule, with the time the run has taken so far."""
+    now = workflow.now()
+    started = state.started_at or now
+    decisions.check_budget(state, decision, elapsed_seconds=(now - started).total_seconds())
 
 
 class Decider:
@@ -157,7 +165,7 @@ class Decider:
 
     # ------------------------------------------------------------------ what each decision does
 
-    @decision(kinds.APPROVE, check=lambda _: decisions.check_approve)
+    @decision(kinds.APPROVE, check=decisions.check_approve)
     def approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
         state = self._state
         match decision.target:
@@ -172,7 +180,7 @@ class Decider:
                     self._progress.hold_memo()
         return decisions.outcome(state, "approved")
 
-    @decision(kinds.REJECT, check=lambda _: decisions.check_reject)
+    @decision(kinds.REJECT, check=decisions.check_reject)
     def reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
         state = self._state
         match decision.target:
@@ -197,7 +205,7 @@ class Decider:
         self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
         return decisions.outcome(state, "rejected")
 
-    @decision(kinds.REVISE, check=lambda _: decisions.check_revise)
+    @decision(kinds.REVISE, check=decisions.check_revise)
     def revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:
         state = self._state
         running = state.phase is Phase.running
@@ -215,12 +223,12 @@ class Decider:
             return decisions.outcome(state, f"revision {plan.revision} keeps the approval: no step changed")
         return decisions.outcome(state, f"revision {plan.revision} awaits approval")
 
-    @decision(kinds.ANSWER, check=lambda _: decisions.check_answer)
+    @decision(kinds.ANSWER, check=decisions.check_answer)
     def answer(self, answer: AnswerInput) -> DecisionOutcome:
         decisions.record_answer(self._state, answer, workflow.now())
         return decisions.outcome(self._state, f"answer recorded for step '{answer.step_id}'")
 
-    @decision(kinds.REPAIR, check=lambda _: repairs.check_repair)
+    @decision(kinds.REPAIR, check=repairs.check_repair)
     def repair(self, decision: RepairInput, *, via: str) -> DecisionOutcome:
         state = self._state
         assert state.plan is not None, "a run waits for a repair only once it has a plan"
@@ -258,12 +266,7 @@ class Decider:
         if approved:
             repairs.approve_repair(state, decision, via=via, now=workflow.now())
 
-    def check_budget(self, state: RunState, decision: BudgetInput) -> None:
-        now = workflow.now()
-        started = state.started_at or now
-        decisions.check_budget(state, decision, elapsed_seconds=(now - started).total_seconds())
-
-    @decision(kinds.BUDGET, check=lambda d: d.check_budget)
+    @decision(kinds.BUDGET, check=_check_budget)
     def budget(self, decision: BudgetInput, *, via: str) -> DecisionOutcome:
         stop = decisions.apply_budget(
             self._state, decision, via=via, now=workflow.now(), still_used_up=self._budgets.used_up

@@ -64,11 +64,11 @@ def _methods(row: DecisionMessages) -> dict[str, Callable[..., Any]]:
         return decider.update(decision, lambda: row.apply(decider, decision, "update"))
 
     def validate(self: _Run, decision: Any) -> None:
-        self._decider.validate(row.check(self._decider), decision)
+        self._decider.validate(row.check, decision)
 
     def signal(self: _Run, decision: Any) -> None:
         decider = self._decider
-        decider.signal(row.check(decider), decision, lambda: row.apply(decider, decision, "signal"))
+        decider.signal(row.check, decision, lambda: row.apply(decider, decision, "signal"))
 
     # The SDK converts a payload to the type the handler's annotation names.
     # (A method's `self` carries no annotation there, as on a method written out.)

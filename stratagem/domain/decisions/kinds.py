@@ -48,9 +48,9 @@ class Kind:
     """A decision people send a run."""
 
     name: str
-    update: str
-    """The update that carries it (with a validator; the sender gets the outcome or the refusal).
-    A wire name: runs in flight answer to the names they started with, so it never changes."""
+    """Also the name of the update that carries it (with a validator; the sender gets the outcome
+    or the refusal). A wire name: runs in flight answer to the names they started with, so it
+    never changes."""
     input: type[DecisionInput]
     verbs: tuple[Verb, ...]
     answers: tuple[DecisionKind, ...]
@@ -62,6 +62,11 @@ class Kind:
     description: str
 
     @property
+    def update(self) -> str:
+        """The update that carries it: the kind's name."""
+        return self.name
+
+    @property
     def signal(self) -> str:
         """The signal that carries it (fire-and-forget: a refused one is recorded, not applied),
         named after its update (stratagem.domain.handlers.signal_name)."""
@@ -70,7 +75,6 @@ class Kind:
 
 APPROVE = Kind(
     name="approve",
-    update="approve",
     input=ApproveInput,
     verbs=(Verb("approve", "approve the plan awaiting review, or a gated step"),),
     answers=(DecisionKind.plan_approval, DecisionKind.step_approval, DecisionKind.tool_call_approval),
@@ -80,7 +84,6 @@ APPROVE = Kind(
 )
 REJECT = Kind(
     name="reject",
-    update="reject",
     input=RejectInput,
     verbs=(Verb("reject", "reject the plan (ending the run) or a gated step"),),
     answers=(DecisionKind.plan_approval, DecisionKind.step_approval, DecisionKind.tool_call_approval),
@@ -90,7 +93,6 @@ REJECT = Kind(
 )
 REVISE = Kind(
     name="revise",
-    update="revise",
     input=ReviseInput,
     verbs=(Verb("revise", "replace the plan with an edited plan file: under review, while it runs, or as a repair"),),
     answers=(DecisionKind.plan_approval, DecisionKind.repair),
@@ -99,7 +101,6 @@ REVISE = Kind(
 )
 ANSWER = Kind(
     name="answer",
-    update="answer",
     input=AnswerInput,
     verbs=(Verb("answer", "answer a human step"),),
     answers=(DecisionKind.human_answer,),
@@ -108,7 +109,6 @@ ANSWER = Kind(
 )
 BUDGET = Kind(
     name="budget",
-    update="budget",
     input=BudgetInput,
     verbs=(Verb("budget", "raise a run's budget, or stop a run that used it up"),),
     answers=(DecisionKind.budget,),
@@ -117,7 +117,6 @@ BUDGET = Kind(
 )
 REPAIR = Kind(
     name="repair",
-    update="repair",
     input=RepairInput,
     verbs=(
         Verb("retry", "repair: run a failed step again, with new arguments if given"),
