@@ -548,18 +548,21 @@ def test_a_worker_stopped_by_down_is_not_reported_as_exited(tmp_path, worker_env
 def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env, monkeypatch):
     """The folders of the scripted files `run` named are passed to the worker (STRATAGEM_SCRIPTED_DIRS)
     and kept; a folder already allowed (or inside one) needs no restart."""
-    # The started worker's environment is read from /proc while it lives. At port 1 it exits at
-    # once, and on a loaded machine it was gone (an empty environ) before the read: a listener
-    # that never answers keeps it connecting until the test kills it.
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen()
-    monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{silent.getsockname()[1]}")
+    # What is checked is the environment the worker is started with. A real worker, pointed at no
+    # server, may be gone before its /proc environ is read on a loaded machine (twice in CI dry
+    # runs); the interpreter the worker is started by is replaced with one that writes its
+    # environment down and waits, so what it was given is read whenever the test gets to it.
+    seen = tmp_path / "worker.env"
+    interpreter = tmp_path / "python"
+    interpreter.write_text(f"#!/bin/sh\nenv -0 > {seen}.part && mv {seen}.part {seen}\nexec sleep 60\n")
+    interpreter.chmod(0o755)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
     home = tmp_path / "home"
     home.mkdir()
     worker = BackgroundWorker(home, "q", tmp_path / "ws")
     examples = (tmp_path / "examples").resolve()
     fake = _fake_worker()
+    monkeypatch.setattr(sys, "executable", str(interpreter))  # after the stand-in for the running worker
     started = None
     try:
         _write_state(worker, fake.pid, [A_TOOLS], scripted_dirs=[str(examples)], address=os.environ["TEMPORAL_ADDRESS"])  # type: ignore[arg-type]
@@ -569,12 +572,14 @@ def test_scripted_folders_grow_like_the_tools(tmp_path, worker_env, monkeypatch)
         state = json.loads(worker.state_file.read_text())
         started = state["pid"]
         assert state["scripted_dirs"] == sorted([str(examples), str((tmp_path / "elsewhere").resolve())])
-        environ = Path(f"/proc/{started}/environ").read_bytes().split(b"\0")
+        deadline = time.monotonic() + 30
+        while not seen.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        environ = seen.read_bytes().split(b"\0")
         assert f"STRATAGEM_SCRIPTED_DIRS={os.pathsep.join(state['scripted_dirs'])}".encode() in environ
     finally:
         _kill(fake.pid)
         _kill(started)
-        silent.close()
 
 
 @pytest.mark.unit
