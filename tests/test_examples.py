@@ -289,8 +289,12 @@ async def test_expense_claim_refuses_a_free_text_answer_and_is_repaired(time_env
 
         status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
         assert status.pending[0].step_id == "pay" and "risk high" in status.pending[0].prompt
+        # The approver sees who is paid, how much (finance's answer) and the posting the repair made.
+        shown = status.pending[0].preview
+        assert shown is not None and shown.tool == "reimburse"
+        assert shown.args == {"employee": "Ada Lovelace", "amount_eur": 184, "reference": "P-EC-7-2026-11"}
         assert not (harness.workspace / "payments").exists()  # nothing paid before the approval
-        await run.approve(ApproveInput(by="cfo", step_id="pay"))
+        await run.approve(ApproveInput(by="cfo", step_id="pay", digest=shown.digest))
         result = await run.result()
 
     assert result.status is Phase.succeeded and result.revision == 2
