@@ -172,6 +172,8 @@ class Decider:
             case CallTarget(step_id, call_id):
                 decisions.decide_call(state, decision, via=via, now=workflow.now())
                 return decisions.outcome(state, f"call {call_id} of step '{step_id}' approved")
+            case StepTarget(step_id) if decision.args is not None and has(state, Change.EDIT_AND_APPROVE):
+                return self._approve_edited(decision, step_id, via=via)
             case StepTarget():
                 self._control.decide_step(decision, via=via)
             case PlanTarget():
@@ -179,6 +181,23 @@ class Decider:
                 if has(state, Change.MEMO_HELD_BY_APPROVAL):
                     self._progress.hold_memo()
         return decisions.outcome(state, "approved")
+
+    def _approve_edited(self, decision: ApproveInput, step_id: str, *, via: str) -> DecisionOutcome:
+        """A gated step approved with changed arguments: a revision by its approver, approved by
+        the same decision (only this step changed), and the step approved as it will now run."""
+        state = self._state
+        assert state.plan is not None
+        changed = decisions.argument_edits(state.plan.step(step_id), state, decision.args or {})
+        draft = decisions.edited_plan(state, decision)
+        author = Author(kind=AuthorKind.human, name=decision.by)
+        plan = self._planning.adopt(reconcile(state.plan, draft, state.ledger.steps), author, draft.reason)
+        decisions.approve_edited(state, decision, changed, via=via, now=workflow.now())
+        # The step waits in the execution of the revision before, as it was: that execution winds
+        # up (running steps finish) and the run goes on with this revision, which runs the edit.
+        self._control.stop()
+        return decisions.outcome(
+            state, f"step '{step_id}' approved with {', '.join(changed)} changed (revision {plan.revision})"
+        )
 
     @decision(kinds.REJECT, check=decisions.check_reject)
     def reject(self, decision: RejectInput, *, via: str) -> DecisionOutcome:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio.client import WorkflowExecutionStatus
 
 from stratagem.cli import render
@@ -31,6 +32,7 @@ from stratagem.common.signing import SIGNING_KEY_ENV, Keyring, Signer
 from stratagem.domain.answers import json_problem
 from stratagem.domain.decision_inputs import CallTarget, StepTarget
 from stratagem.domain.decisions import Kind, kinds
+from stratagem.domain.redaction import masked
 from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
@@ -100,14 +102,46 @@ def approve_options(approve: argparse.ArgumentParser) -> None:
         metavar="DIGEST",
         help="with --step: approve only what `status` showed (its digest, or the first 12 characters of it)",
     )
+    approve.add_argument(
+        "--args",
+        metavar="JSON",
+        help="with --step: approve the tool step with these arguments changed (a JSON object, or @FILE with one), "
+        "merged into those it was shown with; a new revision by you",
+    )
     approve.add_argument("--by", metavar="NAME")
     approve.add_argument("--comment", default="")
 
 
+def changed_args(text: str | None, step: str | None, call: str | None) -> dict[str, Any] | None:
+    """`approve --args`: a JSON object, given inline or as @FILE."""
+    if text is None:
+        return None
+    if step is None or call is not None:
+        raise CliError("--args goes with --step (and no --call): it changes a gated tool step's arguments")
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            raise CliError(f"--args: cannot read {text[1:]}: {exc.strerror}") from None
+    parsed = json_option(text, "--args")
+    if not isinstance(parsed, dict):
+        raise CliError("--args takes a JSON object, the arguments to change by name (e.g. '{\"amount\": 90}')")
+    return parsed
+
+
 async def cmd_approve(args: argparse.Namespace) -> int:
-    decision = ApproveInput(
-        by=reviewer(args), revision=args.revision, step_id=args.step, call_id=_call(args), comment=args.comment
-    )
+    edit = changed_args(getattr(args, "args", None), args.step, args.call)
+    try:
+        decision = ApproveInput(
+            by=reviewer(args),
+            revision=args.revision,
+            step_id=args.step,
+            call_id=_call(args),
+            comment=args.comment,
+            args=edit,
+        )
+    except ValidationError as exc:
+        raise CliError(f"--args: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     call = decision.target
     if isinstance(call, StepTarget):
         return await _approve_step(args, decision)
@@ -141,7 +175,26 @@ async def _approve_step(args: argparse.Namespace, decision: ApproveInput) -> int
         if seen is not None and (len(seen) < 12 or waiting is None or not waiting.digest.startswith(seen)):
             now = f" ({waiting.digest[:12]}... waits)" if waiting is not None else ""
             raise CliError(f"step '{decision.step_id}' changed since it was shown (digest {seen[:12]}...){now}")
-        if waiting is not None:
+        if decision.args is not None:
+            if waiting is None or waiting.args is None:
+                raise CliError(
+                    f"step '{decision.step_id}' is not a tool step waiting for approval: no arguments to change"
+                )
+            # What it approves is what was shown with the changes in it; the digest stays that of
+            # what was shown, so the run refuses the change if the step changed meanwhile.
+            before = waiting.args
+            merged = waiting.model_copy(update={"args": {**before, **masked(decision.args)}})
+            was = ", ".join(
+                f"{key} was " + (json.dumps(before[key], ensure_ascii=False) if key in before else "not given")
+                for key in decision.args
+            )
+            shown = "\n  ".join(merged.lines())
+            render.note(
+                f"approving step '{decision.step_id}' with changed arguments ({was}), to run:\n  {shown}",
+                json_mode=args.json,
+            )
+            decision.digest = waiting.digest
+        elif waiting is not None:
             shown = "\n  ".join(waiting.lines())
             render.note(f"approving step '{decision.step_id}', to run:\n  {shown}", json_mode=args.json)
             decision.digest = waiting.digest

@@ -7,12 +7,13 @@ without breaking runs in flight.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any, NewType
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.common.signing import Verdict
@@ -21,6 +22,8 @@ from stratagem.domain.run_state import Phase
 
 NAME_LIMIT = 200
 TEXT_LIMIT = 4000
+ARGS_LIMIT = 32_000
+"""An approval's changed arguments, as JSON: they become part of the plan, carried in every state."""
 
 
 class DecisionInput(BaseModel):
@@ -108,6 +111,18 @@ class ApproveInput(DecisionInput):
         "what waits differs.",
     )
     comment: str = Field(default="", max_length=TEXT_LIMIT)
+    args: dict[str, Any] | None = Field(
+        default=None,
+        description="A gated tool step's approval with changed arguments (level 9): the ones changed, by name, "
+        "merged into those shown; it must name the digest of what was shown. A new revision by the approver.",
+    )
+
+    @field_validator("args")
+    @classmethod
+    def _bounded(cls, args: dict[str, Any] | None) -> dict[str, Any] | None:
+        if args is not None and (size := len(json.dumps(args, default=str))) > ARGS_LIMIT:
+            raise ValueError(f"the changed arguments are {size:,} characters of JSON; at most {ARGS_LIMIT:,}")
+        return args
 
     @property
     def target(self) -> Target:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field
 
 from stratagem.domain.compact import CompactModel
-from stratagem.domain.ledger_events import EventData, EventKind, data_model, read_data
+from stratagem.domain.ledger_events import ArgumentEdit, EventData, EventKind, data_model, read_data
 from stratagem.domain.plan import Plan
 from stratagem.domain.usage import CallRecord, CallUsage, Price, UsageTotals, price_for
 
@@ -98,6 +98,10 @@ class Decision(CompactModel):
         default=None,
         description="A plan approval's steps: those added, changed or removed since the approved revision. "
         "None: the whole plan.",
+    )
+    edited: dict[str, ArgumentEdit] | None = Field(
+        default=None,
+        description="A step approval's changed arguments, each as shown and as approved (credentials masked).",
     )
 
 

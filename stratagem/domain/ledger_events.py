@@ -124,6 +124,19 @@ class PlanApproved(Decided):
     )
 
 
+class ArgumentEdit(BaseModel):
+    """One argument an approver changed in approving a step: as shown, and as approved (credentials masked)."""
+
+    before: Any = Field(description="As the approver was shown it; None: the step did not give it.")
+    after: Any
+
+
+class StepApproved(Decided):
+    edited: dict[str, ArgumentEdit] | None = Field(
+        default=None, exclude_if=_none, description="The arguments its approver changed (level 9); absent: none."
+    )
+
+
 class CallDecided(Decided):
     call: str = Field(description="The call's id within its step.")
 
@@ -217,7 +230,7 @@ EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.plan_approved: PlanApproved,
     EventKind.plan_rejected: Decided,
     EventKind.approval_carried: Decided,
-    EventKind.step_approved: Decided,
+    EventKind.step_approved: StepApproved,
     EventKind.step_rejected: Decided,
     EventKind.call_approved: CallDecided,
     EventKind.call_rejected: CallDecided,

@@ -23,7 +23,7 @@ from typing import Protocol
 
 # The level this code stamps on the runs it starts (stratagem.client.start_run) and the highest
 # it runs: a worker fails the workflow tasks of a run above it until a newer worker takes them.
-RUN_LEVEL = 8
+RUN_LEVEL = 9
 
 
 class Change(Enum):
@@ -71,6 +71,8 @@ class Change(Enum):
     ANSWERS_BY_APPROVERS = 7, None, "answers are held to the run's approver list"
     # Level 8: approvers see what will run (issue #38).
     RESOLVED_GATES = 8, None, "a gated step is asked with what will run, and runs only with what was approved"
+    # Level 9: approvers shape what will happen (issue #38).
+    EDIT_AND_APPROVE = 9, None, "a gated tool step is approved with changed arguments, a revision by its approver"
 
 
 class Leveled(Protocol):

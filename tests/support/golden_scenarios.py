@@ -348,6 +348,28 @@ async def repaired_gate(h: Harness) -> list:
     return [run]
 
 
+async def edited_gate(h: Harness) -> list:
+    """Level 9: a gated step's approver changes an argument in approving it: a revision by them,
+    approved by the same decision, and the step runs with the edited value."""
+    plan = {
+        "goal": "pay who is named",
+        "steps": [
+            {"id": "payee", "title": "Who is paid?", "kind": "human", "instructions": "Name the payee."},
+            {**step("pay", "record", ["payee"], label="pay ${payee}"), "risk": "high"},
+        ],
+    }
+    run = await h.start(plan)
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.human_answer for p in s.pending))
+    await run.answer(AnswerInput(step_id="payee", answer="acme", by="alice"))
+    status = await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    [shown] = [p.preview for p in status.pending if p.preview is not None]
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=shown.digest, args={"label": "pay acme 90 EUR"}))
+    await run.result()
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -365,4 +387,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "ask_again": ask_again,
     "resolved_gate": resolved_gate,
     "repaired_gate": repaired_gate,
+    "edited_gate": edited_gate,
 }

@@ -8,7 +8,8 @@ time comes in as `now` (workflow time, in the workflow), and what the run loop m
 (stop, end the run) is left to the caller.
 
 One module per kind of decision: `plan_approval`, `step_approval`, `call_approval` (approve and
-reject of each target, checked together in `approval`), `revise`, `answer`, `budget` and
+reject of each target, checked together in `approval`), `edit` (a step approved with changed
+arguments), `revise`, `answer`, `budget` and
 `repair` (whose rules are `stratagem.domain.repairs`); what they share in `common`; and the table of
 kinds, which the client, the CLI and notifications read, in `kinds`. Every function is also
 here, where callers have always found it.
@@ -31,6 +32,7 @@ from stratagem.domain.decisions.common import (
     remove_pending,
     step_of,
 )
+from stratagem.domain.decisions.edit import approve_edited, argument_edits, check_edit, edited_plan
 from stratagem.domain.decisions.kinds import KINDS, WAITS, Kind, Verb, Wait, waiting_for
 from stratagem.domain.decisions.plan_approval import (
     approve_plan,
@@ -58,13 +60,16 @@ __all__ = [
     "Verb",
     "Wait",
     "apply_budget",
+    "approve_edited",
     "approve_plan",
+    "argument_edits",
     "carry_approval",
     "check_answer",
     "check_approve",
     "check_approver",
     "check_budget",
     "check_call_digest",
+    "check_edit",
     "check_open",
     "check_reject",
     "check_revise",
@@ -73,6 +78,7 @@ __all__ = [
     "covered",
     "decide_call",
     "decide_step",
+    "edited_plan",
     "kept_step_approvals",
     "loosened",
     "outcome",

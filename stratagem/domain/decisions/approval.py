@@ -10,13 +10,14 @@ from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.decision_inputs import CallTarget, PlanTarget, StepTarget
 from stratagem.domain.decisions.call_approval import check_call_digest, pending_call
 from stratagem.domain.decisions.common import check_approver, check_open, check_revision, pending_for
+from stratagem.domain.decisions.edit import check_edit
 from stratagem.domain.decisions.step_approval import check_step_approver, check_step_digest
 from stratagem.domain.run_levels import Change, reached
 from stratagem.domain.run_types import ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, RunState
 
 
 def check_approve(state: RunState, decision: ApproveInput) -> None:
-    """Whether an approval of the plan, a step or a call may be taken."""
+    """Whether an approval of the plan, a step or a call may be taken (with changed arguments: edit)."""
     waiting = _check_target(state, decision)
     if (
         waiting is not None
@@ -27,6 +28,8 @@ def check_approve(state: RunState, decision: ApproveInput) -> None:
         check_call_digest(decision, waiting.call.digest)
     elif waiting is not None and waiting.preview is not None and reached(state, Change.RESOLVED_GATES):
         check_step_digest(decision, waiting.preview)
+    if decision.args is not None:
+        check_edit(state, decision, waiting if isinstance(decision.target, StepTarget) else None)
 
 
 def check_reject(state: RunState, decision: RejectInput) -> None:

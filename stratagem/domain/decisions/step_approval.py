@@ -98,14 +98,15 @@ def decide_on_step(
     record_decision(
         state, action, decision.by, now, state.plan.revision, comment, via, decision.step_id, decision=decision
     )
+    kind = kinds[0] if approved else kinds[1]
     state.ledger.record(
-        kinds[0] if approved else kinds[1],
+        kind,
         now,
         revision=state.plan.revision,
         step_id=decision.step_id,
         actor=decision.by,
         message=comment,
-        data=data_model(kinds[0]).model_validate({"via": via, **data}),
+        data=data_model(kind).model_validate({"via": via, **data}),
     )
     return approved, comment
 
