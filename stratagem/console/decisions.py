@@ -13,6 +13,7 @@ each wait is read (`FORMS`), and each kind's endpoint, its body and what /openap
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,14 +22,22 @@ from urllib.parse import urlencode
 import yaml
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from stratagem.client import RunHandle
 from stratagem.common.errors import DecisionRefusedError, PlanFileError, StratagemError
 from stratagem.console.access import CheckedForm, Decider, FormPost
 from stratagem.console.runs import render_run
 from stratagem.console.state import Console
-from stratagem.console.views import answer_from, answer_schema, one_line, parse_json
+from stratagem.console.views import (
+    answer_from,
+    answer_schema,
+    changed_arguments,
+    one_line,
+    parse_json,
+    typed_arguments,
+)
+from stratagem.domain.decision_inputs import ARGS_LIMIT
 from stratagem.domain.decisions import Kind, kinds
 from stratagem.domain.run_types import (
     AnswerInput,
@@ -53,8 +62,24 @@ class ApproveBody(BaseModel):
     revision: int | None = None
     step_id: str | None = None
     call_id: str | None = None
-    digest: str | None = Field(default=None, max_length=64, description="A call's: the digest of its arguments shown.")
+    digest: str | None = Field(
+        default=None,
+        max_length=64,
+        description="A call's: the digest of its arguments shown; a gated step's: the digest of what it will run.",
+    )
     comment: str = Field(default="", max_length=4000)
+    args: dict[str, Any] | None = Field(
+        default=None,
+        description="A gated tool step's changed arguments, merged into those shown (needs `digest`): a new "
+        "revision by you, approved with the step.",
+    )
+
+    @field_validator("args")
+    @classmethod
+    def _bounded(cls, args: dict[str, Any] | None) -> dict[str, Any] | None:
+        if args is not None and len(json.dumps(args, default=str)) > ARGS_LIMIT:
+            raise ValueError(f"the changed arguments take more than {ARGS_LIMIT:,} characters of JSON")
+        return args
 
 
 class RejectBody(BaseModel):
@@ -164,6 +189,8 @@ async def approval(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput
         )
         return kinds.REJECT, rejection
     digest = str(posted.form.get("digest") or "") or None  # the arguments the page showed
+    # A gated tool step's form has its arguments filled in: those changed are approved changed.
+    args = changed_arguments(posted.form) if posted.step is not None and posted.call is None else None
     approve = ApproveInput(
         by=posted.who,
         revision=posted.revision,
@@ -171,6 +198,7 @@ async def approval(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput
         call_id=posted.call,
         digest=digest,
         comment=posted.comment,
+        args=args,
     )
     return kinds.APPROVE, approve
 
@@ -229,9 +257,24 @@ async def decide_posted(run: RunHandle, post: FormPost) -> dict[str, Any]:
 
 
 @router.post("/runs/{run_id}/decide", include_in_schema=False)
-async def decide_form(post: CheckedForm, console: Console, run_id: str) -> Response:
+async def decide_form(request: Request, post: CheckedForm, console: Console, run_id: str) -> Response:
     run = console.run(run_id)
-    return await form_decision(run_id, lambda: decide_posted(run, post))
+    form = post.form
+    edits = (
+        form.get("kind") == DecisionKind.step_approval.value
+        and kinds.BY_VERB.get(str(form.get("verdict", "approve"))) is not kinds.REJECT
+    )
+    if not edits or not any(key.startswith("arg.") for key in form):
+        return await form_decision(run_id, lambda: decide_posted(run, post))
+    try:
+        outcome = await decide_posted(run, post)
+    except (HTTPException, ValidationError, ValueError, StratagemError) as exc:
+        # Refused at the form, with the arguments as typed: nothing the person changed is lost.
+        problem = str(exc.detail) if isinstance(exc, HTTPException) else one_line(exc)
+        step = str(form.get("step_id") or "")
+        typed, refused = {step: typed_arguments(form)}, {step: problem}
+        return await render_run(request, console, post.who, run_id, typed=typed, refused=refused, status_code=409)
+    return back(run_id, done=outcome["message"])
 
 
 @router.post("/runs/{run_id}/revise", include_in_schema=False)

@@ -16,6 +16,7 @@ from stratagem.console.access import Person, person
 from stratagem.console.state import Console, ConsoleState
 from stratagem.console.views import decision_view, diff_text, graph_columns
 from stratagem.domain.risk import risk_label
+from stratagem.domain.run_types import DecisionKind
 from stratagem.domain.stored import is_stored
 from stratagem.io.notify import link_valid
 from stratagem.io.plan_files import dump_plan
@@ -34,9 +35,12 @@ async def render_run(
     done: str = "",
     edit: str | None = None,
     problems: list[str] | None = None,
+    typed: dict[str, dict[str, str]] | None = None,
+    refused: dict[str, str] | None = None,
     status_code: int = 200,
 ) -> Response:
-    """The run page: `edit` and `problems` bring back a refused plan edit beside its problems."""
+    """The run page: `edit` and `problems` bring back a refused plan edit beside its problems;
+    `typed` and `refused`, by step, the arguments changed in a refused step approval and why."""
     run, status, ledger = await console.read(run_id)
     catalog = await run.catalog()
     plan = ledger.revisions[-1] if ledger.revisions else None
@@ -50,7 +54,12 @@ async def render_run(
         "columns": graph_columns(plan, ledger) if plan else [],
         "risks": {s.id: risk_label(s, catalog) for s in plan.steps} if plan else {},
         "diff": diff_text(approved, plan) if plan and approved and approved.revision != plan.revision else [],
-        "pending": [decision_view(p, plan) for p in status.pending],
+        "pending": [
+            decision_view(p, plan, (typed or {}).get(p.step_id or ""), (refused or {}).get(p.step_id or "", ""))
+            if p.kind is DecisionKind.step_approval
+            else decision_view(p, plan)
+            for p in status.pending
+        ],
         "plan_yaml": edit if edit is not None else (dump_plan(plan.draft()) if plan else ""),
         "plan_problems": problems or [],
         "events": ledger.events[-200:],

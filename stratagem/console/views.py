@@ -62,8 +62,12 @@ def answer_schema(plan: Plan | None, step_id: str | None) -> dict[str, Any] | No
         return None
 
 
-def decision_view(pending: PendingDecision, plan: Plan | None) -> dict[str, Any]:
-    """What a pending decision's form needs: for a typed answer, one input per field of its schema."""
+def decision_view(
+    pending: PendingDecision, plan: Plan | None, typed: dict[str, str] | None = None, error: str = ""
+) -> dict[str, Any]:
+    """What a pending decision's form needs: for a typed answer, one input per field of its schema;
+    for a gated tool step, one per argument, filled with what it will run (or what was `typed`
+    into a form the run refused, beside its `error`)."""
     schema = answer_schema(plan, pending.step_id) if pending.kind is DecisionKind.human_answer else None
     fields = [
         {
@@ -75,7 +79,59 @@ def decision_view(pending: PendingDecision, plan: Plan | None) -> dict[str, Any]
         }
         for name, sub, required in answer_fields(schema)
     ]
-    return {"pending": pending, "what": waiting_for(pending), "fields": fields}
+    args = argument_fields(pending, typed or {})
+    return {"pending": pending, "what": waiting_for(pending), "fields": fields, "args": args, "error": error}
+
+
+def argument_fields(pending: PendingDecision, typed: dict[str, str]) -> list[dict[str, Any]]:
+    """A gated tool step's arguments as the approval form's fields (`arg.NAME`): a string as it
+    is, any other value as JSON (`json.NAME`), so a number stays a number; the text shown rides
+    along (`was.NAME`), and only what differs from it is sent."""
+    if pending.kind is not DecisionKind.step_approval or pending.preview is None or pending.preview.args is None:
+        return []
+    fields = []
+    for name, value in pending.preview.args.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = typed.get(name, shown)
+        fields.append(
+            {"name": name, "shown": shown, "value": text, "json": not isinstance(value, str), "long": len(text) > 60}
+        )
+    return fields
+
+
+def changed_arguments(form: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments an approval form changed, each read as its field says (JSON or text); None
+    if none changed. ValueError, naming the argument, for JSON that does not parse."""
+    changed: dict[str, Any] = {}
+    for key, raw in form.items():
+        if not key.startswith("arg."):
+            continue
+        name, text = key.removeprefix("arg."), _lines(raw)
+        if text == _lines(form.get(f"was.{name}", "")):
+            continue
+        if form.get(f"json.{name}"):
+            try:
+                changed[name] = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{name}: not JSON: {exc.msg} at column {exc.colno}") from None
+        else:
+            changed[name] = text
+    return changed or None
+
+
+def typed_arguments(form: dict[str, Any]) -> dict[str, str]:
+    """What was changed in an approval form's argument fields, to give back with a refusal (a
+    field left as it was shows what the step will run then, which may have changed meanwhile)."""
+    return {
+        name: _lines(raw)
+        for key, raw in form.items()
+        if key.startswith("arg.") and _lines(raw) != _lines(form.get(f"was.{(name := key.removeprefix('arg.'))}", ""))
+    }
+
+
+def _lines(raw: Any) -> str:
+    """A form field's text with a browser's line ends (a textarea sends CRLF) as they were shown."""
+    return str(raw).replace("\r\n", "\n")
 
 
 def answer_from(form: dict[str, Any], schema: dict[str, Any] | None) -> Any:
@@ -131,6 +187,9 @@ def diff_text(approved: Plan, plan: Plan) -> list[str]:
 
 
 __all__ = [
+    "argument_fields",
+    "changed_arguments",
+    "typed_arguments",
     "answer_from",
     "answer_schema",
     "decision_view",
