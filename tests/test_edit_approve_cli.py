@@ -32,6 +32,8 @@ async def test_approve_with_changed_arguments_runs_the_edited_call(cli_env, tmp_
     assert (await acli("approve", "cli-edit", "--by", "bob", env=env)).returncode == 0
     status = await wait_status("cli-edit", env, lambda s: any(p["kind"] == "step_approval" for p in s["pending"]))
     assert status["pending"][0]["preview"]["args"] == {"amount": 100, "to": "Acme"}
+    hint = " ".join((await acli("status", "cli-edit", env=env)).stdout.split())
+    assert "to change arguments as you approve it, add --args with them: --args JSON" in hint
 
     for bad, expected in [
         ("{amount: 90", "--args: not JSON"),
@@ -62,7 +64,7 @@ async def test_approve_with_changed_arguments_runs_the_edited_call(cli_env, tmp_
     out = approved.stdout + approved.stderr
     assert "approving step 'pay' with changed arguments (amount was 100), to run:" in out
     assert "amount=90" in out and 'to="Acme"' in out
-    assert "amount changed (revision 2)" in out
+    assert "step 'pay' approved with amount changed, in revision 2 by dana" in out
     waited = await acli("wait", "cli-edit", "--json", env=env)
     assert json.loads(waited.stdout)["status"] == "succeeded"
     assert [(c["amount"], c["to"]) for c in harness.calls()] == [(90, "Acme")]

@@ -196,7 +196,8 @@ class Decider:
         # up (running steps finish) and the run goes on with this revision, which runs the edit.
         self._control.stop()
         return decisions.outcome(
-            state, f"step '{step_id}' approved with {', '.join(changed)} changed (revision {plan.revision})"
+            state,
+            f"step '{step_id}' approved with {', '.join(changed)} changed, in revision {plan.revision} by {decision.by}",
         )
 
     @decision(kinds.REJECT, check=decisions.check_reject)

@@ -211,7 +211,12 @@ def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] 
         hint += f" --digest {pending.preview.digest[:12]}"  # approves only what is shown below
         # Every value it will run with, in full: the console folds long lines, nothing cuts them.
         shown = "".join(f"\n  {line}" for line in pending.preview.lines())
-        return f"{hint}\n  it will run:{shown}\n  (digest {pending.preview.digest[:12]}...)"
+        edit = (
+            "\n  to change arguments as you approve it, add --args with them: --args JSON"
+            if pending.preview.tool
+            else ""
+        )
+        return f"{hint}\n  it will run:{shown}\n  (digest {pending.preview.digest[:12]}...){edit}"
     if pending.kind.value == "tool_call_approval" and pending.call is not None:
         call = f"--step {pending.step_id} --call {pending.call.call_id}"
         return (

@@ -83,7 +83,8 @@ def check_edit(state: RunState, decision: ApproveInput, waiting: PendingDecision
         # The exact values it will run (the plan check skips values that hold a reference).
         problems = argument_problems(now | decision.args, spec.parameters, tool=step.tool)
     if problems:
-        raise DecisionRefusedError(f"the changed arguments of step '{step.id}' are refused: " + "; ".join(problems))
+        said = "; ".join(p.removeprefix(f"step '{step.id}': ") for p in problems)
+        raise DecisionRefusedError(f"the changed arguments of step '{step.id}' are refused: {said}")
 
 
 def _check_values(state: RunState, step: Step, args: dict[str, Any]) -> None:
