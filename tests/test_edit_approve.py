@@ -175,3 +175,33 @@ async def test_an_llm_step_takes_no_changed_arguments(harness):
     assert len((await run.ledger()).revisions) == 1
     await run.approve(ApproveInput(by="dana", step_id="write", digest=shown.digest))
     assert (await run.result()).status is Phase.succeeded
+
+
+async def test_an_edit_while_other_steps_run_and_wait_lets_them_finish_once_and_runs_the_edit(harness):
+    """The edited step waits in the execution of the revision before; that one winds up (a running
+    step finishes, and is not run again; a question waiting is asked again under the new revision)
+    and the run goes on with the edit."""
+    plan = {
+        "goal": "pay, while other work goes on",
+        "steps": [
+            *PAY["steps"],
+            {"id": "slow", "title": "slow", "tool": "slow", "args": {"label": "busy", "seconds": 2}},
+            {"id": "terms", "title": "Terms?", "kind": "human", "instructions": "Payment terms?"},
+        ],
+    }
+    run = await harness.start(plan, approvers=["dana"])
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await harness.wait_for(run, lambda s: "payee" in [p.step_id for p in s.pending])
+    await run.answer(AnswerInput(step_id="payee", answer="acme", by="dana"))
+    status = await harness.wait_for(run, lambda s: "pay" in [p.step_id for p in s.pending])
+    assert status.steps.running >= 1  # slow still runs (and terms waits for its answer)
+    [shown] = [p.preview for p in status.pending if p.step_id == "pay"]
+    assert shown is not None
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=shown.digest, args={"amount": 75}))
+    status = await harness.wait_for(run, lambda s: "terms" in [p.step_id for p in s.pending] and s.revision == 2, 60)
+    await run.answer(AnswerInput(step_id="terms", answer="30 days", by="dana"))
+    assert (await run.result()).status is Phase.succeeded
+    calls = harness.calls()
+    assert [c["tool"] for c in calls].count("slow") == 1
+    assert [(c["amount"], c["revision"]) for c in calls if c["tool"] == "pay"] == [(75, 2)]
