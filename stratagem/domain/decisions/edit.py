@@ -51,8 +51,8 @@ def check_edit(state: RunState, decision: ApproveInput, waiting: PendingDecision
     assert step is not None and state.plan is not None
     if step.kind is not StepKind.tool or step.tool is None:
         raise DecisionRefusedError(
-            f"step '{step.id}' is an {step.kind.value} step: an approval changes a tool step's arguments only; "
-            "change what it does with revise"
+            f"step '{step.id}' is {'an' if step.kind is StepKind.llm else 'a'} {step.kind.value} step: an approval "
+            "changes a tool step's arguments only; change what it does with revise"
         )
     if decision.digest is None or waiting.preview is None:
         raise DecisionRefusedError(
