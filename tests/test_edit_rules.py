@@ -141,3 +141,21 @@ def test_the_ledger_keeps_each_change_as_shown_and_as_approved_with_credentials_
 def test_an_approval_too_large_to_keep_in_a_plan_is_refused_before_it_is_sent() -> None:
     with pytest.raises(ValueError, match="at most 32,000"):
         ApproveInput(by="dana", step_id="pay", digest="0" * 64, args={"memo": "x" * 40_000})
+
+
+def test_the_console_form_sends_only_what_was_changed_each_read_as_it_was_shown() -> None:
+    from stratagem.console.views import argument_fields, changed_arguments, typed_arguments
+
+    state = gated(memo="line one\nline two")
+    fields = {f["name"]: f for f in argument_fields(state.pending[0], {})}
+    assert (fields["amount"]["value"], fields["amount"]["json"]) == ("100", True)
+    assert (fields["to"]["value"], fields["to"]["json"]) == ("acme", False)
+    form = {f"was.{name}": f["shown"] for name, f in fields.items()} | {"json.amount": "1"}
+    # Untouched (a textarea sends its line ends as CRLF): nothing is sent.
+    untouched = form | {"arg.amount": "100", "arg.to": "acme", "arg.memo": "line one\r\nline two"}
+    assert changed_arguments(untouched) is None
+    assert changed_arguments(untouched | {"arg.amount": " 90 "}) == {"amount": 90}
+    assert changed_arguments(untouched | {"arg.to": "42"}) == {"to": "42"}  # text stays text
+    with pytest.raises(ValueError, match="amount: not JSON"):
+        changed_arguments(untouched | {"arg.amount": "ninety"})
+    assert typed_arguments(untouched | {"arg.amount": "ninety"}) == {"amount": "ninety"}
