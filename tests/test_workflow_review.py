@@ -235,17 +235,19 @@ async def test_gated_step_waits_for_its_own_approval(harness):
     assert [(d.by, d.step_id) for d in ledger.decisions] == [("bob", None), ("cfo", "pay")]
 
 
-async def test_rejecting_a_gated_step_ends_the_run_without_running_it(harness):
+async def test_rejecting_a_gated_step_sends_it_back_without_running_it(harness):
+    # From level 9 the step, not the run, is rejected: with no planner it waits for a repair
+    # (tests/test_rejected_steps.py has the rest; a level-8 run still ends there).
     plan = {"goal": "pay", "steps": [{**step("pay", "record", label="paid"), "requires_approval": True}]}
     run = await harness.start(plan)
     await harness.wait_for(run, awaiting)
     await run.approve(ApproveInput(by="bob"))
     await harness.wait_for(run, lambda s: any(p.step_id == "pay" for p in s.pending))
     await run.reject(RejectInput(by="cfo", reason="over budget", step_id="pay"))
-    result = await run.result()
-    assert result.status is Phase.rejected and "over budget" in (result.reason or "")
+    await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_repair)
     assert harness.calls() == []
-    assert (await run.ledger()).steps["pay"].status is StepStatus.skipped
+    record = (await run.ledger()).steps["pay"]
+    assert (record.status, record.error) == (StepStatus.failed, "rejected by cfo: over budget")
 
 
 async def test_the_temporal_ui_shows_summary_and_progress(harness):

@@ -207,8 +207,10 @@ class Decider:
             case CallTarget(step_id, call_id):
                 decisions.decide_call(state, decision, via=via, now=workflow.now())
                 return decisions.outcome(state, f"call {call_id} of step '{step_id}' rejected; the step is told")
-            case StepTarget():
+            case StepTarget(step_id):
                 self._control.decide_step(decision, via=via)
+                if has(state, Change.REJECTED_STEP_REPAIRS):
+                    return decisions.outcome(state, decisions.sent_back(state, step_id))
                 return decisions.outcome(state, "step rejected; the run ends once running steps finish")
             case PlanTarget():
                 return self._reject_plan(decision, via=via)
@@ -253,13 +255,15 @@ class Decider:
         state = self._state
         assert state.plan is not None, "a run waits for a repair only once it has a plan"
         match decision.repair:
-            case RetryRepair(step_id, args) if args is not None:
+            case RetryRepair(step_id, args) if args is not None and repairs.changes_args(state, step_id, args):
                 self._retry_with(decision, step_id, args, via=via)
         stop = repairs.apply_repair(state, decision, via=via, now=workflow.now())
         if stop is not None:
             self._steps.fail_run(stop)
             return decisions.outcome(state, "the run is stopped")
         done = {RepairAction.retry: "retried", RepairAction.skip: "skipped"}.get(decision.action, "asked again")
+        if decision.action is RepairAction.retry and repairs.asks_again(state, decision.step_id):
+            done += " (its approval is asked again before it runs)"
         if state.phase is Phase.running:
             return decisions.outcome(state, f"step '{decision.step_id}' {done}; the run goes on")
         if state.phase is Phase.awaiting_approval:

@@ -207,9 +207,15 @@ class Planning:
 
     def cannot_replan(self, why: str) -> None:
         """No replan can answer a failure: a person repairs it (level 4, unless the options say to
-        fail, as they do by default for auto_approve runs), or the run fails."""
+        fail, as they do by default for auto_approve runs), or the run fails (from level 9, a step
+        a person rejected ends it rejected)."""
         if self._state.options.repairs and has(self._state, Change.REPAIRS):
             repairs.request_repair(self._state, why, workflow.now())
+        elif has(self._state, Change.REJECTED_STEP_REPAIRS) and self._trigger() == "step_rejected":
+            # A person's no that no replan can answer, in a run that waits for nobody: it ends
+            # rejected, as a rejected step's run always did before level 9.
+            self._steps.close_open(StepStatus.skipped, "run rejected")
+            self._steps.end(Phase.rejected, why, EventKind.run_rejected)
         else:
             self._steps.fail_run(why)
 

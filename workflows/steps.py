@@ -66,6 +66,15 @@ class Steps:
         self._closed(record)
         self._control.stop()
 
+    def sent_back(self, record: StepRecord, error: str) -> None:
+        """A person rejected a gated step before it ran (level 9): it is recorded failed, for the
+        replan or repair that answers it, but unlike a failure the run does not stop, so the steps
+        that do not depend on it go on (and other gates stay open) until nothing else can run."""
+        now = workflow.now()
+        if transitions.fail_step(self._state, record, error, attempts=0, now=now, trigger="step_rejected"):
+            self._failure_span = trace.get_current_span()
+        self._closed(record)
+
     def close(self, record: StepRecord, status: StepStatus, error: str | None) -> None:
         transitions.close_step(self._state, record, status, error, workflow.now())
         self._closed(record)

@@ -90,6 +90,10 @@ class Waits:
                 decisions.request_step_approval(state, step, workflow.now(), shown)
                 await self.park(step.id, lambda: step.id in state.step_approvals or control.stopping)
                 decisions.remove_pending(state, step.id)
+        if state.step_approvals.get(step.id) is False and has(state, Change.REJECTED_STEP_REPAIRS):
+            # Sent back, not the run: recorded failed, for the replan or repair that answers it.
+            self._steps.sent_back(state.ledger.steps[step.id], decisions.rejection(state, step.id))
+            return False
         return state.step_approvals.get(step.id, False) and not control.stopping
 
     def _preview(self, step: Step) -> StepPreview | None:

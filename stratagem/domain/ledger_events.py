@@ -157,13 +157,13 @@ class StepFailed(EventData):
     trigger: str = Field(
         default="step_failed",
         exclude_if=lambda trigger: trigger == "step_failed",
-        description="What the replan answers: step_failed, or criteria_unmet.",
+        description="What the replan answers: step_failed, criteria_unmet, or step_rejected (a person sent it back).",
     )
 
 
 class ReplanRequested(EventData):
     replan: int = Field(description="The run's replans so far, this one included.")
-    trigger: str = Field(description="step_failed, criteria_unmet or goal_unmet.")
+    trigger: str = Field(description="step_failed, criteria_unmet, step_rejected or goal_unmet.")
 
 
 class ToolCalled(EventData):

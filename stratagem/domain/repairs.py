@@ -20,6 +20,7 @@ from stratagem.domain.graph import ancestry
 from stratagem.domain.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.domain.ledger_events import PlanApproved, RepairRequested, StepRepaired
 from stratagem.domain.plan import PlanDraft, Step, StepKind
+from stratagem.domain.risk import needs_approval
 from stratagem.domain.run_levels import Change, reached
 from stratagem.domain.run_types import DecisionKind, PendingDecision, Phase, RepairInput, RunState
 from stratagem.domain.validation import plan_problems
@@ -87,10 +88,31 @@ def _check_args(state: RunState, step: Step, args: dict[str, Any]) -> None:
 
 
 def retried_plan(state: RunState, step_id: str, args: dict[str, Any]) -> PlanDraft:
-    """The current plan with one step's arguments replaced (a retry with edited arguments)."""
+    """The current plan with one step's arguments changed (a retry with edited arguments): from
+    level 9 merged into the step's current ones (`retry_args`), before it replacing them."""
     assert state.plan is not None
-    steps = [s.model_copy(update={"args": args}) if s.id == step_id else s for s in state.plan.steps]
+    steps = [
+        s.model_copy(update={"args": retry_args(state, s, args)}) if s.id == step_id else s for s in state.plan.steps
+    ]
     return PlanDraft(goal=state.plan.goal, steps=steps, reason=f"step '{step_id}' retried with new arguments")
+
+
+def retry_args(state: RunState, step: Step, args: dict[str, Any]) -> dict[str, Any]:
+    """The arguments a retry runs a step with. From level 9 the given ones are merged into the
+    step's current arguments, name by name, so a person changes the one that was wrong without
+    typing the others again; before, they replaced them."""
+    if not reached(state, Change.REJECTED_STEP_REPAIRS):
+        return args
+    return {**step.args, **args}
+
+
+def changes_args(state: RunState, step_id: str, args: dict[str, Any]) -> bool:
+    """Whether a retry's arguments change the step (a new revision). From level 9 arguments that
+    leave it as it is (a form sent back as it was shown) make a plain retry; before, any did."""
+    step = step_of(state, step_id)
+    if step is None or not reached(state, Change.REJECTED_STEP_REPAIRS):
+        return True
+    return retry_args(state, step, args) != step.args
 
 
 def request_repair(state: RunState, why: str, now: datetime) -> None:
@@ -157,7 +179,9 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
         case RetryRepair(step_id, args):
             record = state.ledger.steps[step_id]
             record.status, record.error, record.output, record.started_at = StepStatus.pending, None, None, None
-            message = f"retried by {decision.by}" + (" with new arguments" if args is not None else "")
+            changed = args is not None and changes_args(state, step_id, args)
+            message = f"retried by {decision.by}" + (" with new arguments" if changed else "")
+            _drop_approval(state, step_id)
     state.ledger.record(
         EventKind.step_repaired,
         now,
@@ -170,6 +194,25 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
     state.pending = [p for p in state.pending if not (p.kind is DecisionKind.repair and p.step_id == step_id)]
     _resume_if_repaired(state)
     return None
+
+
+def asks_again(state: RunState, step_id: str | None) -> bool:
+    """Whether a retried step waits for a person's approval again before it runs (level 9)."""
+    step = step_of(state, step_id) if step_id is not None else None
+    return (
+        step is not None
+        and reached(state, Change.REJECTED_STEP_REPAIRS)
+        and needs_approval(step, state.catalog)
+        and not state.options.auto_approve
+    )
+
+
+def _drop_approval(state: RunState, step_id: str) -> None:
+    """From level 9 a step that runs again is asked again: its approval (or rejection) let it run
+    once, and the first run may have had effects or been sent back."""
+    if reached(state, Change.REJECTED_STEP_REPAIRS):
+        state.step_approvals.pop(step_id, None)
+        state.approved_digests.pop(step_id, None)
 
 
 def _resume_if_repaired(state: RunState) -> None:
@@ -273,6 +316,7 @@ def _ask_again(state: RunState, decision: RepairInput, human: str, *, via: str, 
     for sid in [human, *failed]:
         record = state.ledger.steps[sid]
         record.status, record.error, record.output, record.started_at = StepStatus.pending, None, None, None
+        _drop_approval(state, sid)
     state.answers.pop(human, None)
     again = f"; {', '.join(failed)} run again with the new answer" if failed else ""
     state.ledger.record(

@@ -73,6 +73,12 @@ class Change(Enum):
     RESOLVED_GATES = 8, None, "a gated step is asked with what will run, and runs only with what was approved"
     # Level 9: approvers shape what will happen (issue #38).
     EDIT_AND_APPROVE = 9, None, "a gated tool step is approved with changed arguments, a revision by its approver"
+    REJECTED_STEP_REPAIRS = (
+        9,
+        None,
+        "a rejected step is sent back (a replan or a repair), not the run; a retried gated step is asked again; "
+        "a retry's arguments merge into the step's",
+    )
 
 
 class Leveled(Protocol):

@@ -44,7 +44,8 @@ def fail_step(
 ) -> bool:
     """Record the step's failure. True when it is the run's first since its last revision: the
     failure the next replan answers. `trigger` says what kind of failure the replan answers:
-    step_failed, or criteria_unmet (the step ran, and its answer did not meet its criteria)."""
+    step_failed, criteria_unmet (the step ran, and its answer did not meet its criteria), or
+    step_rejected (a person sent the gated step back before it ran; `error` says who and why)."""
     record.attempts += attempts
     close_step(state, record, StepStatus.failed, error, now)
     state.ledger.record(
@@ -57,7 +58,12 @@ def fail_step(
     )
     if state.failure is not None:
         return False
-    state.failure = error if trigger == "criteria_unmet" else f"step '{record.step_id}' failed: {error}"
+    if trigger == "criteria_unmet":
+        state.failure = error
+    elif trigger == "step_rejected":
+        state.failure = f"step '{record.step_id}' {error}"
+    else:
+        state.failure = f"step '{record.step_id}' failed: {error}"
     return True
 
 

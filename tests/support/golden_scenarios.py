@@ -370,6 +370,30 @@ async def edited_gate(h: Harness) -> list:
     return [run]
 
 
+async def rejected_step(h: Harness) -> list:
+    """Level 9: a rejected gated step is sent back while the step beside it runs; the run waits
+    for a repair, a retry changes one argument (merged into the others), and the step is asked
+    again before it runs."""
+    plan = {
+        "goal": "pay and file",
+        "steps": [
+            {**step("pay", "greet", name="acme", greeting="Pay"), "risk": "high"},
+            step("file", "record", label="filed"),
+        ],
+    }
+    run = await h.start(plan)
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    await run.reject(RejectInput(by="dana", step_id="pay", reason="wrong payee"))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    await run.repair(RepairInput(by="dana", action=RepairAction.retry, step_id="pay", args={"name": "globex"}))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    await run.approve(ApproveInput(by="dana", step_id="pay"))
+    await run.result()
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -388,4 +412,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "resolved_gate": resolved_gate,
     "repaired_gate": repaired_gate,
     "edited_gate": edited_gate,
+    "rejected_step": rejected_step,
 }

@@ -49,7 +49,9 @@ from stratagem.domain.decisions.step_approval import (
     check_step_approver,
     decide_step,
     kept_step_approvals,
+    rejection,
     request_step_approval,
+    sent_back,
     step_approvers,
 )
 
@@ -91,6 +93,7 @@ __all__ = [
     "record_decision",
     "record_plan_rejection",
     "record_revision",
+    "rejection",
     "remove_pending",
     "request_answer",
     "request_budget",
@@ -98,6 +101,7 @@ __all__ = [
     "request_step_approval",
     "review_changes",
     "running_problems",
+    "sent_back",
     "step_approvers",
     "step_of",
     "waiting_for",

@@ -16,7 +16,15 @@ from stratagem.domain.ledger import DecisionAction, EventKind
 from stratagem.domain.ledger_events import data_model
 from stratagem.domain.plan import Plan, Step
 from stratagem.domain.risk import effective_risk
-from stratagem.domain.run_types import ApproveInput, DecisionKind, PendingDecision, RejectInput, RunState
+from stratagem.domain.run_levels import Change, reached
+from stratagem.domain.run_types import (
+    ApproveInput,
+    DecisionKind,
+    Mode,
+    PendingDecision,
+    RejectInput,
+    RunState,
+)
 from stratagem.domain.step_preview import StepPreview
 
 
@@ -112,7 +120,8 @@ def decide_on_step(
 
 
 def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: str, now: datetime) -> Stop | None:
-    """Approve or reject one gated step. A rejection returns why the run must stop."""
+    """Approve or reject one gated step. Below level 9 a rejection returns why the run must stop;
+    from level 9 the step is sent back instead (its gate records it failed: `rejection`)."""
     assert decision.step_id is not None
     kinds = (EventKind.step_approved, EventKind.step_rejected)
     waiting = pending_for(state, DecisionKind.step_approval, decision.step_id)
@@ -121,7 +130,32 @@ def decide_step(state: RunState, decision: ApproveInput | RejectInput, *, via: s
     if approved and waiting is not None and waiting.preview is not None:
         # What this approval lets run: the step is asked again if it would run anything else.
         state.approved_digests[decision.step_id] = waiting.preview.digest
-    return None if approved else Stop(f"step '{decision.step_id}' rejected by {decision.by}: {comment}")
+    if approved or reached(state, Change.REJECTED_STEP_REPAIRS):
+        return None
+    return Stop(f"step '{decision.step_id}' rejected by {decision.by}: {comment}")
+
+
+def rejection(state: RunState, step_id: str) -> str:
+    """Why a gated step was sent back, as its record's error says it: who rejected it and why."""
+    for made in reversed(state.ledger.decisions):
+        if made.step_id == step_id and made.action is DecisionAction.reject:
+            return f"rejected by {made.by}: {made.comment}" if made.comment else f"rejected by {made.by}"
+    return "rejected"
+
+
+def sent_back(state: RunState, step_id: str) -> str:
+    """What a rejection of a gated step does next (level 9), for the person who sent it: the
+    planner revises where it can (the rules of `Planning.replan`), else a person repairs it, else
+    (on_failure: fail) the run ends. Either way once the steps running beside it finish."""
+    options = state.options
+    if options.planner and options.mode is not Mode.joint and state.ledger.replans < options.max_replans:
+        return f"step '{step_id}' sent back: the planner revises the plan with the reason"
+    if options.repairs:
+        return (
+            f"step '{step_id}' sent back: the run waits for a repair (retry it with arguments, skip it with an "
+            "output, revise the plan, or stop)"
+        )
+    return f"step '{step_id}' rejected: the run ends (on_failure is fail and no replan can follow)"
 
 
 def check_step_digest(decision: ApproveInput, preview: StepPreview) -> None:
