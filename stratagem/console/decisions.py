@@ -214,7 +214,11 @@ async def repair(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput]:
     # Asking a human step again names that step, not the failed one the form is about.
     asked = str(form.get("ask") or "") or None
     action = RepairAction.ask_again if asked else RepairAction(str(form.get("action", "retry")))
-    args = parse_json(form.get("args"), "arguments") if form.get("args") and not asked else None
+    # The arguments box starts filled (for a retry): a skip, a stop or asking again leave it out.
+    retry = action is RepairAction.retry
+    args = parse_json(form.get("args"), "arguments") if form.get("args") and retry else None
+    if args is not None and form.get("args_shown") and args == parse_json(form.get("args_shown"), "arguments"):
+        args = None  # the form starts filled with the step's arguments: sent back as shown, a plain retry
     out = parse_json(form.get("output"), "output") if action is RepairAction.skip else None
     target = asked or posted.step
     return kinds.REPAIR, RepairInput(

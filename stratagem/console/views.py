@@ -17,7 +17,7 @@ from markupsafe import Markup
 from stratagem.domain.answers import answer_fields, coerce
 from stratagem.domain.decisions import waiting_for
 from stratagem.domain.ledger import Ledger
-from stratagem.domain.plan import Plan
+from stratagem.domain.plan import Plan, StepKind
 from stratagem.domain.plan_diff import diff_lines, diff_revisions
 from stratagem.domain.run_types import DecisionKind, PendingDecision
 from stratagem.domain.visible_text import written_out
@@ -80,7 +80,14 @@ def decision_view(
         for name, sub, required in answer_fields(schema)
     ]
     args = argument_fields(pending, typed or {})
-    return {"pending": pending, "what": waiting_for(pending), "fields": fields, "args": args, "error": error}
+    return {
+        "pending": pending,
+        "what": waiting_for(pending),
+        "fields": fields,
+        "args": args,
+        "repair_args": repair_args(pending, plan),
+        "error": error,
+    }
 
 
 def argument_fields(pending: PendingDecision, typed: dict[str, str]) -> list[dict[str, Any]]:
@@ -132,6 +139,17 @@ def typed_arguments(form: dict[str, Any]) -> dict[str, str]:
 def _lines(raw: Any) -> str:
     """A form field's text with a browser's line ends (a textarea sends CRLF) as they were shown."""
     return str(raw).replace("\r\n", "\n")
+
+
+def repair_args(pending: PendingDecision, plan: Plan | None) -> str:
+    """A repair form's arguments start as the failed tool step's current ones, so a person changes
+    the one that was wrong; empty for anything else (nothing to retry with)."""
+    if pending.kind is not DecisionKind.repair or plan is None or pending.step_id is None:
+        return ""
+    step = next((s for s in plan.steps if s.id == pending.step_id), None)
+    if step is None or step.kind is not StepKind.tool:
+        return ""
+    return json.dumps(step.args, indent=2, ensure_ascii=False)
 
 
 def answer_from(form: dict[str, Any], schema: dict[str, Any] | None) -> Any:
