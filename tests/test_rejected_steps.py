@@ -77,7 +77,9 @@ async def test_a_rejected_step_waits_for_a_repair_while_the_other_branch_finishe
     await run.answer(AnswerInput(step_id="filer", answer="lee", by="lee"))
     status = await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_repair)
     assert [(p.kind, p.step_id) for p in status.pending] == [(DecisionKind.repair, "pay")]
-    assert "rejected by dana: wrong cost centre, use CC-9" in status.pending[0].prompt
+    assert status.pending[0].prompt.startswith(
+        "step 'pay' was sent back, rejected by dana: wrong cost centre, use CC-9."
+    )
     ledger = await run.ledger()
     assert ledger.steps["file"].status is StepStatus.succeeded
     assert ledger.steps["notify"].status is StepStatus.pending

@@ -129,7 +129,7 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
             revision=revision,
             since=now,
             step_id=sid,
-            prompt=f"step '{sid}' failed: {state.ledger.steps[sid].error or why}. Retry it, skip it with an output, "
+            prompt=f"{_what_happened(state, sid, why)}. Retry it, skip it with an output, "
             + "".join(f"ask '{h}' again, " for h in askable(state, sid))
             + "revise the plan, or stop the run",
             ask_again=askable(state, sid),
@@ -144,6 +144,14 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
     state.ledger.record(
         EventKind.repair_requested, now, revision=revision, message=why, data=RepairRequested(steps=failed)
     )
+
+
+def _what_happened(state: RunState, step_id: str, why: str) -> str:
+    """What a repair answers: the step's failure, or (level 9) who sent it back and why."""
+    error = state.ledger.steps[step_id].error or why
+    if state.step_approvals.get(step_id) is False and reached(state, Change.REJECTED_STEP_REPAIRS):
+        return f"step '{step_id}' was sent back, {error}"
+    return f"step '{step_id}' failed: {error}"
 
 
 def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datetime) -> Stop | None:
