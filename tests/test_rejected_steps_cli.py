@@ -14,6 +14,7 @@ import pytest
 from conftest import harness_for
 from support.cli import TOOLS, acli, one_line_error, write_plan
 from support.plans import step
+from support.terminal import Terminal
 from test_cli import wait_status
 from test_console_attacks import serving
 
@@ -121,3 +122,32 @@ async def test_the_console_repair_form_starts_with_the_steps_arguments(dev_env, 
         assert (await run.result()).status is Phase.succeeded
         assert (await run.ledger()).steps["pay"].status is StepStatus.succeeded
         assert [c["label"] for c in harness.calls()] == ["filed"]
+
+
+async def test_at_a_terminal_no_sends_the_step_back_and_the_repair_is_asked_there(cli_env, tmp_path):
+    env, harness = cli_env
+    path = write_plan(tmp_path / "plan.yaml", PLAN)
+    terminal = Terminal(["run", *TOOLS, "--plan", path, "--id", "tty-back"], {**env, "COLUMNS": "120"}, tmp_path)
+    try:
+        await terminal.expect("approve revision 1?")
+        terminal.type("a\n")
+        await terminal.expect("[y]es / [n]o / [l]ater:")
+        terminal.type("n\n")
+        await terminal.expect("reason: ")
+        terminal.type("wrong cost centre\n")
+        # The run is not over: the same terminal is asked for the repair.
+        await terminal.expect("s[t]op the run / [l]ater:")
+        assert "step 'pay' was sent back, rejected by" in terminal.text
+        assert [c["label"] for c in harness.calls()] == ["filed"]
+        terminal.type("a\n")
+        await terminal.expect("new arguments (a JSON object): ")
+        terminal.type('{"label": "pay acme 1200 EUR from CC-9"}\n')
+        await terminal.expect("[y]es / [n]o / [l]ater:", times=2)  # asked again
+        asked = terminal.text[terminal.text.rindex("step 'pay' will run:") :]
+        assert "CC-9" in asked and "seconds=0.01" in asked
+        terminal.type("y\n")
+        await terminal.expect("succeeded")
+        assert await terminal.exit_status() == 0
+    finally:
+        terminal.close()
+    assert [c["label"] for c in harness.calls()] == ["filed", "pay acme 1200 EUR from CC-9"]
