@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.common.workflow_errors import DecisionRefused
     from stratagem.domain import decisions, repairs
     from stratagem.domain.decision_inputs import CallTarget, PlanTarget, RetryRepair, StepTarget
-    from stratagem.domain.decisions import Kind, kinds
+    from stratagem.domain.decisions import Kind, kinds, quorum
     from stratagem.domain.ledger import EventKind, StepStatus
     from stratagem.domain.plan import Author, AuthorKind
     from stratagem.domain.run_levels import Change
@@ -168,6 +168,8 @@ class Decider:
     @decision(kinds.APPROVE, check=decisions.check_approve)
     def approve(self, decision: ApproveInput, *, via: str) -> DecisionOutcome:
         state = self._state
+        if has(state, Change.QUORUM) and (short := quorum.counted(state, decision, via=via, now=workflow.now())):
+            return decisions.outcome(state, short)  # recorded; the plan or step waits for more people
         match decision.target:
             case CallTarget(step_id, call_id):
                 decisions.decide_call(state, decision, via=via, now=workflow.now())

@@ -74,6 +74,7 @@ class StratagemRun(Messages):
                 options=input.options,
                 ledger=Ledger(run_id=run_id),
                 level=input.level,
+                started_by=input.started_by,
             )
         # Worked out here, before any handler runs. Runs from before level 7 (their histories hold
         # no marker of its patch) keep the rules they ran under. A new run without a level, or one
@@ -181,7 +182,10 @@ class StratagemRun(Messages):
             if input.auto_approval.verdict.signer:  # who let the run approve itself, as signed
                 consent = input.auto_approval.by
         started = RunStarted(
-            auto_approve=self.state.options.auto_approve, mode=self.state.options.mode.value, auto_approve_by=consent
+            auto_approve=self.state.options.auto_approve,
+            mode=self.state.options.mode.value,
+            auto_approve_by=consent,
+            started_by=self.state.started_by,
         )
         ledger.record(EventKind.run_started, workflow.now(), message=self.state.goal, data=started)
         try:

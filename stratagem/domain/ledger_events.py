@@ -71,6 +71,8 @@ class EventKind(str, Enum):
     """The final check's verdict on the run's outputs (data: met)."""
     step_escalated = "step_escalated"
     """An llm step that failed runs once more on a stronger model, before any replan."""
+    approval_counted = "approval_counted"
+    """An approval short of its quorum: recorded, and the plan or step waits for more (level 9)."""
 
 
 def _none(value: Any) -> bool:
@@ -98,6 +100,9 @@ class RunStarted(EventData):
     mode: str = Field(description="The run's Mode, by value.")
     auto_approve_by: str | None = Field(
         default=None, exclude_if=_none, description="Who let the run approve itself, when they signed for it."
+    )
+    started_by: str | None = Field(
+        default=None, exclude_if=_none, description="Who started the run, as its client said (four eyes)."
     )
 
 
@@ -134,6 +139,16 @@ class ArgumentEdit(BaseModel):
 class StepApproved(Decided):
     edited: dict[str, ArgumentEdit] | None = Field(
         default=None, exclude_if=_none, description="The arguments its approver changed (level 9); absent: none."
+    )
+
+
+class ApprovalCounted(Decided):
+    """An approval of a plan (no step) or a step that needs more people than have approved."""
+
+    approved_by: list[str] = Field(description="Everyone who approved it so far, this one included.")
+    quorum: int = Field(description="How many different people it needs.")
+    may_approve: list[str] | None = Field(
+        default=None, description="Who may still approve it; None: anyone allowed who has not."
     )
 
 
@@ -250,6 +265,7 @@ EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.step_carried: StepCarried,
     EventKind.goal_checked: GoalChecked,
     EventKind.step_escalated: StepEscalated,
+    EventKind.approval_counted: ApprovalCounted,
 }
 """Each kind that carries data, and its model; the other kinds carry none (`EventData`)."""
 

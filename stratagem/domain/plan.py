@@ -20,6 +20,8 @@ MAX_SECONDS = 366 * 24 * 3600
 # A plan is validated and scheduled inside workflow tasks, which Temporal expects to finish in
 # about two seconds: 10,000 steps take 0.2 s to validate; 30,000 stalled every task of the run.
 MAX_PLAN_STEPS = 10_000
+# More approvals than this on one decision are surely a mistake.
+MAX_QUORUM = 20
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$"
 
 
@@ -98,6 +100,18 @@ class Step(CompactModel):
         description="Who may approve this step, answer it or approve its tool calls: people's names or groups from "
         "the configuration (e.g. finance), on top of the run's approvers. Naming any makes the step wait for approval.",
     )
+    quorum: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_QUORUM,
+        description="How many different people must approve this step before it runs (default 1). More than one "
+        "makes the step wait for approval; a rejection by any one of them rejects it.",
+    )
+    four_eyes: bool = Field(
+        default=False,
+        description="If true, the person who started the run and the person who wrote the step may not approve it. "
+        "Makes the step wait for approval.",
+    )
     output_schema: dict[str, Any] | None = Field(
         default=None,
         description="For llm steps: the JSON Schema the executor's answer must follow (the answer is then JSON). "
@@ -116,7 +130,8 @@ class Step(CompactModel):
 
     @property
     def needs_step_approval(self) -> bool:
-        return self.requires_approval or self.risk is Risk.high or bool(self.approvers)
+        many = self.quorum is not None and self.quorum > 1
+        return self.requires_approval or self.risk is Risk.high or bool(self.approvers) or many or self.four_eyes
 
 
 class PlanDraft(BaseModel):

@@ -79,6 +79,9 @@ class Change(Enum):
         "a rejected step is sent back (a replan or a repair), not the run; a retried gated step is asked again; "
         "a retry's arguments merge into the step's",
     )
+    # Level 9: more than one person, and not the author (issue #38). An older worker would take a
+    # step's or the plan's first approval as enough: the level keeps such runs from it.
+    QUORUM = 9, None, "an approval may need several different people (quorum), none of them its author (four eyes)"
 
 
 class Leveled(Protocol):

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from stratagem.domain.compact import CompactModel
 from stratagem.domain.model_settings import Capabilities, capabilities_for
-from stratagem.domain.plan import MAX_SECONDS, Step
+from stratagem.domain.plan import MAX_QUORUM, MAX_SECONDS, Step
 from stratagem.domain.usage import Budget, Price
 
 # A Keyword search attribute holding a run's status (`run_status`), for visibility queries such as
@@ -111,6 +111,7 @@ class RunOptions(CompactModel):
             "tiers": sorted(self.tiers),
             "approvers": self.approvers,
             "groups": self.approver_groups,
+            "auto_approve": self.auto_approve,
         }
 
     @property
@@ -133,6 +134,18 @@ class RunOptions(CompactModel):
     approver_groups: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Named groups of people (e.g. finance: [dana, lee]) a step's `approvers` may name.",
+    )
+    quorum: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_QUORUM,
+        description="How many different people must approve each revision of the plan; a rejection by any one "
+        "rejects it. A step's own `quorum` is set on the step.",
+    )
+    four_eyes: bool = Field(
+        default=False,
+        description="Neither the person who started the run nor the author of the revision under review may "
+        "approve the plan or a gated step.",
     )
     on_failure: FailureAction | None = Field(
         default=None,

@@ -83,6 +83,23 @@ class PendingDecision(CompactModel):
         description="A step approval's (level 8): what the step will run, credentials masked, and the digest an "
         "approval is bound to.",
     )
+    quorum: int | None = Field(
+        default=None,
+        description="A plan or step approval's (level 9), when it needs more than one person: how many.",
+    )
+    approved_by: list[str] = Field(
+        default_factory=list,
+        description="Level 9: who approved it so far, short of its quorum (the verified names, in order).",
+    )
+    may_approve: list[str] | None = Field(
+        default=None,
+        description="Level 9, with a quorum or four eyes: who may still approve it (approved and barred people "
+        "left out). None: anyone on the run's approver list who has not.",
+    )
+    barred: dict[str, str] = Field(
+        default_factory=dict,
+        description="Level 9, four eyes: the people who may not approve it, and why (started the run, wrote it).",
+    )
 
 
 class PausedCall(CompactModel):
@@ -136,6 +153,9 @@ class RunState(BaseModel):
     decided: list[str] = Field(
         default_factory=list,
         description="The signatures of the signed decisions taken (their start): each counts once (level 7).",
+    )
+    started_by: str | None = Field(
+        default=None, description="Who started the run (RunInput.started_by), whom four eyes keeps from approving."
     )
 
     @property

@@ -28,6 +28,7 @@ from stratagem.domain.decision_inputs import (
     ReviseInput,
 )
 from stratagem.domain.plan import Author, PlanDraft
+from stratagem.domain.quorum import options_problem
 from stratagem.domain.run_levels import RUN_LEVEL  # the table of what each level changes is there
 from stratagem.domain.run_options import (
     JOINT_STEP_ID,
@@ -104,14 +105,25 @@ class RunInput(BaseModel):
     goal: str | None = None
     plan: PlanDraft | None = Field(default=None, description="A plan written by a person; skips planning.")
     author: Author | None = Field(default=None, description="Who wrote `plan`.")
+    started_by: str | None = Field(
+        default=None,
+        max_length=NAME_LIMIT,
+        description="Who started the run, as the starting client knows them: four eyes (RunOptions.four_eyes, "
+        "Step.four_eyes) keeps them from approving it.",
+    )
     fork: Fork | None = Field(default=None, description="Set when the run is a fork of another run (`plan` is set).")
     options: RunOptions = Field(default_factory=RunOptions)
     state: RunState | None = Field(default=None, description="Carried by continue-as-new; never set by callers.")
 
     @model_validator(mode="after")
     def _goal_or_plan(self) -> RunInput:
+        o = self.options
         if self.state is not None:
             return self
+        if (
+            problem := options_problem(o.quorum, o.four_eyes, o.auto_approve, o.approvers, o.replan_requires_approval)
+        ) is not None:
+            raise ValueError(problem)
         if self.options.mode is Mode.joint:
             if self.plan is not None or not self.goal:
                 raise ValueError("a joint run takes a goal, not a plan")

@@ -21,6 +21,7 @@ from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.graph import ancestry, find_cycles
 from stratagem.domain.identity_cache import ByIdentity
 from stratagem.domain.plan import PlanDraft, Step, StepKind
+from stratagem.domain.quorum import quorum_problems
 from stratagem.domain.references import find_references, references_in
 from stratagem.domain.risk import raised
 from stratagem.domain.secret_bindings import SecretBinding, binding_refusal, literal_target, secret_names
@@ -36,11 +37,13 @@ def plan_problems(
     approvers: Collection[str] | None = None,
     groups: Mapping[str, list[str]] | None = None,
     human_fields: bool = True,
+    auto_approve: bool = False,
 ) -> list[str]:
     """Every broken rule, as a message. `has_executor=False` refuses llm steps (no model to run
     them); `tiers` are the model tiers the run routes, which llm steps may name. `credentials`
     refuses literal credentials in HTTP headers, `human_fields` a reference into a field of a
-    human step that has no answer schema (each off only to replay runs from before its rule)."""
+    human step that has no answer schema (each off only to replay runs from before its rule).
+    `auto_approve`: the run approves itself, so no step may need more than one person."""
     problems: list[str] = []
     counts = Counter(step.id for step in plan.steps)
     for step_id, count in counts.items():
@@ -64,6 +67,8 @@ def plan_problems(
             problems.extend(_secret_problems(step, catalog.secrets))
         if step.approvers:
             problems.extend(_approver_problems(step, approvers, groups or {}))
+        if step.quorum is not None or step.four_eyes:
+            problems.extend(quorum_problems(step, approvers, groups or {}, auto_approve=auto_approve))
         if step.kind is StepKind.llm and not has_executor and step.tier is None:
             problems.append(
                 f"step '{step.id}' is an llm step, but the run has no executor model; set one or use a tool step"
@@ -140,9 +145,18 @@ def validate_plan(
     tiers: Collection[str] = (),
     approvers: Collection[str] | None = None,
     groups: Mapping[str, list[str]] | None = None,
+    auto_approve: bool = False,
 ) -> None:
     """Raise `PlanValidationError` listing every problem, or return if the plan is valid."""
-    problems = plan_problems(plan, catalog, has_executor=has_executor, tiers=tiers, approvers=approvers, groups=groups)
+    problems = plan_problems(
+        plan,
+        catalog,
+        has_executor=has_executor,
+        tiers=tiers,
+        approvers=approvers,
+        groups=groups,
+        auto_approve=auto_approve,
+    )
     if problems:
         raise PlanValidationError(problems)
 

@@ -394,6 +394,29 @@ async def rejected_step(h: Harness) -> list:
     return [run]
 
 
+async def quorum(h: Harness) -> list:
+    """Level 9: a plan that needs two people and a step that needs two (and four eyes): the first
+    approval of each is counted and waits, a duplicate sent as a signal is recorded as ignored, the
+    second approves."""
+    plan = {
+        "goal": "pay with two approvals",
+        "steps": [{**step("pay", "record", label="pay acme"), "quorum": 2, "four_eyes": True}],
+    }
+    draft = PlanDraft.model_validate(plan)
+    author = Author(kind=AuthorKind.human, name="alice")
+    run = await h.start_input(RunInput(plan=draft, author=author, started_by="alice", options=RunOptions(quorum=2)))
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await run.approve(ApproveInput(by="lee", revision=1))
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    await run.approve(ApproveInput(by="dana", step_id="pay"))
+    await send_signed(run, "approve_signal", ApproveInput(by="dana", step_id="pay"))
+    await h.wait_for(run, lambda s: bool(s.pending) and s.pending[0].approved_by == ["dana"])
+    await run.approve(ApproveInput(by="lee", step_id="pay"))
+    await run.result()
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -413,4 +436,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "repaired_gate": repaired_gate,
     "edited_gate": edited_gate,
     "rejected_step": rejected_step,
+    "quorum": quorum,
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.decision_inputs import CallTarget, PlanTarget, StepTarget
+from stratagem.domain.decisions import quorum
 from stratagem.domain.decisions.call_approval import check_call_digest, pending_call
 from stratagem.domain.decisions.common import check_approver, check_open, check_revision, pending_for
 from stratagem.domain.decisions.edit import check_edit
@@ -30,6 +31,7 @@ def check_approve(state: RunState, decision: ApproveInput) -> None:
         check_step_digest(decision, waiting.preview)
     if decision.args is not None:
         check_edit(state, decision, waiting if isinstance(decision.target, StepTarget) else None)
+    quorum.check(state, decision)  # four eyes, and the same person twice (level 9)
 
 
 def check_reject(state: RunState, decision: RejectInput) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from stratagem.domain.decisions import quorum
 from stratagem.domain.decisions.common import pending_for, record_decision
 from stratagem.domain.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.domain.ledger_events import Decided, PlanApproved
@@ -43,7 +44,7 @@ def plan_approval_request(
         prompt += ", ".join(done) or "none"
         if reached(state, Change.FORK_OUTPUTS_SHOWN):  # what the approver sees is what the run goes on with
             carried = {sid: state.ledger.steps[sid].output for sid in done}
-    return PendingDecision(
+    pending = PendingDecision(
         kind=DecisionKind.plan_approval,
         revision=plan.revision,
         since=now,
@@ -51,6 +52,8 @@ def plan_approval_request(
         changes=changes,
         carried=carried,
     )
+    quorum.ask(state, pending)
+    return pending
 
 
 def plan_changes(before: Plan, after: Plan) -> dict[str, list[str]]:
@@ -126,6 +129,10 @@ def loosened(before: Plan | None, after: Plan) -> list[str]:
             changes.append(f"step '{step.id}' no longer requires approval")
         if old.approvers and step.approvers != old.approvers:
             changes.append(f"step '{step.id}' changes who may approve it ({', '.join(old.approvers)})")
+        if (step.quorum or 1) < (old.quorum or 1):
+            changes.append(f"step '{step.id}' quorum lowered from {old.quorum} to {step.quorum or 1}")
+        if old.four_eyes and not step.four_eyes:
+            changes.append(f"step '{step.id}' no longer needs four eyes")
         if old.answer_schema is not None and step.answer_schema != old.answer_schema:
             changes.append(f"step '{step.id}' changes what its answer must look like")
         if added := sorted(set(step.tools) - set(old.tools)):

@@ -11,6 +11,7 @@ from typing import Any
 
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.decision_inputs import Stop
+from stratagem.domain.decisions import quorum
 from stratagem.domain.decisions.common import pending_for, record_decision, step_of
 from stratagem.domain.ledger import DecisionAction, EventKind
 from stratagem.domain.ledger_events import data_model
@@ -84,6 +85,7 @@ def request_step_approval(state: RunState, step: Step, now: datetime, preview: S
             preview=preview,
         )
     )
+    quorum.ask(state, state.pending[-1])
     state.ledger.record(EventKind.step_awaiting_approval, now, revision=state.plan.revision, step_id=step.id)
 
 
