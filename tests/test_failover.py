@@ -137,6 +137,8 @@ def _args(config: Path) -> argparse.Namespace:
         approvers=None,
         on_failure=None,
         whole_plan_approval=False,
+        quorum=None,
+        four_eyes=False,
         max_tool_rounds=None,
         json=False,
     )

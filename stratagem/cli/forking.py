@@ -73,6 +73,7 @@ async def cmd_fork(args: argparse.Namespace) -> int:
         goal=draft.goal,
         plan=draft,
         author=Author(kind=AuthorKind.human, name=by),
+        started_by=by,
         options=options.model_copy(update={"status_search_attribute": False}),
         fork=fork,
         level=RUN_LEVEL,

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from stratagem.domain.answers import answer_fields, describe_field
 from stratagem.domain.catalog import ToolCatalog
+from stratagem.domain.decisions import quorum
 from stratagem.domain.graph import topological_order
 from stratagem.domain.ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.domain.plan import PlanDraft, StepKind
@@ -197,17 +198,27 @@ def carried_text(pending: PendingDecision) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _quorum(pending: PendingDecision) -> str:
+    """Who approved so far and who still may (quorum), and who may not (four eyes), on a line."""
+    said = quorum.progress(pending)
+    return f"\n  {plain(said)}" if said else ""
+
+
 def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] | None = None) -> str:
     """What a person can do about `pending`, as commands; `schema`: a question's answer schema."""
     if pending.kind.value == "plan_approval":
-        return carried_text(pending) + (
-            f"waiting for approval of revision {pending.revision}: "
-            f"stratagem approve {run_id} --revision {pending.revision}  (or reject / revise)"
+        return (
+            carried_text(pending)
+            + (
+                f"waiting for approval of revision {pending.revision}: "
+                f"stratagem approve {run_id} --revision {pending.revision}  (or reject / revise)"
+            )
+            + _quorum(pending)
         )
     if pending.kind.value == "step_approval":
         hint = f"step '{pending.step_id}' waits for approval: stratagem approve {run_id} --step {pending.step_id}"
         if pending.preview is None:
-            return hint
+            return hint + _quorum(pending)
         hint += f" --digest {pending.preview.digest[:12]}"  # approves only what is shown below
         # Every value it will run with, in full: the console folds long lines, nothing cuts them.
         shown = "".join(f"\n  {line}" for line in pending.preview.lines())
@@ -216,7 +227,7 @@ def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] 
             if pending.preview.tool
             else ""
         )
-        return f"{hint}\n  it will run:{shown}\n  (digest {pending.preview.digest[:12]}...){edit}"
+        return f"{hint}{_quorum(pending)}\n  it will run:{shown}\n  (digest {pending.preview.digest[:12]}...){edit}"
     if pending.kind.value == "tool_call_approval" and pending.call is not None:
         call = f"--step {pending.step_id} --call {pending.call.call_id}"
         return (

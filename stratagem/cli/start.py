@@ -126,6 +126,17 @@ def add_run(commands: Commands) -> None:
         help="only these people may approve, reject, revise or change the budget; repeatable",
     )
     run.add_argument(
+        "--quorum",
+        type=positive(int),
+        metavar="N",
+        help="each plan revision needs N different people's approval (a step sets its own: quorum: N)",
+    )
+    run.add_argument(
+        "--four-eyes",
+        action="store_true",
+        help="whoever started the run, or wrote what is reviewed, may not approve the plan or a gated step",
+    )
+    run.add_argument(
         "--on-failure",
         choices=["repair", "fail"],
         help="when a failed step cannot be replanned: wait for a person to repair it (default), or fail "
@@ -197,6 +208,8 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
         approver_groups=file.groups,
         on_failure=FailureAction(args.on_failure) if args.on_failure else file.on_failure,
         whole_plan_approval=args.whole_plan_approval or file.whole_plan_approval,
+        quorum=args.quorum or file.quorum,
+        four_eyes=args.four_eyes or file.four_eyes,
         budget=budget,
         max_tool_rounds=args.max_tool_rounds or file.max_tool_rounds or RunOptions().max_tool_rounds,
     )
@@ -260,6 +273,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
             goal=args.goal,
             plan=draft,
             author=Author(kind=AuthorKind.human, name=by) if draft else None,
+            started_by=by,
             options=options,
         )
     except ValidationError as exc:

@@ -15,7 +15,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
 from stratagem.domain.answers import answer_fields, coerce
-from stratagem.domain.decisions import waiting_for
+from stratagem.domain.decisions import quorum, waiting_for
 from stratagem.domain.ledger import Ledger
 from stratagem.domain.plan import Plan, StepKind
 from stratagem.domain.plan_diff import diff_lines, diff_revisions
@@ -87,6 +87,7 @@ def decision_view(
         "args": args,
         "repair_args": repair_args(pending, plan),
         "error": error,
+        "quorum": quorum.progress(pending),
     }
 
 

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratagem.common.errors import ConfigError, ModelConfigError
 from stratagem.domain.model_settings import Capabilities
+from stratagem.domain.plan import MAX_QUORUM
 from stratagem.domain.run_types import FailureAction
 from stratagem.domain.usage import DEFAULT_PRICES, Budget, Price, price_for
 from stratagem.models import split_model_string
@@ -73,6 +74,12 @@ class ModelConfig(BaseModel):
         default=None, description="repair (wait for a person) or fail, when a failed step cannot be replanned."
     )
     whole_plan_approval: bool = Field(default=False, description="Review every revision as a whole.")
+    quorum: int = Field(
+        default=1, ge=1, le=MAX_QUORUM, description="How many different people must approve each plan revision."
+    )
+    four_eyes: bool = Field(
+        default=False, description="The run's starter and a revision's author may not approve the plan or a step."
+    )
 
 
 def load_config(path: str | Path | None) -> ModelConfig:
