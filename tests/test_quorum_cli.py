@@ -10,6 +10,7 @@ import json
 
 import pytest
 from support.cli import TOOLS, acli, one_line_error, write_plan
+from support.terminal import Terminal
 from test_cli import wait_status
 
 pytestmark = pytest.mark.system
@@ -96,3 +97,25 @@ async def test_a_quorum_nobody_could_reach_is_refused_at_start(cli_env, tmp_path
     done = await acli("run", *TOOLS, "--plan", path, "--config", str(config), env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "quorum 3 but only 2 may approve step 'pay' (dana, lee)" in done.stderr
+
+
+async def test_the_terminal_asks_once_then_says_who_is_still_wanted(cli_env, tmp_path):
+    """dana approves at her terminal; it does not ask her again (she would be refused) but says
+    the plan waits for one more of lee, kim, and goes on once lee approves elsewhere."""
+    env, harness = cli_env
+    path = write_plan(tmp_path / "plan.yaml", PLAN)
+    args = ["run", *TOOLS, "--plan", path, "--quorum", "2", *TEAM, "--by", "dana", "--id", "q-tty"]
+    terminal = Terminal(args, {**env, "COLUMNS": "200"}, tmp_path)
+    try:
+        await terminal.expect("approve revision 1?")
+        terminal.type("a\n")
+        await terminal.expect("approved by dana (1 of 2), waiting for one more of lee, kim", times=2)
+        assert terminal.text.count("approve revision 1?") == 1
+        assert (await acli("approve", "q-tty", "--by", "lee", env=env)).returncode == 0
+        await terminal.expect("approve step 'pay'")
+        terminal.type("y\n")
+        await terminal.expect("succeeded")
+        assert await terminal.exit_status() == 0
+    finally:
+        terminal.close()
+    assert len(_paid(harness)) == 1

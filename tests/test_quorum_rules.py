@@ -15,6 +15,7 @@ from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.decisions import loosened, quorum
 from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft
 from stratagem.domain.quorum import person
+from stratagem.domain.risk import risk_label
 from stratagem.domain.run_types import DecisionKind, PendingDecision, RunInput, RunOptions
 from stratagem.domain.validation import plan_problems, validate_plan
 
@@ -72,6 +73,11 @@ def test_a_quorum_or_four_eyes_makes_a_step_wait_for_approval():
     assert _draft(quorum=2).steps[0].needs_step_approval
     assert _draft(four_eyes=True).steps[0].needs_step_approval
     assert not _draft(quorum=1).steps[0].needs_step_approval
+
+
+def test_a_reviewer_reads_the_quorum_and_four_eyes_beside_the_risk():
+    step = _draft(quorum=2, four_eyes=True, approvers=["finance"]).steps[0]
+    assert risk_label(step, ToolCatalog()) == "low · approval by finance · 2 people · four eyes"
 
 
 def test_spellings_of_one_name_are_one_person():

@@ -34,6 +34,7 @@ from stratagem.cli.session import (
 from stratagem.client import RunHandle
 from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.ledger import EventKind
+from stratagem.domain.quorum import same_person
 from stratagem.domain.run_types import PendingDecision, Phase, RunResult
 from stratagem.server import owns_server
 
@@ -55,6 +56,12 @@ async def follow_attached(run: RunHandle, args: argparse.Namespace, by: str) -> 
             json_mode=args.json,
         )
         return 130
+
+
+def _may_approve(pending: PendingDecision, by: str) -> bool:
+    """Whether to ask `by` about it: not after they approved it (a quorum waits for others), nor
+    when four eyes bars them; they get its hint, which says who is still wanted."""
+    return not any(same_person(by, name) for name in [*pending.approved_by, *pending.barred])
 
 
 def _key(pending: PendingDecision) -> tuple[str, int, str | None, str | None]:
@@ -111,7 +118,7 @@ async def _follow(run: RunHandle, *, interactive: bool, json_mode: bool, by: str
             break
         if prompter is not None and not prompter.closed:
             if asking is None:
-                asking = next((p for k, p in pending.items() if k not in later), None)
+                asking = next((p for k, p in pending.items() if k not in later and _may_approve(p, by)), None)
                 if asking is not None:
                     render.console.print(
                         question(asking, render.answer_schema_of(ledger, asking), kept()), end="", markup=False

@@ -57,6 +57,10 @@ def risk_label(step: Step, catalog: ToolCatalog | None) -> str:
         text += " · approval"
     if step.approvers:
         text += f" by {', '.join(step.approvers)}"
+    if step.quorum is not None and step.quorum > 1:
+        text += f" · {step.quorum} people"
+    if step.four_eyes:
+        text += " · four eyes"
     if calls := gated_calls(step, catalog):
         text += f" · asks before {', '.join(calls)}"
     return text
