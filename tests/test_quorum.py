@@ -19,6 +19,8 @@ from stratagem.domain.run_types import (
     DecisionKind,
     Phase,
     RejectInput,
+    RepairAction,
+    RepairInput,
     ReviseInput,
     RunInput,
     RunOptions,
@@ -172,3 +174,22 @@ async def test_four_eyes_refuses_the_starter_and_the_author_and_takes_another(ha
     await run.approve(ApproveInput(by="lee", step_id="pay"))
     assert (await run.result()).status is Phase.succeeded
     assert _paid(harness) == [{"to": "acme", "amount": 900}]
+
+
+async def test_a_retry_with_new_arguments_is_not_one_persons_approval_of_a_plan_that_needs_two(harness):
+    """Attack: a retry with new arguments used to approve its revision as the person retrying.
+    Under a plan quorum the revision is reviewed: nothing runs on one person's word."""
+    plan = {"goal": "send", "steps": [{"id": "send", "title": "Send", "tool": "fails_once", "args": {"label": "x"}}]}
+    run = await harness.start(plan, approvers=TEAM, quorum=2)
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await run.approve(ApproveInput(by="lee", revision=1))
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    await run.repair(RepairInput(by="dana", action=RepairAction.retry, step_id="send", args={"label": "y"}))
+    status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.plan_approval for p in s.pending))
+    assert (status.phase, status.revision, status.pending[0].quorum) == (Phase.awaiting_approval, 2, 2)
+    assert [c["label"] for c in harness.calls()] == ["x"]
+    await run.approve(ApproveInput(by="dana", revision=2))
+    await run.approve(ApproveInput(by="kim", revision=2))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == ["x", "y"]

@@ -286,6 +286,8 @@ class Decider:
         others.pop(step_id, None)
         # Retrying is approving the new arguments, but not a revision someone else is still reviewing.
         approved = state.approved_revision == state.plan.revision
+        if has(state, Change.QUORUM) and quorum.applies(state, None):
+            approved = False  # one person's retry cannot meet the plan's quorum or other eyes: it is reviewed
         self._planning.adopt(reconcile(state.plan, draft, state.ledger.steps), author, draft.reason)
         for sid, error in others.items():
             state.ledger.steps[sid].status, state.ledger.steps[sid].error = StepStatus.failed, error
