@@ -65,6 +65,12 @@ def test_a_plan_quorum_more_people_than_the_approver_list_is_refused_at_start():
     with pytest.raises(ValidationError, match="quorum 2 but only 1 may approve"):
         RunInput(plan=_draft(), options=RunOptions(quorum=2, approvers=["dana", "DANA"]))
     RunInput(plan=_draft(), options=RunOptions(approvers=[]))  # a quorum of one says nothing of the list
+    # Four eyes bars the starter, who then is not one of those who may.
+    with pytest.raises(ValidationError, match=r"only 1 may approve the plan \(lee\); four eyes bars dana"):
+        RunInput(
+            plan=_draft(), started_by="dana", options=RunOptions(quorum=2, four_eyes=True, approvers=["dana", "lee"])
+        )
+    RunInput(plan=_draft(), started_by="dana", options=RunOptions(quorum=2, approvers=["dana", "lee"]))
     with pytest.raises(ValidationError):
         RunOptions(quorum=0)
 

@@ -72,13 +72,22 @@ def options_problem(
     auto_approve: bool,
     run_approvers: Collection[str] | None,
     replan_requires_approval: bool = True,
+    started_by: str | None = None,
 ) -> str | None:
-    """What is wrong with a run's own quorum and four eyes, for the plan's approval (one line)."""
+    """What is wrong with a run's own quorum and four eyes, for the plan's approval (one line).
+    Under four eyes the starter (`started_by`) is not among those who may approve."""
     rule = f"quorum {quorum}" if quorum > 1 else "four eyes"
     if auto_approve and (quorum > 1 or four_eyes):
         return f"{rule} needs people to approve, but auto_approve approves alone (one signer): drop one of them"
     if not replan_requires_approval and (quorum > 1 or four_eyes):
         return f"{rule} needs people to approve every revision, but replan_requires_approval is off: drop one of them"
-    if quorum > 1 and run_approvers is not None and quorum > len(found := distinct(run_approvers)):
-        return f"quorum {quorum} but only {len(found)} may approve the plan ({', '.join(found) or 'nobody'})"
+    if run_approvers is None:
+        return None
+    found = distinct(run_approvers)
+    barred = ""
+    if four_eyes and started_by and any(same_person(started_by, p) for p in found):
+        found = [p for p in found if not same_person(started_by, p)]
+        barred = f"; four eyes bars {started_by}, who starts the run"
+    if quorum > len(found) and (quorum > 1 or barred):
+        return f"quorum {quorum} but only {len(found)} may approve the plan ({', '.join(found) or 'nobody'}){barred}"
     return None

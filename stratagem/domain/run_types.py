@@ -121,7 +121,9 @@ class RunInput(BaseModel):
         if self.state is not None:
             return self
         if (
-            problem := options_problem(o.quorum, o.four_eyes, o.auto_approve, o.approvers, o.replan_requires_approval)
+            problem := options_problem(
+                o.quorum, o.four_eyes, o.auto_approve, o.approvers, o.replan_requires_approval, self.started_by
+            )
         ) is not None:
             raise ValueError(problem)
         if self.options.mode is Mode.joint:
