@@ -34,7 +34,16 @@ class NotifyActivities:
         """Send the notification to every configured channel not yet reached; returns the channels sent now."""
         config = NotifyConfig.from_env()
         link = config.link(request.run_id)
-        text = message(request.goal, request.run_id, request.waiting, request.prompt, link, request.shows)
+        text = message(
+            request.goal,
+            request.run_id,
+            request.waiting,
+            request.prompt,
+            link,
+            request.shows,
+            request.escalated_to,
+            request.people,
+        )
         document = {**request.model_dump(mode="json"), "link": link, "text": text["text"]}
         sent = []
         try:

@@ -22,6 +22,7 @@ class RunControl:
         self._stopping = False
         self._winding_down = False
         self._rejection: str | None = None
+        self._halt: str | None = None
         # Steps that ended (or stopped waiting on a person) in this execution: a continue-as-new
         # is started only after one, so every execution makes progress.
         self._returned = 0
@@ -39,6 +40,10 @@ class RunControl:
         return self._rejection
 
     @property
+    def halt_reason(self) -> str | None:
+        return self._halt
+
+    @property
     def returned(self) -> int:
         return self._returned
 
@@ -47,12 +52,19 @@ class RunControl:
         self._stopping = False
         self._winding_down = False
         self._rejection = None
+        self._halt = None
 
     def stop(self) -> None:
         self._stopping = True
 
     def reject(self, reason: str) -> None:
         self._rejection = reason
+        self._stopping = True
+
+    def halt(self, reason: str) -> None:
+        """Stop the run for good (level 9: an escalation's deadline said so): it ends failed once
+        running steps finish."""
+        self._halt = reason
         self._stopping = True
 
     def wind_down(self) -> None:

@@ -13,6 +13,7 @@ holds parts, each an object with a small interface and the only writer of its ow
     Planning      the tool catalogue, planner calls, adopting a revision, replans (planning.py)
     Continuation  continue-as-new and the archive of routine events (continuation.py)
     Waits         a step waiting on a person: approvals, questions, paused calls (waits.py)
+    Escalation    a wait on a person that escalates at its deadlines (escalation.py)
     StepRunner    one step: its gates, its slot, its activity and what its outcome records (step_runner.py)
     Execution     scheduling ready steps and ending the execution (execution.py)
     Finishing     the final check and the synthesis (finishing.py)

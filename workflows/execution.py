@@ -122,7 +122,9 @@ class Execution:
         """No step is out: what the execution ended in. True when every step succeeded."""
         state, control = self._state, self._control
         assert state.plan is not None
-        if control.rejection is not None:
+        if control.halt_reason is not None:
+            self._steps.fail_run(control.halt_reason)
+        elif control.rejection is not None:
             self._steps.close_open(StepStatus.skipped, "run rejected")
             self._steps.end(Phase.rejected, control.rejection, EventKind.run_rejected)
         elif state.failure is not None:

@@ -13,6 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stratagem.domain import activity_io, decisions
+    from stratagem.domain.decisions import escalation
     from stratagem.domain.run_levels import Change
     from stratagem.domain.run_types import Phase, RunState, progress_markdown
 
@@ -115,6 +116,8 @@ class Progress:
                     revision=pending.revision,
                     prompt=pending.prompt,
                     shows=pending.preview.lines() if pending.preview is not None else [],
+                    escalated_to=pending.escalated_to,
+                    people=escalation.people(state, pending),
                 ),
                 start_to_close_timeout=NOTIFY_TIMEOUT,
                 retry_policy=NOTIFY_RETRY,

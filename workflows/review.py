@@ -11,22 +11,33 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stratagem.domain import decisions
-    from stratagem.domain.ledger import EventKind
+    from stratagem.domain.ledger import EventKind, StepStatus
     from stratagem.domain.run_levels import Change
-    from stratagem.domain.run_types import ApproveInput, DecisionKind, Phase, ReviewTimeoutAction, RunState
+    from stratagem.domain.run_types import (
+        ApproveInput,
+        DecisionKind,
+        EscalationTimeoutAction,
+        Phase,
+        ReviewTimeoutAction,
+        RunState,
+    )
 
 from .core import has
+from .escalation import Escalation
 from .observe import Observer
 from .progress import Progress
 from .steps import Steps
 
 
 class Review:
-    def __init__(self, state: RunState, progress: Progress, steps: Steps, observe: Observer) -> None:
+    def __init__(
+        self, state: RunState, progress: Progress, steps: Steps, observe: Observer, escalation: Escalation
+    ) -> None:
         self._state = state
         self._progress = progress
         self._steps = steps
         self._observe = observe
+        self._escalation = escalation
 
     async def review(self) -> None:
         state = self._state
@@ -79,14 +90,22 @@ class Review:
             revision = state.plan.revision
             try:
                 # A revise starts a new review (and a new timeout): the reviewer sees a new plan.
-                await workflow.wait_condition(
+                expired = await self._escalation.wait(
+                    DecisionKind.plan_approval,
+                    None,
                     lambda: (
                         state.phase is not Phase.awaiting_approval
                         or (state.plan is not None and state.plan.revision != revision)
                     ),
-                    timeout=timedelta(seconds=timeout) if timeout else None,
-                    timeout_summary="review timeout",
+                    timedelta(seconds=timeout) if timeout else None,
+                    "review timeout",
                 )
+                if expired is not None:  # escalated, and undecided past its own deadline
+                    action, reason = expired
+                    if action is EscalationTimeoutAction.stop:
+                        return self._steps.fail_run(reason)
+                    self._steps.close_open(StepStatus.skipped, "plan rejected")
+                    return self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
             except TimeoutError:
                 if state.options.on_review_timeout is ReviewTimeoutAction.fail:
                     state.ledger.record(

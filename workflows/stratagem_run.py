@@ -35,6 +35,7 @@ from .continuation import Continuation
 from .control import RunControl
 from .core import has, outcome_attributes
 from .decider import Decider
+from .escalation import Escalation
 from .execution import Execution
 from .failures import cause_message
 from .finishing import Finishing
@@ -95,8 +96,9 @@ class StratagemRun(Messages):
         self._planning = planning = Planning(state, steps, budgets, observe)
         self._continuation = continuation = Continuation(state, progress)
         self._finishing = finishing = Finishing(state, steps, budgets, observe)
-        self._review = Review(state, progress, steps, observe)
-        waits = Waits(state, control, progress, steps, budgets)
+        escalation = Escalation(state, progress)
+        self._review = Review(state, progress, steps, observe, escalation)
+        waits = Waits(state, control, progress, steps, budgets, escalation)
         self._runner = runner = StepRunner(state, control, steps, budgets, waits, observe)
         self._execution = execution = Execution(state, control, progress, steps, waits, runner, continuation, finishing)
         self._decider = Decider(state, control, progress, steps, budgets, planning, execution)

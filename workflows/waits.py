@@ -16,44 +16,79 @@ from temporalio.exceptions import CancelledError as TemporalCancelledError
 with workflow.unsafe.imports_passed_through():
     from stratagem.common.errors import ReferenceResolutionError
     from stratagem.domain import decisions, risk
+    from stratagem.domain.decisions.escalation import ACTOR
     from stratagem.domain.ledger import EventKind, StepStatus
     from stratagem.domain.plan import Step
     from stratagem.domain.references import resolve_step
     from stratagem.domain.run_levels import Change
-    from stratagem.domain.run_types import ApproveInput, DecisionKind, PausedCall, RunState
+    from stratagem.domain.run_types import (
+        ApproveInput,
+        DecisionKind,
+        EscalationTimeoutAction,
+        PausedCall,
+        RejectInput,
+        RunState,
+    )
     from stratagem.domain.step_preview import StepPreview, preview
     from stratagem.domain.stored import describe, is_stored
 
 from .budgets import Budgets
 from .control import RunControl
 from .core import has
+from .escalation import Escalation
 from .progress import Progress
 from .steps import Steps
 
 
 class Waits:
     def __init__(
-        self, state: RunState, control: RunControl, progress: Progress, steps: Steps, budgets: Budgets
+        self,
+        state: RunState,
+        control: RunControl,
+        progress: Progress,
+        steps: Steps,
+        budgets: Budgets,
+        escalation: Escalation,
     ) -> None:
         self._state = state
         self._control = control
         self._progress = progress
         self._steps = steps
         self._budgets = budgets
+        self._escalation = escalation
         self._parked: set[str] = set()
 
     def hold_only(self, step_ids: Iterable[str]) -> bool:
         """Whether every one of `step_ids` waits on a person (so none holds work)."""
         return set(step_ids) <= self._parked
 
-    async def park(self, step_id: str, until: Callable[[], bool], timeout: timedelta | None = None) -> None:
-        """Wait on a person. A parked step holds no work, so a continue-as-new need not wait for it."""
+    async def park(
+        self,
+        step_id: str,
+        until: Callable[[], bool],
+        timeout: timedelta | None = None,
+        escalates: DecisionKind | None = None,
+    ) -> str | None:
+        """Wait on a person. A parked step holds no work, so a continue-as-new need not wait for it.
+        What `escalates` (level 9) goes to the escalation group at its deadline; returns why the run
+        gave up on it if the escalation's own deadline passed too, having done what it says
+        (`on_escalation_timeout`): a gated step rejected or the run stopping (a question is the caller's)."""
         self._parked.add(step_id)
         self._progress.show()
         try:
-            await workflow.wait_condition(until, timeout=timeout, timeout_summary=f"waiting on a person for {step_id}")
+            expired = await self._escalation.wait(
+                escalates, step_id, until, timeout, summary=f"waiting on a person for {step_id}"
+            )
         finally:
             self._parked.discard(step_id)
+        if expired is None:
+            return None
+        action, reason = expired
+        if action is EscalationTimeoutAction.stop:
+            self._control.halt(reason)
+        elif escalates is DecisionKind.step_approval:
+            self._control.decide_step(RejectInput(by=ACTOR, step_id=step_id, reason=reason), via="escalation")
+        return reason
 
     # ------------------------------------------------------------------ approvals before a step runs
 
@@ -88,7 +123,11 @@ class Waits:
                 control.decide_step(auto, via="auto")
             else:
                 decisions.request_step_approval(state, step, workflow.now(), shown)
-                await self.park(step.id, lambda: step.id in state.step_approvals or control.stopping)
+                await self.park(
+                    step.id,
+                    lambda: step.id in state.step_approvals or control.stopping,
+                    escalates=DecisionKind.step_approval,
+                )
                 decisions.remove_pending(state, step.id)
         if state.step_approvals.get(step.id) is False and has(state, Change.REJECTED_STEP_REPAIRS):
             # Sent back, not the run: recorded failed, for the replan or repair that answers it.
@@ -207,7 +246,12 @@ class Waits:
             deadline = asked + timedelta(seconds=step.timeout_seconds)
             remaining = max(deadline - workflow.now(), timedelta(milliseconds=1))
         try:
-            await self.park(step.id, lambda: step.id in state.answers or control.stopping, remaining)
+            expired = await self.park(
+                step.id,
+                lambda: step.id in state.answers or control.stopping,
+                remaining,
+                escalates=DecisionKind.human_answer,
+            )
         except TimeoutError:
             decisions.remove_pending(state, step.id)
             self._steps.failed(record, f"no answer within {step.timeout_seconds:g} seconds", attempts=1)
@@ -218,6 +262,10 @@ class Waits:
             raise
         finally:
             control.step_returned()
+        if expired is not None and not control.stopping:  # rejected: it fails, as a step past its deadline
+            decisions.remove_pending(state, step.id)
+            self._steps.failed(record, expired, attempts=1)
+            return False
         if step.id not in state.answers:
             decisions.remove_pending(state, step.id)
             record.status, record.started_at = StepStatus.pending, None

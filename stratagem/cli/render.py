@@ -319,7 +319,16 @@ def status_view(
     if plan is not None:
         console.print(plan_table(plan, ledger, catalog=catalog))
     for pending in status.pending:
-        console.print(decision_hint(status.run_id, pending, answer_schema_of(ledger, pending)))
+        console.print(
+            escalation_line(pending) + decision_hint(status.run_id, pending, answer_schema_of(ledger, pending))
+        )
+
+
+def escalation_line(pending: PendingDecision) -> str:
+    """Where an escalated decision went (level 9): its group may decide it too."""
+    if not pending.escalated_to:
+        return ""
+    return f"escalated to {pending.escalated_to}: its members may decide this too\n"
 
 
 def result_view(result: RunResult) -> None:

@@ -29,7 +29,8 @@ from stratagem.cli.session import (
 from stratagem.client import RunHandle, start_run
 from stratagem.common.errors import ModelConfigError
 from stratagem.domain.plan import Author, AuthorKind, PlanDraft, StepKind
-from stratagem.domain.run_types import FailureAction, Mode, RunInput, RunOptions
+from stratagem.domain.run_options import escalation_problem
+from stratagem.domain.run_types import EscalationTimeoutAction, FailureAction, Mode, RunInput, RunOptions
 from stratagem.domain.usage import Budget
 from stratagem.domain.validation import plan_notes, validate_plan
 from stratagem.io.model_config import load_config, run_prices
@@ -147,6 +148,26 @@ def add_run(commands: Commands) -> None:
         action="store_true",
         help="review every revision as a whole, not only the steps it changed",
     )
+    run.add_argument(
+        "--escalate-after",
+        type=positive(float),
+        metavar="SECONDS",
+        help="a review or a question left this long escalates to --escalate-to's group, who may then decide",
+    )
+    run.add_argument(
+        "--escalate-to", metavar="GROUP", help="the approver group (groups: in --config) escalations go to"
+    )
+    run.add_argument(
+        "--escalation-timeout",
+        type=positive(float),
+        metavar="SECONDS",
+        help="an escalated decision left this long is settled by --on-escalation-timeout",
+    )
+    run.add_argument(
+        "--on-escalation-timeout",
+        choices=["reject", "stop"],
+        help="reject what waited (default), or stop the run, once --escalation-timeout passed",
+    )
     run.add_argument("--detach", action="store_true", help="print the run id and return at once")
     run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
     run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
@@ -223,6 +244,14 @@ def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDra
     named = {**options.tiers, "executor": options.executor or ""}
     options.escalate = {named[cheap]: named[strong] for cheap, strong in file.escalate.items() if named.get(cheap)}
     options.prices = run_prices(options.models, file.prices, need_all=budget.cost_usd is not None)
+    flag = vars(args).get  # flags a caller building its own arguments may leave out
+    options.escalate_after_seconds = flag("escalate_after") or file.escalate_after
+    options.escalate_to = flag("escalate_to") or file.escalate_to
+    options.escalation_timeout_seconds = flag("escalation_timeout") or file.escalation_timeout
+    then = flag("on_escalation_timeout")
+    options.on_escalation_timeout = EscalationTimeoutAction(then) if then else file.on_escalation_timeout
+    if problem := escalation_problem(options):
+        raise CliError(problem)
     return options
 
 

@@ -270,6 +270,14 @@ class NotifyInput(BaseModel):
         default_factory=list,
         description="A gated step's: what it will run, one line per value (StepPreview.lines), sent in full.",
     )
+    escalated_to: str | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="An escalation's (level 9): the approver group it went to, whose `people` may now decide.",
+    )
+    people: list[str] = Field(
+        default_factory=list, exclude_if=lambda value: not value, description="The escalation group's members."
+    )
 
 
 class ArchiveEventsInput(BaseModel):

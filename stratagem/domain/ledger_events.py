@@ -73,6 +73,10 @@ class EventKind(str, Enum):
     """An llm step that failed runs once more on a stronger model, before any replan."""
     approval_counted = "approval_counted"
     """An approval short of its quorum: recorded, and the plan or step waits for more (level 9)."""
+    decision_escalated = "decision_escalated"
+    """A decision waited past escalate_after: the escalate_to group (data: group, people) may now decide."""
+    escalation_expired = "escalation_expired"
+    """An escalated decision waited past escalation_timeout: the run rejected it or stopped (data: then)."""
 
 
 def _none(value: Any) -> bool:
@@ -238,6 +242,18 @@ class StepEscalated(EventData):
     model: str = Field(description="The stronger model the step runs on next.")
 
 
+class DecisionEscalated(EventData):
+    kind: str = Field(description="What waited: the DecisionKind, by value.")
+    group: str = Field(description="The approver group it went to.")
+    people: list[str] = Field(description="Its members, who may now decide.")
+
+
+class EscalationExpired(EventData):
+    kind: str = Field(description="What waited: the DecisionKind, by value.")
+    group: str
+    then: str = Field(description="What the run did: reject or stop.")
+
+
 EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.run_started: RunStarted,
     EventKind.planning_attempt_invalid: PlanningAttemptInvalid,
@@ -266,6 +282,8 @@ EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.goal_checked: GoalChecked,
     EventKind.step_escalated: StepEscalated,
     EventKind.approval_counted: ApprovalCounted,
+    EventKind.decision_escalated: DecisionEscalated,
+    EventKind.escalation_expired: EscalationExpired,
 }
 """Each kind that carries data, and its model; the other kinds carry none (`EventData`)."""
 

@@ -82,6 +82,7 @@ class Change(Enum):
     # Level 9: more than one person, and not the author (issue #38). An older worker would take a
     # step's or the plan's first approval as enough: the level keeps such runs from it.
     QUORUM = 9, None, "an approval may need several different people (quorum), none of them its author (four eyes)"
+    ESCALATION_GROUPS = 9, None, "a decision left past escalate_after goes to the escalate_to group, then expires"
 
 
 class Leveled(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from stratagem.domain.compact import CompactModel
 from stratagem.domain.model_settings import Capabilities, capabilities_for
@@ -27,6 +27,13 @@ class ReviewTimeoutAction(str, Enum):
     """End the run as failed."""
     escalate = "escalate"
     """Record an escalation, flag the pending decision, and keep waiting."""
+
+
+class EscalationTimeoutAction(str, Enum):
+    reject = "reject"
+    """Reject what waited: a plan approval rejects the run, a gated step or a question is rejected."""
+    stop = "stop"
+    """Stop the run (it ends failed)."""
 
 
 class FailureAction(str, Enum):
@@ -163,6 +170,28 @@ class RunOptions(CompactModel):
     max_plan_repairs: int = Field(default=2, ge=0, le=10)
     review_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     on_review_timeout: ReviewTimeoutAction = ReviewTimeoutAction.fail
+    escalate_after_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="A plan approval, a gated step's approval or a human step's answer that waits this long is "
+        "escalated: the group `escalate_to` names is notified, and its members may decide it too.",
+    )
+    escalate_to: str | None = Field(
+        default=None, min_length=1, description="The group of `approver_groups` an escalation goes to."
+    )
+    escalation_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="How long an escalated decision may wait before `on_escalation_timeout`. None: it waits on.",
+    )
+    on_escalation_timeout: EscalationTimeoutAction = Field(
+        default=EscalationTimeoutAction.reject,
+        description="reject what waited, or stop the run, when `escalation_timeout_seconds` passed undecided.",
+    )
     step_timeout_seconds: float = Field(
         default=300, gt=0, le=MAX_SECONDS, allow_inf_nan=False, description="Default per-attempt limit of a step."
     )
@@ -177,3 +206,24 @@ class RunOptions(CompactModel):
         description=f"Keep the run's status in the {STATUS_SEARCH_ATTRIBUTE} search attribute. Set at start when the "
         "namespace has it; a workflow that upserts an unregistered attribute fails its tasks.",
     )
+
+    @model_validator(mode="after")
+    def _escalation(self) -> RunOptions:
+        if problem := escalation_problem(self):
+            raise ValueError(problem)
+        return self
+
+
+def escalation_problem(options: RunOptions) -> str | None:
+    """What is wrong with the options' escalation, in one line (None: nothing)."""
+    group, after = options.escalate_to, options.escalate_after_seconds
+    if group is not None and group not in options.approver_groups:
+        known = ", ".join(options.approver_groups) or "none are configured"
+        return f"escalate_to names '{group}', which is not an approver group (groups: {known})"
+    if group is not None and not options.approver_groups[group]:
+        return f"escalate_to names '{group}', a group with nobody in it"
+    if (group is None) != (after is None):
+        return "escalation needs both escalate_after (seconds) and escalate_to (an approver group)"
+    if options.escalation_timeout_seconds is not None and after is None:
+        return "escalation_timeout needs escalate_after and escalate_to: it counts from the escalation"
+    return None

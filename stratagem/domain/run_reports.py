@@ -88,7 +88,8 @@ def progress_markdown(state: RunState, max_rows: int = 40) -> str:
     if state.reason:
         lines.append(f"\n{state.reason}")
     for pending in state.pending:
-        flag = " (escalated)" if pending.escalated else ""
+        flag = f" (escalated to {pending.escalated_to})" if pending.escalated_to else ""
+        flag = flag or (" (escalated)" if pending.escalated else "")
         lines.append(f"\nwaiting on a person{flag}: {pending.prompt}")
     if plan is not None:
         lines += ["", "| step | kind | status | attempts |", "|---|---|---|---|"]

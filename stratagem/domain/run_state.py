@@ -100,6 +100,12 @@ class PendingDecision(CompactModel):
         default_factory=dict,
         description="Level 9, four eyes: the people who may not approve it, and why (started the run, wrote it).",
     )
+    escalated_to: str | None = Field(
+        default=None,
+        description="Level 9: the approver group (RunOptions.escalate_to) this decision went to after "
+        "escalate_after_seconds; its members may decide it too.",
+    )
+    escalated_at: datetime | None = Field(default=None, description="When it went to `escalated_to`.")
 
 
 class PausedCall(CompactModel):

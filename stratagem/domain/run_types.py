@@ -33,6 +33,7 @@ from stratagem.domain.run_levels import RUN_LEVEL  # the table of what each leve
 from stratagem.domain.run_options import (
     JOINT_STEP_ID,
     STATUS_SEARCH_ATTRIBUTE,
+    EscalationTimeoutAction,
     FailureAction,
     Mode,
     ReviewTimeoutAction,
@@ -68,6 +69,7 @@ __all__ = [
     "DecisionKind",
     "DecisionOutcome",
     "EventPage",
+    "EscalationTimeoutAction",
     "EventsQuery",
     "FailureAction",
     "Fork",

@@ -13,6 +13,11 @@
     final_check: true                      # the verifier judges the outputs against the goal at the end
     budget: {tokens: 500000, cost_usd: 5, model_calls: 200, wall_clock_seconds: 86400}
     max_tool_rounds: 12
+    groups: {finance: [dana, lee], finance-leads: [erin]}
+    escalate_after: 3600                   # a review or answer left this long (seconds) escalates...
+    escalate_to: finance-leads             # ...to this group, whose members may then decide it too
+    escalation_timeout: 86400              # and left this long after that (seconds)...
+    on_escalation_timeout: reject          # ...is rejected (reject), or stops the run (stop)
     prices:                                # USD per million tokens; extends the built-in table
       openai:llama3.1:8b: {input_per_mtok: 0, output_per_mtok: 0}
     models:                                # how to call a model, where negotiating is not wanted
@@ -33,8 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratagem.common.errors import ConfigError, ModelConfigError
 from stratagem.domain.model_settings import Capabilities
-from stratagem.domain.plan import MAX_QUORUM
-from stratagem.domain.run_types import FailureAction
+from stratagem.domain.plan import MAX_QUORUM, MAX_SECONDS
+from stratagem.domain.run_types import EscalationTimeoutAction, FailureAction
 from stratagem.domain.usage import DEFAULT_PRICES, Budget, Price, price_for
 from stratagem.models import split_model_string
 
@@ -79,6 +84,27 @@ class ModelConfig(BaseModel):
     )
     four_eyes: bool = Field(
         default=False, description="The run's starter and a revision's author may not approve the plan or a step."
+    )
+    escalate_after: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Seconds a review or a human step's answer may wait before it escalates to escalate_to.",
+    )
+    escalate_to: str | None = Field(
+        default=None, description="The group (of groups:) an escalation goes to; its members may then decide."
+    )
+    escalation_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        allow_inf_nan=False,
+        description="Seconds an escalated decision may wait before on_escalation_timeout; none: it waits on.",
+    )
+    on_escalation_timeout: EscalationTimeoutAction = Field(
+        default=EscalationTimeoutAction.reject,
+        description="reject what waited, or stop the run, once escalation_timeout passed.",
     )
 
 
@@ -136,6 +162,10 @@ def _mistakes(raw: dict[Any, Any]) -> list[str]:
                 if name != "executor" and name not in tiers:
                     known = ", ".join(["executor", *map(str, tiers)])
                     mistakes.append(f"escalate.{cheap}: '{name}' is not a tier (tiers: {known})")
+    groups: dict[Any, Any] = raw["groups"] if isinstance(raw.get("groups"), dict) else {}
+    if isinstance(raw.get("escalate_to"), str) and raw["escalate_to"] not in groups:
+        known = ", ".join(map(str, groups)) or "none are configured"
+        mistakes.append(f"escalate_to: '{raw['escalate_to']}' is not a group (groups: {known})")
     if isinstance(raw.get("verifier"), str) and raw["verifier"] not in tiers:
         models.append(("verifier", raw["verifier"]))
     if isinstance(raw.get("models"), dict):

@@ -81,7 +81,14 @@ class NotifyConfig:
 
 
 def message(
-    goal: str, run_id: str, waiting: str, prompt: str, link: str | None, shows: list[str] | None = None
+    goal: str,
+    run_id: str,
+    waiting: str,
+    prompt: str,
+    link: str | None,
+    shows: list[str] | None = None,
+    escalated_to: str | None = None,
+    people: list[str] | None = None,
 ) -> dict[str, Any]:
     """The Slack message people read: what waits (`waiting`, worded by its kind:
     stratagem.domain.decisions.kinds.WAITS), on which run, and where to decide.
@@ -89,9 +96,14 @@ def message(
     All but the link comes from the run (its id, goal and questions: whoever started it or its
     planner wrote them), so each is `untrusted` text: it can neither mention anyone nor link
     anywhere, and the one link is the console's. Slack does not unfurl it either. What a gated
-    step will run (`shows`) follows, every value, never cut: an approver decides on it."""
+    step will run (`shows`) follows, every value, never cut: an approver decides on it. An
+    escalation names its group and people: a channel cannot address them, so it says they may decide."""
     where = f"\n<{_slack_url(link)}|Decide in the console>" if link else f"\n(stratagem status {untrusted(run_id)})"
-    text = f"Run {untrusted(run_id)} ({untrusted(goal, 200)}) waits for {untrusted(waiting)}: {untrusted(prompt, 500)}"
+    text = f"Run {untrusted(run_id)} ({untrusted(goal, 200)}) waits for {untrusted(waiting)}"
+    if escalated_to:
+        who = ", ".join(untrusted(person) for person in people or [])
+        text += f", escalated to {untrusted(escalated_to)} ({who}), who may now decide"
+    text += f": {untrusted(prompt, 500)}"
     if shows:  # on the message's one line, as the rest: Slack folds it, nothing cuts it
         text += " · it will run: " + " ".join(untrusted(line) for line in shows)
     return {"text": text + where, "unfurl_links": False, "unfurl_media": False}

@@ -10,6 +10,7 @@ from typing import Any
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.answers import answer_problem
 from stratagem.domain.decisions.common import check_approver, check_open, pending_for, step_of
+from stratagem.domain.decisions.escalation import may_decide
 from stratagem.domain.decisions.step_approval import check_step_approver, step_approvers
 from stratagem.domain.ledger import EventKind
 from stratagem.domain.ledger_events import AnswerReceived
@@ -24,9 +25,10 @@ def check_answer(state: RunState, answer: AnswerInput) -> None:
     # Who may answer is who may decide (level 7): the run's approver list, then the step's own.
     # Below it, the run's list applied only to steps that name approvers, as those runs decided.
     named = step_approvers(state, answer.step_id) is not None
-    if named or reached(state, Change.ANSWERS_BY_APPROVERS):
+    escalated = may_decide(state, answer.by, DecisionKind.human_answer, answer.step_id)
+    if (named or reached(state, Change.ANSWERS_BY_APPROVERS)) and not escalated:
         check_approver(state, answer.by)
-    if named:
+    if named and not escalated:
         check_step_approver(state, answer.by, answer.step_id)
     schema = _answer_schema(state, answer.step_id)
     if schema is not None and (problem := answer_problem(answer.answer, schema)):

@@ -12,6 +12,7 @@ from stratagem.domain.decisions import quorum
 from stratagem.domain.decisions.call_approval import check_call_digest, pending_call
 from stratagem.domain.decisions.common import check_approver, check_open, check_revision, pending_for
 from stratagem.domain.decisions.edit import check_edit
+from stratagem.domain.decisions.escalation import may_approve
 from stratagem.domain.decisions.step_approval import check_step_approver, check_step_digest
 from stratagem.domain.run_levels import Change, reached
 from stratagem.domain.run_types import ApproveInput, DecisionKind, PendingDecision, Phase, RejectInput, RunState
@@ -43,7 +44,9 @@ def check_reject(state: RunState, decision: RejectInput) -> None:
 def _check_target(state: RunState, decision: ApproveInput | RejectInput) -> PendingDecision | None:
     """The checks an approval and a rejection share; returns what waits, for a call or a step."""
     check_open(state)
-    check_approver(state, decision.by)
+    escalated = may_approve(state, decision)  # its group decides on top of whoever could before
+    if not escalated:
+        check_approver(state, decision.by)
     check_revision(state, decision.revision)
     match decision.target:
         case CallTarget(step_id, call_id):
@@ -56,7 +59,8 @@ def _check_target(state: RunState, decision: ApproveInput | RejectInput) -> Pend
             waiting = pending_for(state, DecisionKind.step_approval, step_id)
             if waiting is None:
                 raise DecisionRefusedError(f"step '{step_id}' is not waiting for approval")
-            check_step_approver(state, decision.by, step_id)
+            if not escalated:
+                check_step_approver(state, decision.by, step_id)
             return waiting
         case PlanTarget():
             if state.phase is not Phase.awaiting_approval:

@@ -51,7 +51,9 @@ def step_of(state: RunState, step_id: str) -> Step | None:
 def pending_key(pending: PendingDecision) -> str:
     """What tells one pending decision from another, for a notification sent once per decision."""
     call = pending.call.call_id if pending.call is not None else "-"
-    return f"{pending.kind.value}/{pending.step_id or '-'}/{call}/r{pending.revision}/{pending.since.isoformat()}"
+    key = f"{pending.kind.value}/{pending.step_id or '-'}/{call}/r{pending.revision}/{pending.since.isoformat()}"
+    # An escalation (level 9) is news to the group it went to: a notification of its own.
+    return key + f"/escalated:{pending.escalated_to}" if pending.escalated_to else key
 
 
 def remove_pending(state: RunState, step_id: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from stratagem.common.errors import DecisionRefusedError
+from stratagem.domain.decisions import escalation
 from stratagem.domain.decisions.common import check_approver, check_open, check_revision, record_decision
 from stratagem.domain.decisions.plan_approval import (
     carry_approval,
@@ -74,6 +75,7 @@ def record_revision(
         state, DecisionAction.revise, decision.by, now, plan.revision, decision.reason, via, decision=decision
     )
     escalated = any(p.escalated for p in state.pending if p.kind is DecisionKind.plan_approval)
+    before = state.pending
     # A question or approval about a step this revision changed or dropped is void: the step asks
     # again if it still exists, and nothing can answer the old one meanwhile.
     earlier = state.ledger.revisions[-2] if len(state.ledger.revisions) > 1 else None
@@ -90,3 +92,4 @@ def record_revision(
     state.phase = Phase.awaiting_approval
     state.pending.insert(0, plan_approval_request(state, now, changes=changes))
     state.pending[0].escalated = escalated  # an escalation stays visible until someone decides
+    escalation.carry(before, state.pending[0])
