@@ -201,13 +201,16 @@ async def test_a_typed_answer_is_refused_then_taken_through_the_form(dev_harness
     async with console(dev_harness) as http:
         page = await http.get(f"/runs/{run.id}")
         assert 'name="field.days"' in page.text and '<option value="yes">' in page.text
+        assert "selected>— choose one —</option>" in page.text  # no choice is made for the person
         form = {
             "kind": "human_answer",
             "step_id": "terms",
             "csrf": csrf_of(page.text),
         }
         refused = await http.post(f"/runs/{run.id}/decide", data={**form, "field.days": "0", "field.ok": "yes"})
-        assert "less+than+the+minimum" in refused.headers["location"]
+        # The page again, with what was typed and the problem beside its field (a 303 lost both).
+        assert refused.status_code == 422 and "less than the minimum of 1" in refused.text
+        assert 'name="field.days" value="0"' in refused.text and '<option value="yes" selected>' in refused.text
         assert (await run.status()).pending  # still waiting
         taken = await http.post(f"/runs/{run.id}/decide", data={**form, "field.days": "30", "field.ok": "yes"})
         assert "done=" in taken.headers["location"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from stratagem.client import RunHandle
 from stratagem.common.errors import DecisionRefusedError, PlanFileError, StratagemError
 from stratagem.console.access import CheckedForm, Decider, FormPost
+from stratagem.console.answer_form import answer_form
 from stratagem.console.runs import render_run
 from stratagem.console.state import Console
 from stratagem.console.views import (
@@ -264,6 +266,9 @@ async def decide_posted(run: RunHandle, post: FormPost) -> dict[str, Any]:
 async def decide_form(request: Request, post: CheckedForm, console: Console, run_id: str) -> Response:
     run = console.run(run_id)
     form = post.form
+    if form.get("kind") == DecisionKind.human_answer.value:  # refused, it comes back as typed
+        taken = await answer_form(request, console, post.who, run_id, form, partial(decide, run, kinds.ANSWER))
+        return back(run_id, done=taken) if isinstance(taken, str) else taken
     edits = (
         form.get("kind") == DecisionKind.step_approval.value
         and kinds.BY_VERB.get(str(form.get("verdict", "approve"))) is not kinds.REJECT

@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from stratagem.console.access import Person, person
 from stratagem.console.state import Console, ConsoleState
-from stratagem.console.views import decision_view, diff_text, graph_columns
+from stratagem.console.views import WHOLE, AnswerDraft, decision_view, diff_text, graph_columns
 from stratagem.domain.risk import risk_label
 from stratagem.domain.run_types import DecisionKind
 from stratagem.domain.stored import is_stored
@@ -37,10 +37,12 @@ async def render_run(
     problems: list[str] | None = None,
     typed: dict[str, dict[str, str]] | None = None,
     refused: dict[str, str] | None = None,
+    draft: AnswerDraft | None = None,
     status_code: int = 200,
 ) -> Response:
     """The run page: `edit` and `problems` bring back a refused plan edit beside its problems;
-    `typed` and `refused`, by step, the arguments changed in a refused step approval and why."""
+    `typed` and `refused`, by step, the arguments changed in a refused step approval and why;
+    `draft` a refused answer with what was typed and each problem at its field."""
     run, status, ledger = await console.read(run_id)
     catalog = await run.catalog()
     plan = ledger.revisions[-1] if ledger.revisions else None
@@ -55,7 +57,11 @@ async def render_run(
         "risks": {s.id: risk_label(s, catalog) for s in plan.steps} if plan else {},
         "diff": diff_text(approved, plan) if plan and approved and approved.revision != plan.revision else [],
         "pending": [
-            decision_view(p, plan, (typed or {}).get(p.step_id or ""), (refused or {}).get(p.step_id or "", ""))
+            decision_view(p, plan, draft.values, draft.errors)
+            if draft is not None and p.kind is DecisionKind.human_answer and p.step_id == draft.step_id
+            else decision_view(
+                p, plan, (typed or {}).get(p.step_id or ""), {WHOLE: (refused or {}).get(p.step_id or "", "")}
+            )
             if p.kind is DecisionKind.step_approval
             else decision_view(p, plan)
             for p in status.pending

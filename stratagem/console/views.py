@@ -8,6 +8,7 @@ form fields, the diff against the approved revision), and a form's fields are re
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
 
@@ -62,31 +63,55 @@ def answer_schema(plan: Plan | None, step_id: str | None) -> dict[str, Any] | No
         return None
 
 
+WHOLE = ""
+"""The key of a problem with an answer as a whole (an untyped answer, or one no field names)."""
+
+
+@dataclass
+class AnswerDraft:
+    """What a person typed into one step's answer form, and what is wrong with it, by field
+    (stratagem.console.answer_form reads it; the run page shows it again)."""
+
+    step_id: str
+    values: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
 def decision_view(
-    pending: PendingDecision, plan: Plan | None, typed: dict[str, str] | None = None, error: str = ""
+    pending: PendingDecision,
+    plan: Plan | None,
+    typed: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """What a pending decision's form needs: for a typed answer, one input per field of its schema;
-    for a gated tool step, one per argument, filled with what it will run (or what was `typed`
-    into a form the run refused, beside its `error`)."""
+    """What a pending decision's form needs: for a typed answer, one input per field of its schema,
+    labelled by its `title` and helped by its `description`; for a gated tool step, one per
+    argument, filled with what it will run. `typed` and `errors` bring back a form that was refused:
+    an answer's values and problems at their fields (stratagem.console.answer_form), a step's
+    changed arguments and the refusal (under WHOLE)."""
     schema = answer_schema(plan, pending.step_id) if pending.kind is DecisionKind.human_answer else None
+    typed, errors = typed or {}, errors or {}
     fields = [
         {
             "name": name,
+            "label": field_label(name, sub),
             "type": sub.get("type", "string"),
             "choices": [c for c in sub.get("enum", []) if isinstance(c, str | int | float | bool)],
             "required": required,
-            "description": sub.get("description", ""),
+            "description": sub.get("description", "") if isinstance(sub.get("description"), str) else "",
+            "value": typed.get(name, ""),
+            "error": errors.get(name, ""),
         }
         for name, sub, required in answer_fields(schema)
     ]
-    args = argument_fields(pending, typed or {})
+    args = argument_fields(pending, typed)
     return {
         "pending": pending,
         "what": waiting_for(pending),
         "fields": fields,
         "args": args,
         "repair_args": repair_args(pending, plan),
-        "error": error,
+        "error": errors.get(WHOLE, ""),
+        "answer": {"value": typed.get(WHOLE, ""), "error": errors.get(WHOLE, "")},
         "quorum": quorum.progress(pending),
     }
 
@@ -153,6 +178,12 @@ def repair_args(pending: PendingDecision, plan: Plan | None) -> str:
     return json.dumps(step.args, indent=2, ensure_ascii=False)
 
 
+def field_label(name: str, schema: dict[str, Any]) -> str:
+    """A field's label: its schema's `title`, else its name."""
+    title = schema.get("title")
+    return title.strip() if isinstance(title, str) and title.strip() else name
+
+
 def answer_from(form: dict[str, Any], schema: dict[str, Any] | None) -> Any:
     """The answer a form carries: one input per field of the step's schema (`field.NAME`, each
     converted as its schema says, as the terminal does), or one value, JSON or text."""
@@ -206,6 +237,8 @@ def diff_text(approved: Plan, plan: Plan) -> list[str]:
 
 
 __all__ = [
+    "WHOLE",
+    "AnswerDraft",
     "argument_fields",
     "changed_arguments",
     "typed_arguments",
@@ -213,6 +246,7 @@ __all__ = [
     "answer_schema",
     "decision_view",
     "diff_text",
+    "field_label",
     "graph_columns",
     "one_line",
     "page_templates",
