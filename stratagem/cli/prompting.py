@@ -109,10 +109,15 @@ def question(pending: PendingDecision, schema: dict[str, Any] | None = None, kep
     return f"{asked}\n(type the answer; JSON if it starts with {{ or [; empty for later)\n> "
 
 
+def _label(name: str, schema: dict[str, Any]) -> str:
+    """How a field is called: its schema's title, else its name."""
+    title = schema.get("title")
+    return title.strip() if isinstance(title, str) and title.strip() else name
+
+
 def _field_question(name: str, schema: dict[str, Any], required: bool) -> str:
     """`title [name] (what it takes, optional) — description: `, as the plan's schema words it."""
-    title = schema.get("title")
-    label = f"{title} [{name}]" if isinstance(title, str) and title.strip() else name
+    label = f"{_label(name, schema)} [{name}]" if _label(name, schema) != name else name
     about = schema.get("description")
     said = f" — {about}" if isinstance(about, str) and about.strip() else ""
     return f"{label} ({describe_field(schema)}{'' if required else ', optional'}){said}: "
@@ -135,7 +140,13 @@ async def _typed_answer(
             if not reply:
                 if not required:
                     break
-                render.console.print(f"{name} is required", markup=False)
+                # Nothing is chosen for the person: a choice left empty is asked again, saying so.
+                if "enum" in schema or schema.get("type") == "boolean":
+                    render.errors.print(
+                        f"error: {_label(name, schema)}: choose one of {describe_field(schema)}", markup=False
+                    )
+                else:
+                    render.errors.print(f"error: {_label(name, schema)} is required", markup=False)
             else:
                 try:
                     value = coerce(reply, schema)
@@ -143,7 +154,7 @@ async def _typed_answer(
                     render.errors.print(f"error: {exc}; try again", markup=False)
                 else:
                     # Its bounds (length, range, choices) are checked here, before the run sees it.
-                    problem = answer_problem(value, schema, f"'{name}'")
+                    problem = answer_problem(value, schema, f"'{_label(name, schema)}'")
                     if problem is None:
                         answer[name] = value
                         break
