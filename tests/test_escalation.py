@@ -22,6 +22,8 @@ from stratagem.domain.run_types import (
     EscalationTimeoutAction,
     Phase,
     RejectInput,
+    RepairAction,
+    RepairInput,
 )
 
 pytestmark = pytest.mark.workflow
@@ -192,7 +194,18 @@ async def test_a_question_unanswered_past_the_escalation_timeout_is_rejected(har
     assert ledger.steps["payee"].status is StepStatus.failed
     assert "within 600 s of its escalation to finance-leads: rejected" in (ledger.steps["payee"].error or "")
     assert [p.kind for p in status.pending] == [DecisionKind.repair]
+    assert status.pending[0].ask_again == ["payee"]
     assert harness.calls() == []
+    # A repair asks the question again, on a fresh clock: not escalated, and answered by bob.
+    await run.repair(RepairInput(by="bob", action=RepairAction.ask_again, step_id="payee"))
+    status = await harness.wait_for(run, asked)
+    assert status.pending[0].escalated_to is None
+    assert "not on this run's approver list" in await refused(
+        run.answer(AnswerInput(step_id="payee", answer="mallory", by="erin"))
+    )
+    await run.answer(AnswerInput(step_id="payee", answer="acme", by="bob"))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == ["pay acme"]
 
 
 async def test_an_escalation_is_notified_to_the_channels_naming_the_group_and_its_people(harness, monkeypatch):
