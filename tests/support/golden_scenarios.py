@@ -417,6 +417,26 @@ async def quorum(h: Harness) -> list:
     return [run]
 
 
+async def escalation(h: Harness) -> list:
+    """Level 9: a plan left past escalate_after goes to the escalate_to group, one of whom approves
+    it; a gated step then left past the escalation's own deadline too is rejected."""
+    plan = {
+        "goal": "pay acme",
+        "steps": [
+            step("check", "record", label="checked"),
+            {**step("pay", "record", ["check"], label="paid"), "risk": "high"},
+        ],
+    }
+    escalating = {"escalate_after_seconds": 600, "escalate_to": "leads", "escalation_timeout_seconds": 600}
+    run = await h.start(plan, approvers=["alice"], approver_groups={"leads": ["erin"]}, **escalating)
+    await h.wait_for(run, awaiting)
+    await h.time_skip(700)
+    await h.wait_for(run, lambda s: any(p.escalated_to for p in s.pending))
+    await run.approve(ApproveInput(by="erin", revision=1))
+    await run.result()  # the server skips the step's two deadlines: rejected
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -437,4 +457,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "edited_gate": edited_gate,
     "rejected_step": rejected_step,
     "quorum": quorum,
+    "escalation": escalation,
 }
