@@ -205,3 +205,22 @@ async def test_an_edit_while_other_steps_run_and_wait_lets_them_finish_once_and_
     calls = harness.calls()
     assert [c["tool"] for c in calls].count("slow") == 1
     assert [(c["amount"], c["revision"]) for c in calls if c["tool"] == "pay"] == [(75, 2)]
+
+
+async def test_an_edit_cannot_stand_in_for_a_second_person_or_for_someone_else(harness):
+    """An edit is a revision its approver writes and approves in one decision. Where a step needs
+    two people (quorum) or four eyes, that would let one person both change and release the
+    payment: refused, nothing counted, nothing paid, no revision; the step still waits for two."""
+    plan = {**PAY, "steps": [PAY["steps"][0], {**PAY["steps"][1], "approvers": ["dana", "erin"], "quorum": 2}]}
+    run, shown = await _at_the_gate(harness, plan)
+    with pytest.raises(DecisionRefusedError, match="needs more than one person or four eyes"):
+        await run.approve(ApproveInput(by="dana", step_id="pay", digest=shown.digest, args={"amount": 1}))
+    status = await run.status()
+    [waiting] = status.pending
+    assert (waiting.step_id, waiting.approved_by, status.revision) == ("pay", [], 1)
+    # The two approvals it asks for, unedited, release exactly what was shown.
+    await run.approve(ApproveInput(by="dana", step_id="pay", digest=shown.digest))
+    assert harness.calls() == []
+    await run.approve(ApproveInput(by="erin", step_id="pay", digest=shown.digest))
+    assert (await run.result()).status is Phase.succeeded
+    assert [(c["amount"], c["revision"]) for c in harness.calls()] == [(100, 1)]

@@ -20,6 +20,7 @@ from typing import Any
 
 from stratagem.common.errors import DecisionRefusedError, ReferenceResolutionError
 from stratagem.domain.decision_inputs import StepTarget
+from stratagem.domain.decisions import quorum
 from stratagem.domain.decisions.common import record_decision, remove_pending, step_of
 from stratagem.domain.ledger import DecisionAction, EventKind
 from stratagem.domain.ledger_events import ArgumentEdit, PlanApproved, StepApproved
@@ -49,6 +50,13 @@ def check_edit(state: RunState, decision: ApproveInput, waiting: PendingDecision
         )
     step = step_of(state, decision.target.step_id)
     assert step is not None and state.plan is not None
+    if quorum.applies(state, step.id) or quorum.applies(state, None):
+        # The edit is a revision its approver writes and approves in one decision: that is one
+        # person, where the step (or the run) asks for more than one, or for someone else.
+        raise DecisionRefusedError(
+            f"step '{step.id}' needs more than one person or four eyes, so an approval cannot change its "
+            "arguments; reject it with the change as the reason, then retry it with --args"
+        )
     if step.kind is not StepKind.tool or step.tool is None:
         raise DecisionRefusedError(
             f"step '{step.id}' is {'an' if step.kind is StepKind.llm else 'a'} {step.kind.value} step: an approval "
