@@ -146,15 +146,24 @@ async def test_a_gated_step_undecided_past_the_escalation_timeout_can_stop_the_r
     assert (expired.step_id, expired.data["then"]) == ("pay", "stop")
 
 
-async def test_a_gated_step_undecided_past_the_escalation_timeout_is_rejected(harness):
+async def test_a_gated_step_undecided_past_the_escalation_timeout_is_rejected_and_sent_back(harness):
+    """Rejected at the second deadline as a person's rejection would be: from level 9 the step is
+    sent back (item 3), so the run waits for a repair instead of ending, and nothing is paid."""
     run = await harness.start(PAY, **ESCALATION, escalation_timeout_seconds=600)
     await harness.wait_for(run, awaiting)
     await run.approve(ApproveInput(by="bob", revision=1))
-    result = await run.result()
-    assert result.status is Phase.rejected
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    await harness.time_skip(3700)
+    await harness.wait_for(run, escalated)
+    await harness.time_skip(700)
+    status = await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    assert status.phase is Phase.awaiting_repair and "rejected by escalation" in status.pending[0].prompt
     assert [c["label"] for c in harness.calls()] == ["checked"]
     ledger = await run.ledger()
     assert [(d.by, d.step_id, d.action.value) for d in ledger.decisions][-1] == ("escalation", "pay", "reject")
+    await run.repair(RepairInput(by="bob", action=RepairAction.stop, reason="not this week"))
+    assert (await harness.wait_for(run, lambda s: s.phase.finished)).phase is Phase.failed
+    assert [c["label"] for c in harness.calls()] == ["checked"]
 
 
 QUESTION = {

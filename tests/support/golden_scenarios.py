@@ -419,7 +419,8 @@ async def quorum(h: Harness) -> list:
 
 async def escalation(h: Harness) -> list:
     """Level 9: a plan left past escalate_after goes to the escalate_to group, one of whom approves
-    it; a gated step then left past the escalation's own deadline too is rejected."""
+    it; a gated step then left past the escalation's own deadline too is rejected, sent back, and
+    the run stopped."""
     plan = {
         "goal": "pay acme",
         "steps": [
@@ -433,7 +434,13 @@ async def escalation(h: Harness) -> list:
     await h.time_skip(700)
     await h.wait_for(run, lambda s: any(p.escalated_to for p in s.pending))
     await run.approve(ApproveInput(by="erin", revision=1))
-    await run.result()  # the server skips the step's two deadlines: rejected
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.step_approval for p in s.pending))
+    await h.time_skip(700)
+    await h.wait_for(run, lambda s: any(p.escalated_to for p in s.pending))
+    await h.time_skip(700)  # the escalation's own deadline: rejected, the step is sent back
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    await run.repair(RepairInput(by="alice", action=RepairAction.stop, reason="not this week"))
+    await h.wait_for(run, lambda s: s.phase.finished)
     return [run]
 
 
