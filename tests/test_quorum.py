@@ -193,3 +193,30 @@ async def test_a_retry_with_new_arguments_is_not_one_persons_approval_of_a_plan_
     await run.approve(ApproveInput(by="kim", revision=2))
     assert (await run.result()).status is Phase.succeeded
     assert [c["label"] for c in harness.calls()] == ["x", "y"]
+
+
+async def test_a_revision_nobody_could_approve_under_four_eyes_is_refused_before_it_is_made(harness):
+    """A retry with arguments, or a revise, is a revision its sender writes; under four eyes they
+    may not approve it, nor may the starter. With a quorum of two among dana and lee, started by
+    ops, dana's retry would leave only lee: a review nobody could finish, the run stuck for ever.
+    Refused in one line, nothing made; the step waits for its repair, and a plain retry still works."""
+    plan = {"goal": "send", "steps": [{"id": "send", "title": "Send", "tool": "fails_once", "args": {"label": "x"}}]}
+    draft = PlanDraft.model_validate(plan)
+    options = RunOptions(approvers=["dana", "lee"], quorum=2, four_eyes=True)
+    run = await harness.start_input(
+        RunInput(plan=draft, author=Author(kind=AuthorKind.human, name="ops"), started_by="ops", options=options)
+    )
+    await harness.wait_for(run, lambda s: bool(s.pending))
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await run.approve(ApproveInput(by="lee", revision=1))
+    await harness.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    with pytest.raises(DecisionRefusedError, match="only lee could approve it where 2 must"):
+        await run.repair(RepairInput(by="dana", action=RepairAction.retry, step_id="send", args={"label": "y"}))
+    edited = {**plan, "steps": [{**plan["steps"][0], "args": {"label": "z"}}]}
+    with pytest.raises(DecisionRefusedError, match="only dana could approve it where 2 must"):
+        await run.revise(ReviseInput(by="lee", plan=PlanDraft.model_validate(edited)))
+    status = await run.status()
+    assert (status.phase, status.revision) == (Phase.awaiting_repair, 1)
+    await run.repair(RepairInput(by="dana", action=RepairAction.retry, step_id="send"))
+    assert (await run.result()).status is Phase.succeeded
+    assert [c["label"] for c in harness.calls()] == ["x", "x"]

@@ -15,7 +15,7 @@ from typing import Any
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.answers import answer_problem
 from stratagem.domain.decision_inputs import AskAgainRepair, RetryRepair, SkipRepair, Stop, StopRepair
-from stratagem.domain.decisions import check_approver, check_open, check_step_approver, record_decision, step_of
+from stratagem.domain.decisions import check_approver, check_open, check_step_approver, quorum, record_decision, step_of
 from stratagem.domain.graph import ancestry
 from stratagem.domain.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.domain.ledger_events import PlanApproved, RepairRequested, StepRepaired
@@ -52,6 +52,7 @@ def check_repair(state: RunState, decision: RepairInput) -> None:
                 raise DecisionRefusedError("a retry takes new arguments, not an output; to supply the output, skip")
             if args is not None:
                 _check_args(state, step, args)
+                quorum.check_reachable(state, decision.by, "a retry with arguments")
         case SkipRepair(step_id, output):
             step = _failed_step(state, decision.by, step_id)
             if decision.args is not None:

@@ -94,6 +94,27 @@ def applies(state: RunState, step_id: str | None) -> bool:
     return reached(state, Change.QUORUM) and (quorum > 1 or four_eyes)
 
 
+def check_reachable(state: RunState, author: str, what: str) -> None:
+    """Refuse a revision `author` would write (`what`: a retry with arguments, a revise) that
+    nobody could then approve: under four eyes its author joins the run's starter among those
+    barred, and the people left may be fewer than the plan's quorum. Taken, the run would wait
+    for ever on a review no one may finish."""
+    if not applies(state, None):
+        return
+    needed, four_eyes = _rule(state, None)
+    allowed = _allowed(state, None)
+    if allowed is None or not four_eyes:
+        return
+    barred = {person(name) for name in (state.started_by, author) if name}
+    left = [p for p in allowed if person(p) not in barred]
+    if len(left) < needed:
+        who = ", ".join(left) or "nobody"
+        raise DecisionRefusedError(
+            f"four eyes: {author} would write the revision {what} makes, and then only {who} could approve it "
+            f"where {needed} must; ask another approver to do it"
+        )
+
+
 def ask(state: RunState, pending: PendingDecision) -> None:
     """Put the rule on a pending approval as it is asked, so everyone sees it from the start."""
     if not applies(state, pending.step_id):

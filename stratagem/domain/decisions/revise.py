@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from stratagem.common.errors import DecisionRefusedError
-from stratagem.domain.decisions import escalation
+from stratagem.domain.decisions import escalation, quorum
 from stratagem.domain.decisions.common import check_approver, check_open, check_revision, record_decision
 from stratagem.domain.decisions.plan_approval import (
     carry_approval,
@@ -49,6 +49,7 @@ def check_revise(state: RunState, decision: ReviseInput) -> None:
     problems = merged.problems or plan_problems(merged.draft, state.catalog, **rules)
     if problems:
         raise DecisionRefusedError("the revised plan is invalid: " + "; ".join(problems))
+    quorum.check_reachable(state, decision.by, "this edit")
 
 
 def running_problems(state: RunState, draft: PlanDraft) -> None:
