@@ -21,6 +21,7 @@ from stratagem.io.notify import NotifyConfig, message
 from stratagem.io.store import OutputStore, StoreError, default_store
 
 from .errors import as_application_error
+from .notify_email import send_emails
 
 TIMEOUT_SECONDS = 10
 
@@ -58,6 +59,8 @@ class NotifyActivities:
                     response.raise_for_status()
                     await asyncio.to_thread(self._record, channel, request.key)
                     sent.append(channel)
+            if await send_emails(request, config, self._delivered, self._record):
+                sent.append("email")
         except Exception as exc:
             raise as_application_error(exc)
         return sent

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from stratagem.common.errors import ConfigError
 from stratagem.domain.roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
 from stratagem.domain.secret_bindings import bindings_from_env
+from stratagem.io.email_notify import EmailConfig
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ def check_worker_args(args: argparse.Namespace) -> WorkerOptions:
     if args.processes < 1:
         raise ConfigError("--processes must be at least 1")
     bindings_from_env()  # where the worker's secrets may go (STRATAGEM_SECRET_*_HOSTS), before connecting
+    EmailConfig.from_env()  # its mail server and addresses: a typo stops it here, not at the first decision
     roles = roles_from(args)
     return WorkerOptions(
         tools=tuple(args.tools),

@@ -20,7 +20,7 @@ from temporalio.client import Client
 
 from stratagem.common.errors import RunUnresponsiveError
 from stratagem.common.signing import Keyring, Signer
-from stratagem.console import decisions, inbox, runs, sessions, stream
+from stratagem.console import decisions, email_links, inbox, runs, sessions, stream
 from stratagem.console.access import NotSignedIn, not_signed_in
 from stratagem.console.guard import Guard, Site
 from stratagem.console.identity import IdentityConfig
@@ -70,7 +70,7 @@ def create_app(
     app.add_exception_handler(NotSignedIn, not_signed_in)
     app.add_exception_handler(RunUnresponsiveError, unresponsive)
     # In this order the API's paths are listed in /openapi.json as they always were.
-    for area in (inbox, runs, stream, decisions, sessions):
+    for area in (inbox, runs, stream, decisions, sessions, email_links):
         app.include_router(area.router)
     return app
 

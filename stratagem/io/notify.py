@@ -6,6 +6,7 @@ details, or a link, to an address of its choosing.
 
     STRATAGEM_NOTIFY_SLACK_URL      a Slack (or compatible) incoming-webhook URL
     STRATAGEM_NOTIFY_WEBHOOK_URL    a URL that receives a JSON document per decision
+    STRATAGEM_NOTIFY_SMTP_URL       a mail server, for e-mail (stratagem.io.email_notify)
     STRATAGEM_CONSOLE_URL           the console's address, for the links (e.g. https://review.example.com)
     STRATAGEM_CONSOLE_SECRET        the console's secret, which signs the links (as the console does)
 """
@@ -26,6 +27,7 @@ from stratagem.domain.visible_text import visible
 
 SLACK_ENV = "STRATAGEM_NOTIFY_SLACK_URL"
 WEBHOOK_ENV = "STRATAGEM_NOTIFY_WEBHOOK_URL"
+SMTP_ENV = "STRATAGEM_NOTIFY_SMTP_URL"
 CONSOLE_URL_ENV = "STRATAGEM_CONSOLE_URL"
 CONSOLE_SECRET_ENV = "STRATAGEM_CONSOLE_SECRET"
 LINK_SECONDS = 7 * 24 * 3600
@@ -48,6 +50,7 @@ def link_valid(secret: bytes, path: str, expires: str, signature: str, now: floa
 class NotifyConfig:
     slack_url: str | None = None
     webhook_url: str | None = None
+    smtp_url: str | None = None
     console_url: str | None = None
     secret: bytes | None = None
 
@@ -60,13 +63,14 @@ class NotifyConfig:
         return cls(
             slack_url=value(SLACK_ENV),
             webhook_url=value(WEBHOOK_ENV),
+            smtp_url=value(SMTP_ENV),
             console_url=(value(CONSOLE_URL_ENV) or "").rstrip("/") or None,
             secret=secret.encode() if secret else None,
         )
 
     @property
     def configured(self) -> bool:
-        return bool(self.slack_url or self.webhook_url)
+        return bool(self.slack_url or self.webhook_url or self.smtp_url)
 
     def link(self, run_id: str, now: float | None = None) -> str | None:
         """A link to the run's page, signed and expiring in a week (None without a console URL)."""
