@@ -26,7 +26,7 @@ from stratagem.domain import activity_io
 from stratagem.domain.ledger import DecisionAction
 from stratagem.domain.run_types import ApproveInput, Phase
 from stratagem.io.email_links import EmailLink, read_link, sign_link
-from stratagem.io.email_notify import EmailConfig, SmtpServer
+from stratagem.io.email_notify import EmailConfig, Recipient, SmtpServer
 from stratagem.io.store import FileStore
 
 SECRET = "email-secret"
@@ -51,7 +51,7 @@ def mailbox(monkeypatch):
 
 
 def console(harness: Any, mode: AuthMode = AuthMode.users, origin: str = CONSOLE) -> httpx.AsyncClient:
-    users = Users(passwords={"dana": hash_password("dana-pw"), "lee": hash_password("lee-pw")})
+    users = Users(passwords={name: hash_password(f"{name}-pw") for name in ("dana", "lee", "erin")})
     identity = IdentityConfig(mode=mode, secret=SECRET.encode(), users=users, local_user="ops")
     app = create_app(harness.client, identity, store=harness.store)
     transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
@@ -181,6 +181,41 @@ async def test_an_email_link_shows_on_get_and_approves_once_as_its_person_on_pos
 
 
 @pytest.mark.workflow
+async def test_an_escalation_mails_its_group_whose_person_approves_from_the_link(harness, mailbox, monkeypatch):
+    monkeypatch.setenv("STRATAGEM_NOTIFY_EMAIL_GROUPS", "finance-leads=erin@example.com,farid@example.com")
+    monkeypatch.setenv("STRATAGEM_NOTIFY_EMAIL_PEOPLE", "erin=erin@example.com")
+    groups = {"finance": ["dana"], "finance-leads": ["erin", "farid"]}
+    run = await harness.start(
+        {"goal": "pay acme", "steps": [step("pay", "record", label="paid")]},
+        approvers=["bob", "dana"],
+        approver_groups=groups,
+        escalate_after_seconds=3600,
+        escalate_to="finance-leads",
+    )
+    await harness.wait_for(run, awaiting)
+    await until_mailed(harness, mailbox, 1)
+    assert mailbox.received[0][0] == ["ops@example.com"]  # the plan's approval names nobody with an address
+    await harness.time_skip(3700)
+    await until_mailed(harness, mailbox, 3)
+    (erin_mail,) = mailbox.to("erin@example.com")
+    assert len(mailbox.to("farid@example.com")) == 1
+    plain, html = parts(erin_mail)
+    assert "Escalated: to finance-leads (erin, farid), who may now decide" in plain and "finance-leads" in html
+    ops_link, erin_link = link_in(parts(mailbox.received[0][1])[0]), link_in(plain)
+    async with console(harness) as http:
+        shown = await http.get(erin_link)
+        assert "You decide as <b>erin</b>" in shown.text and "escalated to finance-leads" in shown.text
+        done = await http.post(erin_link, data={"csrf": csrf_of(shown.text), "verdict": "approve"})
+        assert done.status_code == 200 and "Approved as erin" in done.text
+        # The first message's link was about the same decision: it answers that it was taken.
+        signed_in = await http.post("/login", data={"name": "lee", "password": "lee-pw", "next": ops_link})
+        assert signed_in.status_code == 303
+        assert "approve by erin" in (await http.get(ops_link)).text
+    assert (await run.result()).status is Phase.succeeded
+    assert [(d.action, d.by) for d in (await run.ledger()).decisions] == [(DecisionAction.approve, "erin")]
+
+
+@pytest.mark.workflow
 async def test_altered_expired_and_borrowed_links_decide_nothing(harness, mailbox):
     first = await harness.start(GATED, approver_groups={"finance": ["dana", "lee"]})
     second = await harness.start(GATED, approver_groups={"finance": ["dana", "lee"]})
@@ -215,9 +250,18 @@ async def test_altered_expired_and_borrowed_links_decide_nothing(harness, mailbo
             assert answer.status_code == 410 and "expired" in answer.text
         # A link never names a decision that is not its own: the first run's works for the first run only.
         assert (await http.post(link, data=form)).status_code == 200
+        assert (await second.status()).phase is Phase.awaiting_approval
+        assert [d.by for d in (await second.ledger()).decisions] == []
+        # Rejecting, with a reason, from the second run's own link.
+        other = f"/email/{tokens[second.id]}"
+        shown = await http.get(other)
+        rejected = await http.post(other, data={"csrf": csrf_of(shown.text), "verdict": "reject", "comment": "no"})
+        assert rejected.status_code == 200 and "Rejected as ops" in rejected.text
     assert (await first.status()).phase is not Phase.awaiting_approval
-    assert (await second.status()).phase is Phase.awaiting_approval
-    assert [d.by for d in (await second.ledger()).decisions] == []
+    assert (await second.result()).status is Phase.rejected
+    assert [(d.action, d.by, d.comment) for d in (await second.ledger()).decisions] == [
+        (DecisionAction.reject, "ops", "no")
+    ]
 
 
 @pytest.mark.unit
@@ -281,5 +325,20 @@ def test_a_wrong_mail_configuration_is_one_line_naming_the_variable():
     with pytest.raises(ConfigError) as clear:
         EmailConfig.from_env({**base, "STRATAGEM_NOTIFY_SMTP_URL": "smtp://u:hunter2@mail.example.com"})
     assert "in clear text" in str(clear.value) and "hunter2" not in str(clear.value)
+    # Names become addresses only through the configuration; a person's address names them.
+    mapped = EmailConfig.from_env(
+        {
+            **base,
+            "STRATAGEM_NOTIFY_EMAIL_TO": "ops@example.com",
+            "STRATAGEM_NOTIFY_EMAIL_GROUPS": "leads=erin@example.com,shared@example.com",
+            "STRATAGEM_NOTIFY_EMAIL_PEOPLE": "erin=Erin@example.com;farid=farid@example.com",
+        }
+    )
+    assert mapped.recipients(["leads", "erin", "farid", "nobody@evil.example"]) == [
+        Recipient("erin@example.com", "erin"),
+        Recipient("shared@example.com"),
+        Recipient("farid@example.com", "farid"),
+    ]
+    assert mapped.recipients(["nobody"]) == [Recipient("ops@example.com")]
     link = EmailLink(run_id="r", decision="plan_approval/-/-/r1/t", link_id="x", expires=1)
     assert read_link(b"another secret", sign_link(SECRET.encode(), link)) is None

@@ -24,6 +24,7 @@ import asyncio
 import hashlib
 import hmac
 import json
+import logging
 import time
 from typing import Any
 
@@ -43,6 +44,7 @@ from stratagem.io.email_links import EmailLink, pending_key_base, read_link
 from stratagem.io.store import StoreError, default_store
 
 router = APIRouter()
+log = logging.getLogger(__name__)
 
 CSRF_SALT = "stratagem.console.email-link-csrf"
 USED = "email-links/used/{}.json"
@@ -250,8 +252,12 @@ async def take(
         )
     record = {"run_id": link.run_id, "decision": link.decision, "by": who, "verdict": kind.name, "at": time.time()}
     store = console.store or default_store()
-    await asyncio.to_thread(store.put, USED.format(link.link_id), json.dumps(record).encode())
-    context = {"closed": f"{DONE[kind.name]} as {who}", "detail": outcome["message"], "run_id": link.run_id}
+    try:
+        await asyncio.to_thread(store.put, USED.format(link.link_id), json.dumps(record).encode())
+    except StoreError as exc:  # taken all the same: its decision no longer waits, which the link says from now on
+        log.warning("e-mail link %s decided, but not recorded as used: %s", link.link_id, exc)
+    said = f"{waiting_for(pending)} of run {link.run_id}: {outcome['message']}. The run's ledger records it as {who}'s."
+    context = {"closed": f"{DONE[kind.name]} as {who}", "detail": said, "run_id": link.run_id}
     return page(request, console, context)
 
 
