@@ -181,6 +181,32 @@ async def test_an_email_link_shows_on_get_and_approves_once_as_its_person_on_pos
 
 
 @pytest.mark.workflow
+async def test_two_people_needed_each_approve_from_their_own_link(harness, mailbox):
+    plan = {**GATED, "steps": [{**GATED["steps"][0], "quorum": 2}]}
+    run = await harness.start(plan, approver_groups={"finance": ["dana", "lee"]})
+    await harness.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="bob", revision=1))
+    await until_mailed(harness, mailbox, 3)
+    dana, lee = (link_in(parts(mailbox.to(f"{name}@example.com")[0])[0]) for name in ("dana", "lee"))
+    async with console(harness) as http:
+        shown = await http.get(dana)
+        form = {"csrf": csrf_of(shown.text), "digest": digest_of(shown.text), "verdict": "approve"}
+        assert "Approved as dana" in (await http.post(dana, data=form)).text
+        status = await run.status()
+        assert status.pending[0].approved_by == ["dana"] and status.phase is Phase.running
+        # Dana's link is spent; the decision still waits for one more, from lee's own link.
+        assert (await http.post(dana, data=form)).status_code == 410
+        await http.post("/login", data={"name": "lee", "password": "lee-pw", "next": lee})
+        shown = await http.get(lee)
+        assert "You decide as <b>lee</b>" in shown.text and "(the person" not in shown.text
+        form = {"csrf": csrf_of(shown.text), "digest": digest_of(shown.text), "verdict": "approve"}
+        assert "Approved as lee" in (await http.post(lee, data=form)).text
+    assert (await run.result()).status is Phase.succeeded
+    approvals = [d.by for d in (await run.ledger()).decisions if d.step_id == "pay"]
+    assert approvals == ["dana", "lee"]
+
+
+@pytest.mark.workflow
 async def test_an_escalation_mails_its_group_whose_person_approves_from_the_link(harness, mailbox, monkeypatch):
     monkeypatch.setenv("STRATAGEM_NOTIFY_EMAIL_GROUPS", "finance-leads=erin@example.com,farid@example.com")
     monkeypatch.setenv("STRATAGEM_NOTIFY_EMAIL_PEOPLE", "erin=erin@example.com")
