@@ -18,6 +18,7 @@ from temporalio import activity
 
 from stratagem.domain import activity_io
 from stratagem.io.notify import NotifyConfig, message
+from stratagem.io.slack_blocks import notification
 from stratagem.io.store import OutputStore, StoreError, default_store
 
 from .errors import as_application_error
@@ -46,11 +47,27 @@ class NotifyActivities:
             request.people,
         )
         document = {**request.model_dump(mode="json"), "link": link, "text": text["text"]}
+        # Slack gets Block Kit, with buttons where a decision can be taken there; `text` its fallback.
+        slack = notification(
+            text=text["text"],
+            run_id=request.run_id,
+            goal=request.goal,
+            key=request.key,
+            waiting=request.waiting,
+            kind=request.kind,
+            step_id=request.step_id,
+            revision=request.revision,
+            prompt=request.prompt,
+            link=link,
+            shows=request.shows,
+            escalated_to=request.escalated_to,
+            people=request.people,
+        )
         sent = []
         try:
             async with httpx.AsyncClient(timeout=TIMEOUT_SECONDS, follow_redirects=False) as http:
                 for channel, url, body, headers in (
-                    ("slack", config.slack_url, text, {}),
+                    ("slack", config.slack_url, slack, {}),
                     ("webhook", config.webhook_url, document, {"Idempotency-Key": request.key}),
                 ):
                     if not url or await asyncio.to_thread(self._delivered, channel, request.key):

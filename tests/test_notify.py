@@ -4,6 +4,7 @@ webhooks are a local HTTP server that records what it receives."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import urlparse
@@ -51,6 +52,14 @@ async def test_each_decision_a_run_waits_on_is_notified_once_with_a_link_the_con
     assert [h["body"]["waiting"] for h in hooks] == ["approval of revision 1", "approval of step pay"]
     assert len({h["headers"]["Idempotency-Key"] for h in hooks}) == 2
     assert "waits for approval of step pay" in slack[1]["body"]["text"]
+    # Slack gets Block Kit: the step's resolved call in full, and buttons that name this wait.
+    blocks = slack[1]["body"]["blocks"]
+    assert any(b["type"] == "section" and b["text"]["text"] == '```\nrecord(\n  label="paid"\n)\n```' for b in blocks)
+    buttons = [e for b in blocks if b["type"] == "actions" for e in b["elements"]]
+    assert [e.get("action_id") for e in buttons] == ["stratagem_approve", "stratagem_reject", "stratagem_open"]
+    value = json.loads(buttons[0]["value"])
+    assert (value["run"], value["kind"], value["step"], value["rev"]) == (run.id, "step_approval", "pay", 1)
+    assert value["key"] == hooks[1]["body"]["key"] and buttons[2]["url"] == hooks[1]["body"]["link"]
     link = hooks[1]["body"]["link"]
     assert link.startswith(f"https://review.example.com/runs/{run.id}?exp=")
 
@@ -145,3 +154,6 @@ async def test_a_goal_cannot_mention_anyone_or_link_anywhere_in_a_notification(h
         # The generic webhook keeps the run's own text in its fields, for a program; its text is the safe one.
         assert hook["goal"] == plan["goal"] and hook["text"] == text
     assert "Pay &amp; &lt;!channel&gt;" in slack[1]["text"]  # the step's title, in the question
+    for block in (b for message in slack for b in message["blocks"] if b["type"] == "section"):
+        for sequence in ("<", ">", "evil.example", "://", "@here", "@everyone", "](", "\u202e"):
+            assert sequence not in block["text"]["text"], sequence

@@ -10,6 +10,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stratagem.cli import render
 from stratagem.cli.arguments import Commands
@@ -19,6 +20,9 @@ from stratagem.common.config import stratagem_home
 from stratagem.common.errors import ConfigError
 from stratagem.common.signing import Keyring, Signer
 from stratagem.io.notify import CONSOLE_URL_ENV
+
+if TYPE_CHECKING:
+    from stratagem.console import Users
 
 SECRET_ENV = "STRATAGEM_CONSOLE_SECRET"
 USERS_ENV = "STRATAGEM_CONSOLE_USERS"
@@ -80,11 +84,19 @@ def add_console_commands(commands: Commands) -> None:
     console_user = commands.add(
         "console-user",
         cmd_console_user,
-        "set a console password for NAME (ending their sessions), or remove NAME",
+        "set a console password for NAME (ending their sessions), map NAME to a Slack user, or remove NAME",
         json=False,
     )
     console_user.add_argument("name")
     console_user.add_argument("--users", metavar="FILE")
+    slack = console_user.add_mutually_exclusive_group()
+    slack.add_argument(
+        "--slack",
+        metavar="UXXXX",
+        help="NAME's Slack user id (a profile's member ID): their clicks on Slack buttons decide as NAME; "
+        "no password is asked unless --password-stdin",
+    )
+    slack.add_argument("--no-slack", action="store_true", help="unmap NAME from their Slack user")
     how = console_user.add_mutually_exclusive_group()
     how.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     how.add_argument(
@@ -106,6 +118,7 @@ async def cmd_console(args: argparse.Namespace) -> int:
     import uvicorn
 
     from stratagem.console import AuthMode, IdentityConfig, Site, Users, create_app
+    from stratagem.console.slack_app import SlackApp
 
     identity = IdentityConfig(
         mode=AuthMode(args.auth),
@@ -126,7 +139,7 @@ async def cmd_console(args: argparse.Namespace) -> int:
             "--auth header needs --public-url URL (the address people open through the proxy): "
             "the console answers only to the names it serves"
         )
-    if identity.mode is AuthMode.users and not identity.users.passwords:
+    if identity.mode is AuthMode.users and not any(identity.users.passwords.values()):
         raise CliError(
             f"--auth users: {users_path(args)} names nobody yet; add someone with: stratagem console-user NAME"
         )
@@ -139,7 +152,12 @@ async def cmd_console(args: argparse.Namespace) -> int:
         signer = Signer.from_env() or Keyring.of_home().issuer()
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    app = create_app(client, identity, signer=signer, site=site)
+    slack_app = SlackApp.from_env()
+    app = create_app(client, identity, signer=signer, site=site, slack_app=slack_app)
+    if slack_app is not None:
+        where = f"{site.public[0]}/slack/interactions" if site.public else "/slack/interactions (give --public-url)"
+        bot = "" if slack_app.bot_token else "; no STRATAGEM_SLACK_BOT_TOKEN: Reject rejects without asking why"
+        render.note(f"taking Slack's clicks at {where}{bot}", json_mode=False)
     render.note(
         f"signing decisions as issuer '{signer.name}'; workers not started from {stratagem_home()} must list "
         f"it in STRATAGEM_ISSUER_KEYS:\n  {signer.public_line()}",
@@ -177,6 +195,10 @@ def cmd_console_user(args: argparse.Namespace) -> int:
     from stratagem.console import Users
 
     path = users_path(args)
+    if args.remove and (args.slack or args.no_slack):
+        raise CliError("--remove removes NAME with their Slack mapping; give it without --slack or --no-slack")
+    if (args.slack or args.no_slack) and not args.password_stdin:
+        return _map_slack(path, args.name, args.slack)
     if args.remove:
         with Users.editing(path) as users:
             tokens = users.remove(args.name)
@@ -196,11 +218,40 @@ def cmd_console_user(args: argparse.Namespace) -> int:
     if len(password) < 8:
         raise CliError("a password needs at least 8 characters")
     with Users.editing(path) as users:
-        known = args.name in users.passwords
+        known = bool(users.passwords.get(args.name))
+        if args.slack or args.no_slack:
+            _set_slack(users, args.name, args.slack)
         users.set_password(args.name, password)
     ended = "; every session they had has ended" if known else ""
     render.note(f"{args.name} can sign in to the console ({path}){ended}")
+    if args.slack or args.no_slack:
+        _say_slack(args.name, args.slack)
     return 0
+
+
+def _map_slack(path: Path, name: str, slack_id: str | None) -> int:
+    from stratagem.console import Users
+
+    with Users.editing(path) as users:
+        if slack_id is None and name not in users.slack:
+            raise CliError(f"{name} has no Slack user in {path}; nothing was changed")
+        _set_slack(users, name, slack_id)
+    _say_slack(name, slack_id)
+    return 0
+
+
+def _set_slack(users: Users, name: str, slack_id: str | None) -> None:
+    try:
+        users.set_slack(name, slack_id)
+    except ConfigError as exc:
+        raise CliError(f"{exc}; nothing was changed") from None
+
+
+def _say_slack(name: str, slack_id: str | None) -> None:
+    if slack_id is None:
+        render.note(f"{name} no longer decides from Slack")
+    else:
+        render.note(f"Slack user {slack_id} decides as {name} (Approve / Reject in Slack messages)")
 
 
 def cmd_console_token(args: argparse.Namespace) -> int:

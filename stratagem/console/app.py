@@ -3,7 +3,7 @@
 Pages (server-rendered; Jinja2 escapes everything, so a step title or an output written by a
 model stays text) and a REST API over the same client calls the command line makes. `create_app`
 only assembles: the routes live in one module per area (`inbox`, `runs`, `stream`, `decisions`,
-`sessions`), reach what they share through `state.Console`, and learn who is asking through the
+`sessions`, `slack`), reach what they share through `state.Console`, and learn who is asking through the
 dependencies in `access`; the Host and Origin rules (`guard`) and the security headers wrap them.
 """
 
@@ -20,10 +20,11 @@ from temporalio.client import Client
 
 from stratagem.common.errors import RunUnresponsiveError
 from stratagem.common.signing import Keyring, Signer
-from stratagem.console import decisions, email_links, inbox, runs, sessions, stream
+from stratagem.console import decisions, email_links, inbox, runs, sessions, slack, stream
 from stratagem.console.access import NotSignedIn, not_signed_in
 from stratagem.console.guard import Guard, Site
 from stratagem.console.identity import IdentityConfig
+from stratagem.console.slack_app import SlackApp
 from stratagem.console.state import ConsoleState
 from stratagem.console.views import page_templates
 from stratagem.io.store import OutputStore
@@ -44,6 +45,7 @@ def create_app(
     store: OutputStore | None = None,
     run_timeout: timedelta = RUN_TIMEOUT,
     site: Site | None = None,
+    slack_app: SlackApp | None = None,
 ) -> FastAPI:
     """The console as an ASGI app over a connected Temporal client. `run_timeout` bounds each
     query and decision a page or a request sends a run; `site` names the addresses it answers to
@@ -63,6 +65,7 @@ def create_app(
         store=store,
         run_timeout=run_timeout,
         templates=page_templates(),
+        slack=slack_app if slack_app is not None else SlackApp.from_env(),
     )
     app.mount("/static", StaticFiles(directory=str(files("stratagem.console") / "static")), name="static")
     app.add_middleware(Guard, site=site or Site())  # inside the one below, so its refusals carry the headers
@@ -70,7 +73,7 @@ def create_app(
     app.add_exception_handler(NotSignedIn, not_signed_in)
     app.add_exception_handler(RunUnresponsiveError, unresponsive)
     # In this order the API's paths are listed in /openapi.json as they always were.
-    for area in (inbox, runs, stream, decisions, sessions, email_links):
+    for area in (inbox, runs, stream, decisions, sessions, email_links, slack):
         app.include_router(area.router)
     return app
 

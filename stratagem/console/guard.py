@@ -14,7 +14,9 @@ logout included, whose Origin (or, without one, Referer) is not one of the conso
 is refused with 403. A request with neither passes only with a bearer token (scripts send one
 and no Origin); one that relies on credentials a browser sends by itself (a cookie, the proxy
 header, the local user) must show where it came from. This holds where a CSRF token leaked, and
-before any route runs.
+before any route runs. One path is outside the Origin rule: Slack's `/slack/interactions`, whose
+requests come from Slack's servers (no Origin), are believed only with Slack's signature, and read
+no credential a browser could send by itself (stratagem.console.slack).
 
 Starlette's TrustedHostMiddleware is not used: it takes a fixed list of names, so it cannot
 accept the address a connection arrived on (which a console listening on every address needs),
@@ -37,6 +39,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# Paths whose requests prove themselves by a signature over the body, and use no cookie or header credential.
+SIGNED_PATHS = frozenset({"/slack/interactions"})
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,7 @@ class Guard:
                 f"this console does not answer to the name '{host[:100]}': open it at the address it listens "
                 "on, or start it with --public-url naming the address people use"
             )
-        if scope.get("method", "GET") in SAFE_METHODS:
+        if scope.get("method", "GET") in SAFE_METHODS or scope.get("path") in SIGNED_PATHS:
             return None
         claimed = headers.get("origin") or headers.get("referer")
         if claimed is None:

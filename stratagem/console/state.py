@@ -1,7 +1,8 @@
 """What every route of the console works with, reached through a FastAPI dependency (`Console`).
 
 One `ConsoleState` per app, kept on `app.state` by `create_app`: the Temporal client, how people
-sign in, the issuer key decisions are signed with, the output store and the page templates. The
+sign in, the issuer key decisions are signed with, the output store, the page templates and its
+Slack app. The
 routes are plain functions in modules of their own, so two apps (a test's, say) share nothing.
 """
 
@@ -19,6 +20,7 @@ from stratagem.client import RunHandle, get_run
 from stratagem.common.errors import StratagemError
 from stratagem.common.signing import Signer
 from stratagem.console.identity import IdentityConfig
+from stratagem.console.slack_app import SlackApp
 from stratagem.domain.ledger import Ledger
 from stratagem.io.store import OutputStore
 
@@ -31,6 +33,7 @@ class ConsoleState:
     store: OutputStore | None
     run_timeout: timedelta  # how long a page or a decision waits for a run before saying nobody serves it
     templates: Jinja2Templates
+    slack: SlackApp | None = None  # its Slack app, for /slack/interactions (None: not set up)
 
     def run(self, run_id: str) -> RunHandle:
         run = get_run(self.client, run_id, rpc_timeout=self.run_timeout)

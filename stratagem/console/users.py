@@ -1,16 +1,19 @@
 """The console's users file: people with password hashes, and API tokens (hashed) acting for a person.
 
     users:
-      dana: {password: "scrypt$...", sessions: 2}
+      dana: {password: "scrypt$...", sessions: 2, slack: U0123ABCD}
+      erin: {slack: U0456EFGH}        # decides from Slack only: no password, cannot sign in
     tokens:
       slack-bot: {user: dana, hash: "sha256$..."}
 
 The file is the one place a person's access lives, so a running console re-reads it when it
 changes on disk (a stat per sign-in check, about a microsecond): `stratagem console-user NAME
 --remove` or a new password ends that person's sessions and tokens at once, with no restart.
-`sessions` counts how many times the person ended all their sessions (each logout adds one); a
-session cookie is bound to it and to the password hash (stratagem.console.identity), so a logout,
-a password change or a removal leaves every earlier cookie of that person worthless.
+`slack` is the person's Slack user id: a Slack button they click decides as them
+(stratagem.console.slack); one Slack id names one person. `sessions` counts how many times the
+person ended all their sessions (each logout adds one); a session cookie is bound to it and to
+the password hash (stratagem.console.identity), so a logout, a password change or a removal
+leaves every earlier cookie of that person worthless.
 
 Writes go to a temporary file renamed over the old one (a reader never sees half a file), under a
 lock file beside it, so the console's logout and a `console-user` run at the same moment cannot
@@ -24,6 +27,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +48,8 @@ log = logging.getLogger(__name__)
 
 # scrypt's cost: about 50 ms and 16 MiB a check, so guessing is slow and a login still quick.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+# Slack's user ids: U... in a workspace, W... in an Enterprise Grid org.
+SLACK_ID = re.compile(r"[UW][A-Z0-9]{2,30}")
 Stamp = tuple[int, int, int]  # inode, mtime (ns), size: a rename changes the inode, whatever the clock
 
 
@@ -84,6 +90,7 @@ class Users:
     passwords: dict[str, str] = field(default_factory=dict)
     sessions: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, dict[str, str]] = field(default_factory=dict)
+    slack: dict[str, str] = field(default_factory=dict)  # person -> Slack user id
     seen: Stamp | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -110,6 +117,7 @@ class Users:
             passwords={name: str(e.get("password", "")) for name, e in entries.items()},
             sessions={name: n for name, n in sessions.items() if n},
             tokens={str(k): dict(v or {}) for k, v in tokens.items()},
+            slack={name: str(e["slack"]) for name, e in entries.items() if e.get("slack")},
             seen=seen,
         )
 
@@ -125,8 +133,12 @@ class Users:
     def save(self) -> None:
         assert self.path is not None
         people = {
-            n: {"password": h, **({"sessions": self.sessions[n]} if self.sessions.get(n) else {})}
-            for n, h in sorted(self.passwords.items())
+            n: {
+                **({"password": self.passwords[n]} if self.passwords.get(n) else {}),
+                **({"sessions": self.sessions[n]} if self.sessions.get(n) else {}),
+                **({"slack": self.slack[n]} if self.slack.get(n) else {}),
+            }
+            for n in sorted({*self.passwords, *self.slack})
         }
         text = yaml.safe_dump({"users": people, "tokens": self.tokens}, sort_keys=True)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,10 +162,11 @@ class Users:
         except (ConfigError, OSError) as exc:
             log.warning("%s; nobody can sign in or use a token until it is fixed", exc)
             fresh = Users(path=self.path, seen=stamp)
-        self.passwords, self.sessions, self.tokens, self.seen = (
+        self.passwords, self.sessions, self.tokens, self.slack, self.seen = (
             fresh.passwords,
             fresh.sessions,
             fresh.tokens,
+            fresh.slack,
             fresh.seen,
         )
 
@@ -165,13 +178,37 @@ class Users:
         """Remove a person and every API token acting for them: how many tokens went, or None
         when the file names them nowhere."""
         labels = [label for label, entry in self.tokens.items() if entry.get("user") == name]
-        if name not in self.passwords and not labels:
+        if name not in self.passwords and name not in self.slack and not labels:
             return None
         self.passwords.pop(name, None)
         self.sessions.pop(name, None)
+        self.slack.pop(name, None)
         for label in labels:
             del self.tokens[label]
         return len(labels)
+
+    def set_slack(self, name: str, slack_id: str | None) -> None:
+        """Map `name` to a Slack user id (None: unmap them). An id is one person's: naming it for
+        another is refused, so a Slack click can never be taken as two people's."""
+        if slack_id is None:
+            self.slack.pop(name, None)
+            return
+        if not SLACK_ID.fullmatch(slack_id):
+            raise ConfigError(f"'{slack_id[:40]}' is not a Slack user id (like U0123ABCD: the member ID in a profile)")
+        owner = self.slack_user(slack_id)
+        if owner is not None and owner != name:
+            raise ConfigError(
+                f"Slack user {slack_id} is {owner}'s; unmap it first: stratagem console-user {owner} --no-slack"
+            )
+        self.slack[name] = slack_id
+
+    def slack_user(self, slack_id: str) -> str | None:
+        """The person a Slack user id is mapped to; None for an id the file does not name."""
+        self.refresh()
+        for name, known in self.slack.items():
+            if hmac.compare_digest(known.encode(), slack_id.encode()):
+                return name
+        return None
 
     def end_sessions(self, name: str) -> None:
         """End every session of `name`, in this console and any other reading the same file."""
