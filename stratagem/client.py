@@ -367,7 +367,8 @@ async def start_run(
     keyring: Keyring | None = None,
     signed_at: datetime | None = None,
 ) -> RunHandle:
-    """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary.
+    """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary,
+    with the run's approver list where it has one (the console's "I can decide" reads it).
     Where the namespace has the StratagemStatus search attribute, the run keeps its status
     there (`stratagem list --status awaiting-approval` queries it). `rpc_timeout`: the handle's
     (RunHandle). A run that approves itself (`auto_approve`) starts signed by the person who
@@ -390,13 +391,19 @@ async def start_run(
             id=workflow_id,
             task_queue=task_queue,
             result_type=RunResult,
-            memo={"goal": goal, **(memo or {})},
+            memo={"goal": goal, **_approvers(run), **(memo or {})},
             static_summary=f"Stratagem: {goal}"[:400],
             search_attributes=search_attributes,
         )
     except WorkflowAlreadyStartedError:
         raise DecisionRefusedError(f"a run with id '{workflow_id}' is already running; choose another id") from None
     return RunHandle(handle, rpc_timeout=rpc_timeout, signer=signer, keyring=keyring)
+
+
+def _approvers(run: RunInput) -> dict[str, Any]:
+    """The run's approver list for listings (the console's "I can decide"), which read memos only."""
+    approvers = run.options.approvers
+    return {"approvers": list(approvers)} if approvers is not None else {}
 
 
 def get_run(client: Client, run_id: str, *, rpc_timeout: timedelta | None = None) -> RunHandle:
