@@ -2,9 +2,10 @@
 
 Pages (server-rendered; Jinja2 escapes everything, so a step title or an output written by a
 model stays text) and a REST API over the same client calls the command line makes. `create_app`
-only assembles: the routes live in one module per area (`inbox`, `runs`, `stream`, `decisions`,
-`sessions`, `slack`), reach what they share through `state.Console`, and learn who is asking through the
-dependencies in `access`; the Host and Origin rules (`guard`) and the security headers wrap them.
+only assembles: the routes live in one module per area (`inbox`, `run_list`, `runs`, `stream`,
+`decisions`, `sessions`, `email_links`, `slack`), reach what they share through `state.Console`, and
+learn who is asking through the dependencies in `access`; the Host and Origin rules (`guard`) and the
+security headers wrap them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from temporalio.client import Client
 
 from stratagem.common.errors import RunUnresponsiveError
 from stratagem.common.signing import Keyring, Signer
-from stratagem.console import decisions, email_links, inbox, runs, sessions, slack, stream
+from stratagem.console import decisions, email_links, inbox, run_list, runs, sessions, slack, stream
 from stratagem.console.access import NotSignedIn, not_signed_in
 from stratagem.console.guard import Guard, Site
 from stratagem.console.identity import IdentityConfig
@@ -72,8 +73,8 @@ def create_app(
     app.middleware("http")(security_headers)
     app.add_exception_handler(NotSignedIn, not_signed_in)
     app.add_exception_handler(RunUnresponsiveError, unresponsive)
-    # In this order the API's paths are listed in /openapi.json as they always were.
-    for area in (inbox, runs, stream, decisions, sessions, email_links, slack):
+    # In this order the API's paths are listed in /openapi.json as they always were (the new ones after).
+    for area in (inbox, runs, stream, decisions, sessions, email_links, slack, run_list):
         app.include_router(area.router)
     return app
 

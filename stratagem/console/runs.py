@@ -1,6 +1,6 @@
-"""One run, read: its page (plan, graph, pending decisions, events), its audit records, a step's
-output and a waiting call's arguments as downloads, and its status and plan over the API.
-Everything here needs a signed-in person, and nothing here changes a run."""
+"""One run, read: its page (its result once it ended, plan, graph, pending decisions, events), its
+audit records, a step's output and a waiting call's arguments as downloads, and its status and
+plan over the API. Everything here needs a signed-in person, and nothing here changes a run."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from stratagem.console.access import Person, person
+from stratagem.console.plan_graph import plan_svg
+from stratagem.console.result_panel import result_view
 from stratagem.console.state import Console, ConsoleState
 from stratagem.console.views import WHOLE, AnswerDraft, decision_view, diff_text, graph_columns
 from stratagem.domain.risk import risk_label
@@ -47,13 +49,16 @@ async def render_run(
     catalog = await run.catalog()
     plan = ledger.revisions[-1] if ledger.revisions else None
     approved = next((p for p in ledger.revisions if p.revision == status.approved_revision), None)
+    columns = graph_columns(plan, ledger) if plan else []
     context = {
         "who": who,
         "csrf": console.identity.csrf_token(who),
         "status": status,
         "ledger": ledger,
         "plan": plan,
-        "columns": graph_columns(plan, ledger) if plan else [],
+        "columns": columns,
+        "graph": plan_svg(plan, columns, status.run_id) if plan else "",
+        "result": await result_view(run, status, plan, ledger),
         "risks": {s.id: risk_label(s, catalog) for s in plan.steps} if plan else {},
         "diff": diff_text(approved, plan) if plan and approved and approved.revision != plan.revision else [],
         "pending": [
