@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,7 +23,7 @@ from temporalio.client import WorkflowFailureError
 from test_console_browser import CHROMIUM, free_port, serving
 
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
-from stratagem.console.listing import RunFilter
+from stratagem.console.listing import RunFilter, list_runs
 from stratagem.domain.run_types import ApproveInput, Phase, RejectInput
 
 pytestmark = [
@@ -66,6 +68,15 @@ async def start_runs(h: Any, tag: str) -> dict[str, Any]:
     with pytest.raises(WorkflowFailureError):
         await failed.result()
     return {"mine": mine, "theirs": theirs, "asking": asking, "done": done, "refused": refused, "failed": failed}
+
+
+async def snap(page: Any, name: str, folder: Path) -> None:
+    """A screenshot in the test's folder and, with CONSOLE_SCREENSHOTS=DIR, in DIR (docs/images holds them)."""
+    for where in [folder] + (
+        [Path(os.environ["CONSOLE_SCREENSHOTS"])] if os.environ.get("CONSOLE_SCREENSHOTS") else []
+    ):
+        where.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(where / f"console-{name}.png"), full_page=True)
 
 
 async def listed(http: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:
@@ -116,6 +127,7 @@ async def test_the_runs_page_lists_filters_and_pages_real_runs(dev_harness, tmp_
                 async with httpx.AsyncClient(base_url=base, headers={"Origin": base}, cookies=cookies) as http:
                     await settled(http, tag, phases)
                     await check_api(http, tag, ids)
+                    await check_scan_limit(dev_harness.client, tag, ids)
                     await check_attacks(http, tag)
 
                 # The page, reached from the navigation, then each filter through the form.
@@ -125,6 +137,7 @@ async def test_the_runs_page_lists_filters_and_pages_real_runs(dev_harness, tmp_
                 await page.click("form.filters button[type=submit]")
                 rows = page.locator("table.runs tbody tr")
                 await expect(rows).to_have_count(6)
+                await snap(page, "runs", tmp_path)
                 await expect(page.locator(f"tr[data-run='{ids['mine']}'] .wait")).to_contain_text("by dana")
                 await expect(page.locator(f"tr[data-run='{ids['asking']}'] .wait")).to_contain_text("anyone may decide")
                 await page.select_option("select[name=phase]", "succeeded")
@@ -159,7 +172,7 @@ async def test_the_runs_page_lists_filters_and_pages_real_runs(dev_harness, tmp_
                 result = page.locator("#result")
                 await expect(result.locator("h2")).to_contain_text("succeeded")
                 await expect(result.locator("#final-join + dd details.fold summary")).to_contain_text(
-                    "(2048 characters)"
+                    "(all 2,048 characters)"
                 )
                 await expect(result.locator("#final-archive + dd")).to_contain_text(
                     "stored output, 20,482 bytes"
@@ -191,7 +204,7 @@ async def test_the_runs_page_lists_filters_and_pages_real_runs(dev_harness, tmp_
                 for e in await graph.locator("path.edge").all():
                     d = (await e.get_attribute("d") or "").split()
                     assert float(d[1]) < float(d[-2]), d
-                await page.screenshot(path=str(tmp_path / "console-result.png"), full_page=True)
+                await snap(page, "result", tmp_path)
 
                 for name, reason in (("refused", "wrong vendor"), ("failed", "card declined")):
                     await page.goto(f"{base}/runs/{ids[name]}")
@@ -230,6 +243,20 @@ async def check_api(http: httpx.AsyncClient, tag: str, ids: dict[str, str]) -> N
             break
         cursor = body["next"]
     assert sorted(seen) == sorted(ids.values()) and len(seen) == 6
+
+
+async def check_scan_limit(client: Any, tag: str, ids: dict[str, str]) -> None:
+    """A narrow filter stops after `scan_limit` runs with a cursor to go on: followed, it finds the rest."""
+    wanted, secret, found, cursor, pages = RunFilter(phase="succeeded", text=tag), b"k" * 32, [], None, 0
+    while True:
+        page = await list_runs(client, "dana", wanted, limit=5, cursor=cursor, secret=secret, scan_limit=2)
+        assert page.scanned <= 2
+        found += [r["run_id"] for r in page.runs]
+        pages += 1
+        if page.next is None:
+            break
+        cursor = page.next
+    assert found == [ids["done"]] and pages > 1
 
 
 async def check_attacks(http: httpx.AsyncClient, tag: str) -> None:

@@ -15,7 +15,7 @@ from stratagem.domain.scheduling import sink_steps
 from stratagem.domain.stored import describe, is_stored
 
 FOLD_CHARS = 1200  # a longer value is folded, its beginning shown
-PREVIEW_CHARS = 240
+PREVIEW_CHARS = 160  # of its first line, in the fold's summary
 RESULT_WAIT = 2.0  # a run that has just finished closes within moments; the page does not wait longer
 
 
@@ -24,7 +24,8 @@ def shown(value: Any) -> str:
 
 
 def folded(text: str) -> dict[str, Any]:
-    return {"text": text, "fold": len(text) > FOLD_CHARS, "preview": text[:PREVIEW_CHARS], "chars": len(text)}
+    first = text.strip().split("\n", 1)[0]
+    return {"text": text, "fold": len(text) > FOLD_CHARS, "preview": first[:PREVIEW_CHARS], "chars": len(text)}
 
 
 async def result_view(run: RunHandle, status: RunStatus, plan: Plan | None, ledger: Ledger) -> dict[str, Any] | None:

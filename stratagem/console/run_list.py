@@ -35,7 +35,7 @@ async def runs_page(
     limit: Limit = PAGE_SIZE,
 ) -> Response:
     wanted = _filter(phase, waiting, mine, q)
-    error, rows, more = "", [], None
+    error, rows, more, page = "", [], None, None
     try:
         page = await list_runs(
             console.client, who, wanted, limit=limit, cursor=cursor or None, secret=console.identity.secret
@@ -55,6 +55,8 @@ async def runs_page(
         "next_url": f"/runs?{urlencode({**kept, 'cursor': more})}" if more else "",
         "first_url": f"/runs?{urlencode(kept)}" if cursor else "",
         "error": error,
+        "scanned": page.scanned if page else 0,
+        "short": bool(more) and len(rows) < limit,  # stopped at the scan limit: older runs follow
     }
     return console.templates.TemplateResponse(request, "runs.html", context, status_code=400 if error else 200)
 
