@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -25,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from opentelemetry import trace
 
     from stratagem.common.telemetry import tracing_enabled, workflow_tracer
+    from stratagem.domain.decisions import listed
     from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE, RunState, run_status
     from stratagem.domain.usage import CallRecord
 
@@ -160,14 +160,9 @@ class Observer:
         if status != self._status:
             self._status = status
             workflow.upsert_search_attributes([STATUS_KEY.value_set(status)])
-        waiting = [
-            {"kind": p.kind.value, "step_id": p.step_id, "revision": p.revision, "since": _iso(p.since)}
-            for p in state.pending
-        ]
-        if waiting != self._waiting:
+        # Rewritten when what each wait is changes, as it always was (listed.IDENTITY): the keys
+        # added for the inbox are written along, never on their own, so no history gains a write.
+        waiting = listed.entries(state)
+        if listed.identity(waiting) != listed.identity(self._waiting):
             self._waiting = waiting
             workflow.upsert_memo({"waiting": waiting})
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat()
