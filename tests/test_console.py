@@ -71,7 +71,7 @@ async def test_the_inbox_and_run_page_render_untrusted_text_as_text(dev_harness)
         assert XSS not in page.text and page.text.count("&lt;img src=x onerror=alert(1)&gt;") >= 2
         assert 'data-kind="plan_approval"' in page.text
         api = await http.get("/api/inbox")
-        assert [r["run_id"] for r in api.json() if r["run_id"] == run.id] == [run.id]
+        assert [r["run_id"] for r in api.json()["runs"] if r["run_id"] == run.id] == [run.id]  # the newest first
         assert (await http.get("/openapi.json")).json()["info"]["title"] == "Stratagem review console"
         assert (await http.get("/docs")).status_code == 404  # its scripts would come from a CDN
 

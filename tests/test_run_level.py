@@ -165,7 +165,8 @@ async def test_an_approval_starts_the_first_step_before_the_memo_says_running_an
     from support.cli import acli
 
     env, harness = cli_env
-    run = await harness.start({"goal": "slow", "steps": [step("nap", "slow", label="nap", seconds=4)]})
+    # Long enough for three CLI processes to look while it runs (each starts an interpreter).
+    run = await harness.start({"goal": "slow", "steps": [step("nap", "slow", label="nap", seconds=12)]})
     await awaiting_approval(run)
     await run.approve(ApproveInput(by="alice", revision=1))
     # The step runs; the memo still says awaiting_approval (written with the next task), and the
@@ -173,8 +174,12 @@ async def test_an_approval_starts_the_first_step_before_the_memo_says_running_an
     assert await (await run.handle.describe()).memo_value("phase") == "awaiting_approval"
     listed = json.loads((await acli("list", "--json", env=env)).stdout)
     assert next(r for r in listed if r["run_id"] == run.id)["phase"] == "running"
+    # The inbox reads visibility alone (no query per run, issue #39): until the memo is written it
+    # still lists the run, and an approval sent meanwhile is refused, changing nothing.
     inbox = json.loads((await acli("list", "--status", "awaiting-approval", "--json", env=env)).stdout)
-    assert run.id not in [r["run_id"] for r in inbox]
+    assert [r["waiting_for"] for r in inbox if r["run_id"] == run.id] == [["approval of revision 1"]]
+    again = await acli("approve", run.id, "--revision", "1", "--by", "alice", env=env)
+    assert again.returncode != 0 and "no plan is waiting for approval" in again.stderr
     assert (await run.result()).status.value == "succeeded"
     # This namespace has the status search attribute: it, the waits and the phase all wait.
     history = await run.handle.fetch_history()

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from stratagem import inbox
 from stratagem.cli import render
 from stratagem.cli.arguments import Commands, positive
 from stratagem.cli.errors import CliError
 from stratagem.cli.session import open_client, settings
-from stratagem.client import AWAITING_QUERY, REGISTER_STATUS_HINT, has_status_attribute
+from stratagem.client import REGISTER_STATUS_HINT, has_status_attribute
 from stratagem.common.config import Settings
-from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, Phase
+from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, DecisionKind, Phase
 
 LIST_STATUSES = {
     "running": "Running",
@@ -49,12 +51,7 @@ async def _memo(execution: Any) -> dict[str, Any]:
 
 
 AWAITING = "awaiting-approval"
-_WAITING_FOR = {
-    "plan_approval": "approval of revision {revision}",
-    "step_approval": "approval of step {step_id}",
-    "human_answer": "an answer for step {step_id}",
-    "budget": "a budget decision",
-}
+DEFAULT_LIMIT = 50
 
 
 async def _has_pending_activities(client: Client, run_id: str) -> bool:
@@ -75,9 +72,21 @@ def add_list(commands: Commands) -> None:
     list_runs.add_argument(
         "--limit",
         type=positive(int),
-        default=50,
+        default=None,
         metavar="N",
-        help="show at most N runs (default: 50): the newest, or in the inbox the longest waiting",
+        help="show at most N runs: the newest (default: 50), or in the inbox the longest waiting (default: all)",
+    )
+    inbox = list_runs.add_argument_group(f"the inbox (--status {AWAITING})")
+    inbox.add_argument(
+        "--waiting",
+        action="append",
+        choices=[kind.value for kind in DecisionKind],
+        metavar="KIND",
+        help="only runs waiting for this (repeat for several): " + ", ".join(kind.value for kind in DecisionKind),
+    )
+    inbox.add_argument("--can-decide", metavar="NAME", help="only runs NAME may decide (as far as the listing tells)")
+    inbox.add_argument(
+        "--older-than", type=positive(float), metavar="SECONDS", help="only runs waiting longer than this"
     )
 
 
@@ -86,12 +95,14 @@ async def cmd_list(args: argparse.Namespace) -> int:
     client = await open_client(config)
     if args.status == AWAITING:
         return await _inbox(client, config, args)
+    if args.waiting or args.can_decide or args.older_than:
+        raise CliError(f"--waiting, --can-decide and --older-than filter the inbox: add --status {AWAITING}")
     # A run that continued as new leaves closed executions behind; list each run once.
     query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus != 'ContinuedAsNew'"
     if args.status:
         query += f" AND ExecutionStatus = '{LIST_STATUSES[args.status]}'"
     rows = []
-    async for execution in client.list_workflows(query, limit=args.limit):
+    async for execution in client.list_workflows(query, limit=args.limit or DEFAULT_LIMIT):
         memo = await _memo(execution)
         status = EXECUTION_STATUS.get(execution.status, "unknown") if execution.status else "unknown"
         phase = memo.get("phase", status)
@@ -146,38 +157,29 @@ def _emit_rows(
 
 
 async def _inbox(client: Client, config: Settings, args: argparse.Namespace) -> int:
-    """Every run in the namespace a person must act on, the longest waiting first: a visibility
-    query on the StratagemStatus search attribute, not a scan of the runs."""
+    """Every run in the namespace a person must act on, the longest waiting first: read from
+    visibility (the StratagemStatus search attribute and each run's memo), page after page, with
+    no query to any run (stratagem.inbox)."""
     if not await has_status_attribute(client):
         raise CliError(
             f"the approval inbox needs the {STATUS_SEARCH_ATTRIBUTE} search attribute in namespace {config.namespace}; "
             f"register it with `{REGISTER_STATUS_HINT} --namespace {config.namespace}` (runs started afterwards appear)"
         )
-    rows = []
-    async for execution in client.list_workflows(AWAITING_QUERY):
-        memo = await _memo(execution)
-        waiting = [w for w in memo.get("waiting") or [] if isinstance(w, dict)]
-        if (
-            waiting
-            and all(w.get("kind") == "plan_approval" for w in waiting)
-            and await _has_pending_activities(client, execution.id)
-        ):
-            continue  # approved a moment ago: its steps run, and the run says so with its next task
-        since = min((str(w.get("since")) for w in waiting if w.get("since")), default=None)
-        rows.append(
-            {
-                "run_id": execution.id,
-                "waiting_for": [_WAITING_FOR.get(str(w.get("kind")), str(w.get("kind"))).format(**w) for w in waiting],
-                "waiting": waiting,
-                "since": since or (execution.start_time.isoformat() if execution.start_time else None),
-                "goal": memo.get("goal", ""),
-            }
-        )
-    # Oldest first. Visibility sorts by start time, newest first, so the order is made here.
+    older = timedelta(seconds=args.older_than) if args.older_than else None
+    chosen = inbox.Filter.of(args.waiting or (), args.can_decide, older)
+    try:
+        rows = [row async for row in inbox.every(client, chosen, who=args.can_decide)]
+    except inbox.InboxError as exc:
+        raise CliError(str(exc)) from None
+    # Oldest first. Visibility keeps the newest started first, so the order is made here.
     rows.sort(key=lambda row: row["since"] or "")
-    return _emit_rows(
-        rows[: args.limit],
+    shown = rows[: args.limit] if args.limit else rows
+    _emit_rows(
+        shown,
         json_mode=args.json,
         empty="no run is waiting for a person",
         cells=lambda row: [row["run_id"], f"since {_when(row['since'])}", "; ".join(row["waiting_for"]), row["goal"]],
     )
+    if len(shown) < len(rows) and not args.json:
+        render.console.print(f"{len(rows) - len(shown)} more waiting, not shown (--limit {args.limit})", markup=False)
+    return 0

@@ -1,5 +1,13 @@
 // Live progress: the run's ledger events over Server-Sent Events, appended as text (never as
 // markup). A decision landing, or the run ending, reloads the page so its forms are current.
+// The inbox: one checkbox selects every approval on the page.
+(function () {
+  var all = document.getElementById("pick-all");
+  if (!all) return;
+  all.addEventListener("change", function () {
+    document.querySelectorAll("input[name=pick]").forEach(function (box) { box.checked = all.checked; });
+  });
+})();
 (function () {
   // A refused answer comes back as the response to its POST: the address becomes the run page's
   // again, so reloading it asks for the page instead of sending the answer twice.
