@@ -23,7 +23,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-MEASURES = ["overhead", "parallelism", "long_horizon", "concurrency", "approval_latency", "model_economics"]
+MEASURES = [
+    "overhead",
+    "parallelism",
+    "long_horizon",
+    "concurrency",
+    "approval_latency",
+    "inbox_scale",
+    "model_economics",
+]
 REPO = Path(__file__).resolve().parent.parent
 
 
