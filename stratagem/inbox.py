@@ -292,13 +292,18 @@ async def page(
 
 
 async def every(
-    client: Client, chosen: Filter | None = None, *, who: str | None = None, now: datetime | None = None
+    client: Client,
+    chosen: Filter | None = None,
+    *,
+    who: str | None = None,
+    now: datetime | None = None,
+    page_size: int = PAGE_SIZE,
 ) -> AsyncIterator[dict[str, Any]]:
     """Every waiting run the filter passes, read through visibility's pages to the end."""
     chosen = chosen or Filter()
     now = now or datetime.now(UTC)
     try:
-        async for found in _listed(client, _query(chosen, now)):
+        async for found in _listed(client, _query(chosen, now), page_size):
             if _passes(chosen, found.memo, now):
                 yield row(found, who, now)
     except RPCError as exc:

@@ -20,6 +20,7 @@ from support.cli import acli
 from support.inbox_namespace import namespace_harness
 from support.plans import step
 
+from stratagem import inbox
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
 from stratagem.domain.ledger import DecisionAction
 from stratagem.domain.run_types import Phase
@@ -110,6 +111,10 @@ async def test_the_inbox_pages_every_waiting_run_once_filters_them_and_the_cli_l
                 assert "cursor" in answer.json()["detail"]
             unknown = await http.get("/api/inbox", params={"kind": "everything"})
             assert unknown.status_code == 400 and "unknown waiting kind" in unknown.json()["detail"]
+
+        # The CLI reads every page of visibility (a page holds up to 1,000): here 7 at a time.
+        paged = [row["run_id"] async for row in inbox.every(harness.client, page_size=7)]
+        assert sorted(paged) == sorted(ours)
 
         env = {
             "TEMPORAL_NAMESPACE": harness.client.namespace,
