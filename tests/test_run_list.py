@@ -14,6 +14,7 @@ from stratagem.console.listing import (
     RunFilter,
     _cursor,
     _read_cursor,
+    deciders,
     matches,
     may_decide,
     visibility_query,
@@ -111,13 +112,19 @@ def test_filters_read_the_memo_values():
     assert matches(row(waiting=waits, can_decide=True), RunFilter(mine=True))
 
 
-def test_who_may_decide_is_the_waits_own_list_else_the_runs_else_anyone():
+def test_who_may_decide_is_what_the_wait_says_else_the_runs_list_else_anyone():
     assert may_decide("dana", {}, {"kind": "plan_approval"})
     assert may_decide("dana", {"approvers": ["dana"]}, {})
     assert not may_decide("dana", {"approvers": ["lee"]}, {})
     assert not may_decide("dana", {"approvers": []}, {})
-    assert not may_decide("dana", {"approvers": ["dana"]}, {"may_decide": ["lee"]})
-    assert may_decide("lee", {"approvers": ["dana"]}, {"may_decide": ["lee"]})
+    # A wait that says who may decide it (the run writes `deciders`, four eyes and escalation into
+    # its memo) is read by the inbox's rule, whatever the run's start said.
+    assert not may_decide("dana", {"approvers": ["dana"]}, {"deciders": ["lee"]})
+    assert may_decide("lee", {"approvers": ["dana"]}, {"deciders": ["lee"]})
+    assert may_decide("lee", {"approvers": ["dana"]}, {"deciders": None})
+    assert not may_decide("dana", {}, {"deciders": ["dana", "lee"], "barred": ["dana"]})
+    assert deciders({"approvers": ["dana"]}, {"deciders": ["lee"]}) == ["lee"]
+    assert deciders({"approvers": ["dana"]}, {"kind": "plan_approval"}) == ["dana"]
 
 
 def drawn(steps):

@@ -19,12 +19,13 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from stratagem.client import has_status_attribute
+from stratagem.domain.decisions import listed
 from stratagem.domain.run_types import AWAITING_APPROVAL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, DecisionKind, Phase
 
 EXECUTION_STATUS = {
@@ -97,22 +98,26 @@ def visibility_query(wanted: RunFilter, *, status_attribute: bool) -> str:
 
 
 def may_decide(who: str, memo: dict[str, Any], wait: dict[str, Any]) -> bool:
-    """Whether `who` may decide one wait, as far as visibility knows: the wait's own list of
-    people where the run wrote one (`may_decide`), else the run's approver list from its start
-    (`approvers`; none: anyone may, as the run itself rules). A step's own approvers and a quorum's
-    remaining people are known to the run, which still refuses anyone they exclude."""
-    for names in (wait.get("may_decide"), memo.get("approvers")):
-        if isinstance(names, list):
-            return who in names
-    return True
+    """Whether `who` may decide one wait, as far as visibility knows: as the run wrote it in the
+    wait (its deciders, four eyes and escalation: stratagem.domain.decisions.listed, the inbox's
+    rule), else, for a memo written before waits said so, the run's approver list from its start
+    (`approvers`; none: anyone may, as the run itself rules). The run still refuses anyone its
+    rules exclude."""
+    if _written(wait):
+        return listed.may_decide(wait, who, datetime.now(UTC))
+    names = memo.get("approvers")
+    return who in names if isinstance(names, list) else True
 
 
 def deciders(memo: dict[str, Any], wait: dict[str, Any]) -> list[str] | None:
     """Who may decide a wait, where visibility knows (None: not known, or anyone)."""
-    for names in (wait.get("may_decide"), memo.get("approvers")):
-        if isinstance(names, list):
-            return [str(n) for n in names]
-    return None
+    names = wait.get("deciders") if _written(wait) else memo.get("approvers")
+    return [str(n) for n in names] if isinstance(names, list) else None
+
+
+def _written(wait: dict[str, Any]) -> bool:
+    """Whether the run wrote who may decide this wait into it (memos from issue #39 on)."""
+    return "deciders" in wait
 
 
 @dataclass
