@@ -82,7 +82,10 @@ async def test_list_columns_line_up_and_limit_is_documented(cli_env, tmp_path):
 
     assert len(json.loads((await acli("list", "--limit", "1", "--json", env=env)).stdout)) == 1
     helped = await acli("list", "--help", env=env)
-    assert "--limit N" in helped.stdout and "show at most N runs (default: 50)" in helped.stdout
+    # Both defaults are said: the newest 50 runs, and the whole inbox (argparse folds the line).
+    said = " ".join(helped.stdout.split())
+    assert "--limit N show at most N runs: the newest (default: 50)" in said
+    assert "in the inbox the longest waiting (default: all)" in said
     refused = await acli("list", "--limit", "0", env=env)
     assert refused.returncode == 2 and "0 is not above zero" in refused.stderr and "Traceback" not in refused.stderr
 
