@@ -15,7 +15,15 @@ from typing import Any
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.answers import answer_problem
 from stratagem.domain.decision_inputs import AskAgainRepair, RetryRepair, SkipRepair, Stop, StopRepair
-from stratagem.domain.decisions import check_approver, check_open, check_step_approver, quorum, record_decision, step_of
+from stratagem.domain.decisions import (
+    check_approver,
+    check_open,
+    check_step_approver,
+    quorum,
+    record_decision,
+    step_of,
+    with_step_args,
+)
 from stratagem.domain.graph import ancestry
 from stratagem.domain.ledger import DecisionAction, EventKind, StepStatus
 from stratagem.domain.ledger_events import PlanApproved, RepairRequested, StepRepaired
@@ -91,11 +99,9 @@ def _check_args(state: RunState, step: Step, args: dict[str, Any]) -> None:
 def retried_plan(state: RunState, step_id: str, args: dict[str, Any]) -> PlanDraft:
     """The current plan with one step's arguments changed (a retry with edited arguments): from
     level 9 merged into the step's current ones (`retry_args`), before it replacing them."""
-    assert state.plan is not None
-    steps = [
-        s.model_copy(update={"args": retry_args(state, s, args)}) if s.id == step_id else s for s in state.plan.steps
-    ]
-    return PlanDraft(goal=state.plan.goal, steps=steps, reason=f"step '{step_id}' retried with new arguments")
+    step = step_of(state, step_id)
+    assert step is not None
+    return with_step_args(state, step_id, retry_args(state, step, args), f"step '{step_id}' retried with new arguments")
 
 
 def retry_args(state: RunState, step: Step, args: dict[str, Any]) -> dict[str, Any]:

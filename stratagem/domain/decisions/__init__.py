@@ -31,6 +31,7 @@ from stratagem.domain.decisions.common import (
     record_decision,
     remove_pending,
     step_of,
+    with_step_args,
 )
 from stratagem.domain.decisions.edit import approve_edited, argument_edits, check_edit, edited_plan
 from stratagem.domain.decisions.kinds import KINDS, WAITS, Kind, Verb, Wait, waiting_for
@@ -105,4 +106,5 @@ __all__ = [
     "step_approvers",
     "step_of",
     "waiting_for",
+    "with_step_args",
 ]

@@ -5,10 +5,11 @@ revision; what it waits for; and how a decision is recorded and answered.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.ledger import Decision, DecisionAction
-from stratagem.domain.plan import Step
+from stratagem.domain.plan import PlanDraft, Step
 from stratagem.domain.run_types import DecisionInput, DecisionKind, DecisionOutcome, PendingDecision, RunState
 
 
@@ -46,6 +47,14 @@ def step_of(state: RunState, step_id: str) -> Step | None:
         return state.plan.step(step_id)
     except KeyError:
         return None
+
+
+def with_step_args(state: RunState, step_id: str, args: dict[str, Any], reason: str) -> PlanDraft:
+    """The current plan with one step's arguments replaced by `args` (a person's change, which
+    becomes the next revision: an edited approval, a retry with arguments)."""
+    assert state.plan is not None
+    steps = [s.model_copy(update={"args": args}) if s.id == step_id else s for s in state.plan.steps]
+    return PlanDraft(goal=state.plan.goal, steps=steps, reason=reason)
 
 
 def pending_key(pending: PendingDecision) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from stratagem.common.errors import DecisionRefusedError, ReferenceResolutionError
 from stratagem.domain.decision_inputs import StepTarget
 from stratagem.domain.decisions import quorum
-from stratagem.domain.decisions.common import record_decision, remove_pending, step_of
+from stratagem.domain.decisions.common import record_decision, remove_pending, step_of, with_step_args
 from stratagem.domain.ledger import DecisionAction, EventKind
 from stratagem.domain.ledger_events import ArgumentEdit, PlanApproved, StepApproved
 from stratagem.domain.plan import PlanDraft, Step, StepKind
@@ -134,14 +134,11 @@ def _resolved(step: Step, state: RunState) -> dict[str, Any]:
 
 def edited_plan(state: RunState, decision: ApproveInput) -> PlanDraft:
     """The current plan with the step's changed arguments given as the literal values approved."""
-    assert state.plan is not None and decision.step_id is not None and decision.args is not None
-    changed = ", ".join(decision.args)
-    steps = [
-        s.model_copy(update={"args": {**s.args, **decision.args}}) if s.id == decision.step_id else s
-        for s in state.plan.steps
-    ]
-    reason = f"{decision.by} approved step '{decision.step_id}' with {changed} changed"
-    return PlanDraft(goal=state.plan.goal, steps=steps, reason=reason)
+    assert decision.step_id is not None and decision.args is not None
+    step = step_of(state, decision.step_id)
+    assert step is not None
+    reason = f"{decision.by} approved step '{decision.step_id}' with {', '.join(decision.args)} changed"
+    return with_step_args(state, step.id, {**step.args, **decision.args}, reason)
 
 
 def argument_edits(before: Step, state: RunState, args: dict[str, Any]) -> dict[str, ArgumentEdit]:
