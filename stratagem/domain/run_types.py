@@ -28,6 +28,7 @@ from stratagem.domain.decision_inputs import (
     ReviseInput,
 )
 from stratagem.domain.plan import Author, PlanDraft
+from stratagem.domain.process import ProcessRun
 from stratagem.domain.quorum import options_problem
 from stratagem.domain.run_levels import RUN_LEVEL  # the table of what each level changes is there
 from stratagem.domain.run_options import (
@@ -114,6 +115,11 @@ class RunInput(BaseModel):
         "Step.four_eyes) keeps them from approving it.",
     )
     fork: Fork | None = Field(default=None, description="Set when the run is a fork of another run (`plan` is set).")
+    process: ProcessRun | None = Field(
+        default=None,
+        description="A run of a process (stratagem.domain.process): the run renders its plan, or its goal, from the "
+        "process and these inputs at its start. Takes the place of `goal` and `plan`.",
+    )
     options: RunOptions = Field(default_factory=RunOptions)
     state: RunState | None = Field(default=None, description="Carried by continue-as-new; never set by callers.")
 
@@ -128,6 +134,14 @@ class RunInput(BaseModel):
             )
         ) is not None:
             raise ValueError(problem)
+        if self.process is not None:
+            if self.plan is not None or self.goal or self.fork is not None:
+                raise ValueError("a run of a process takes its plan and goal from the process, not `plan` or `goal`")
+            if not self.process.spec.steps and not self.options.planner and self.options.mode is not Mode.joint:
+                raise ValueError(
+                    f"process {self.process.spec.name} plans from its goal, so it needs a planner model (options.planner)"
+                )
+            return self
         if self.options.mode is Mode.joint:
             if self.plan is not None or not self.goal:
                 raise ValueError("a joint run takes a goal, not a plan")

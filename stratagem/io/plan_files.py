@@ -13,32 +13,81 @@ from pydantic import ValidationError
 
 from stratagem.common.errors import PlanFileError
 from stratagem.domain.plan import STEP_ID_PATTERN, PlanDraft
+from stratagem.domain.process import ProcessSpec, spec_problems
 
 
 def load_plan_file(path: str | Path) -> PlanDraft:
     """Read a plan draft from a .yaml/.yml/.json file, with an exact message for each problem."""
     file = Path(path)
+    data = read_document(file, "plan file")
+    if isinstance(data, dict) and ("inputs" in data or "process" in data):
+        raise PlanFileError(
+            f"plan file '{file}' is a process (it declares {'inputs' if 'inputs' in data else 'process'}:); "
+            "run it with its inputs (`stratagem run --plan FILE --input NAME=VALUE`)"
+        )
+    return parse_plan_data(data, source=f"plan file '{file}'")
+
+
+def is_process_file(path: str | Path) -> bool:
+    """Whether a plan file declares `inputs:` or a `process:` header (a ProcessSpec, not a plan)."""
+    data = read_document(Path(path), "plan file")
+    return isinstance(data, dict) and ("inputs" in data or "process" in data)
+
+
+def load_process_file(path: str | Path) -> ProcessSpec:
+    """Read a process: a plan file with `inputs:` and, optionally, a `process:` header (name,
+    version, description). Without a header its name is the file's stem and its version 1."""
+    file = Path(path)
+    return parse_process_data(read_document(file, "process file"), source=f"process file '{file}'", stem=file.stem)
+
+
+def parse_process_data(data: Any, *, source: str, stem: str = "process") -> ProcessSpec:
+    if not isinstance(data, dict):
+        raise PlanFileError(
+            f"{source} must hold a mapping with 'goal', 'inputs' and 'steps', not a {type(data).__name__}"
+        )
+    header = data.get("process") or {}
+    if not isinstance(header, dict):
+        raise PlanFileError(f"{source}: 'process' must be a mapping of name, version and description")
+    unknown = sorted(set(header) - {"name", "version", "description"})
+    if unknown:
+        raise PlanFileError(f"{source}: 'process' takes name, version and description, not {', '.join(unknown)}")
+    body = {key: value for key, value in data.items() if key != "process"}
+    name = header.get("name") or re.sub(r"[^a-z0-9_.-]+", "-", stem.lower()).strip("-.") or "process"
+    version = header.get("version", 1)
+    fields = {"name": name, "version": str(version), "description": header.get("description") or "", **body}
+    try:
+        spec = ProcessSpec.model_validate({**fields, "source": source})
+    except ValidationError as exc:
+        raise PlanFileError(f"{source} is invalid: " + "; ".join(describe_draft_errors(exc, data))) from None
+    problems = spec_problems(spec)
+    if problems:
+        raise PlanFileError(f"{source} is invalid: " + "; ".join(problems))
+    return spec
+
+
+def read_document(file: Path, what: str) -> Any:
+    """A YAML or JSON file's content, or a PlanFileError saying exactly why not."""
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise PlanFileError(f"plan file '{file}' does not exist") from None
+        raise PlanFileError(f"{what} '{file}' does not exist") from None
     except UnicodeDecodeError as exc:
-        raise PlanFileError(f"plan file '{file}' is not UTF-8 text (byte {exc.start + 1} cannot be read)") from None
+        raise PlanFileError(f"{what} '{file}' is not UTF-8 text (byte {exc.start + 1} cannot be read)") from None
     except OSError as exc:
-        raise PlanFileError(f"cannot read plan file '{file}': {exc.strerror}") from None
+        raise PlanFileError(f"cannot read {what} '{file}': {exc.strerror}") from None
     try:
-        data = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
+        return json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as exc:
         raise PlanFileError(
-            f"plan file '{file}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+            f"{what} '{file}' is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
         ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise PlanFileError(f"plan file '{file}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        raise PlanFileError(f"{what} '{file}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     except RecursionError:
-        raise PlanFileError(f"plan file '{file}' is nested too deeply to be a plan") from None
-    return parse_plan_data(data, source=f"plan file '{file}'")
+        raise PlanFileError(f"{what} '{file}' is nested too deeply to be a plan") from None
 
 
 def parse_plan_data(data: Any, *, source: str = "plan") -> PlanDraft:
