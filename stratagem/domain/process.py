@@ -349,3 +349,20 @@ class ProcessRun(BaseModel):
     )
     time_zone: str = Field(default="UTC", max_length=64, description="Where the nominal time's date is read.")
     schedule: str | None = Field(default=None, max_length=200, description="The schedule that starts these runs.")
+
+
+class ProcessRecord(BaseModel):
+    """What a run of a process keeps (RunState.process) and the ledger says: which process, which
+    version, what it was given. The rendered plan is the run's plan; the template is not kept."""
+
+    name: str
+    version: str
+    digest: str
+    inputs: dict[str, Any] = Field(default_factory=dict, description="The values the run took, defaults included.")
+    schedule: str | None = None
+    nominal: datetime | None = Field(default=None, description="The time the run is for (see NOMINAL_FIELDS).")
+    time_zone: str = "UTC"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} v{self.version}"

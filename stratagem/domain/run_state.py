@@ -15,6 +15,7 @@ from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.compact import CompactModel
 from stratagem.domain.ledger import Ledger
 from stratagem.domain.plan import Plan
+from stratagem.domain.process import ProcessRecord
 from stratagem.domain.run_options import RunOptions
 from stratagem.domain.step_preview import StepPreview
 
@@ -150,6 +151,7 @@ class RunState(BaseModel):
         default_factory=dict, description="llm steps paused on a tool call that waits for a person, by step id."
     )
     forked_from: Fork | None = Field(default=None, description="The run and revision this run was forked from.")
+    process: ProcessRecord | None = Field(default=None, description="The process this run renders, and its inputs.")
     notified: list[str] = Field(
         default_factory=list, description="Pending decisions people were notified of (their keys), while pending."
     )
