@@ -17,9 +17,9 @@ The command line (`stratagem schedule`, stratagem.cli.schedules) and the console
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
@@ -43,9 +43,16 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.service import RPCError, RPCStatusCode
 
 from stratagem.common.errors import StratagemError
-from stratagem.domain.process import check_inputs, render_goal
 from stratagem.domain.run_types import RUN_LEVEL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, RunInput
-from stratagem.domain.schedule_rules import OVERLAP_POLICIES, ScheduleSource, describe_duration
+from stratagem.domain.schedule_rules import (
+    OVERLAP_POLICIES,
+    ScheduledRun,
+    ScheduleRequest,
+    ScheduleSource,
+    ScheduleView,
+    Timing,
+    scheduled_goal,
+)
 from stratagem.status_attribute import STATUS_KEY
 
 SOURCE_MEMO = "schedule_source"
@@ -65,115 +72,13 @@ class ScheduleNotFound(ScheduleError):
     pass
 
 
-@dataclass
-class Timing:
-    """When a schedule fires: cron expressions and/or an interval, read in `time_zone`."""
-
-    cron: list[str] = field(default_factory=list)
-    every: timedelta | None = None
-    time_zone: str = "UTC"
-    jitter: timedelta | None = None
-
-    def spec(self) -> ScheduleSpec:
-        return ScheduleSpec(
-            cron_expressions=list(self.cron),
-            intervals=[ScheduleIntervalSpec(every=self.every)] if self.every else [],
-            time_zone_name=self.time_zone,
-            jitter=self.jitter,
-        )
-
-    def describe(self) -> str:
-        parts = [f"cron '{c}'" for c in self.cron]
-        if self.every:
-            parts.append(f"every {describe_duration(self.every)}")
-        return " and ".join(parts) + f" ({self.time_zone})"
-
-
-@dataclass
-class ScheduleRequest:
-    """Everything a schedule is created (or replaced by an update) with."""
-
-    schedule_id: str
-    run: RunInput
-    source: ScheduleSource
-    timing: Timing
-    task_queue: str
-    overlap: str = "skip"
-    catchup_window: timedelta | None = None
-    paused: bool = False
-    note: str | None = None
-
-
-@dataclass
-class ScheduledRun:
-    run_id: str
-    scheduled_at: datetime
-    started_at: datetime
-
-
-@dataclass
-class ScheduleView:
-    """One schedule as the command line and the console show it."""
-
-    id: str
-    paused: bool
-    note: str
-    timing: Timing
-    overlap: str
-    catchup_window: timedelta | None
-    source: ScheduleSource
-    run: RunInput | None
-    task_queue: str
-    next_times: list[datetime]
-    recent: list[ScheduledRun]
-    running: list[str]
-    actions: int = 0
-    skipped: int = 0
-
-    @property
-    def process(self) -> str | None:
-        return self.run.process.spec.name if self.run and self.run.process else None
-
-    @property
-    def version(self) -> str | None:
-        return self.run.process.spec.version if self.run and self.run.process else None
-
-    @property
-    def inputs(self) -> dict[str, Any]:
-        return dict(self.run.process.inputs) if self.run and self.run.process else {}
-
-    @property
-    def what(self) -> str:
-        """The process (`monthly-report v2`) or the plan file it runs."""
-        if self.run and self.run.process:
-            return self.run.process.spec.label
-        return self.source.plan_file or (self.run.plan.goal if self.run and self.run.plan else "?")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "paused": self.paused,
-            "note": self.note,
-            "cron": self.timing.cron,
-            "every_seconds": int(self.timing.every.total_seconds()) if self.timing.every else None,
-            "time_zone": self.timing.time_zone,
-            "jitter_seconds": int(self.timing.jitter.total_seconds()) if self.timing.jitter else None,
-            "overlap": self.overlap,
-            "catchup_window_seconds": int(self.catchup_window.total_seconds()) if self.catchup_window else None,
-            "process": self.process,
-            "version": self.version,
-            "plan_file": self.source.plan_file,
-            "inputs": self.inputs,
-            "task_queue": self.task_queue,
-            "next_times": [t.isoformat() for t in self.next_times],
-            "recent": [
-                {"run_id": r.run_id, "scheduled_at": r.scheduled_at.isoformat(), "started_at": r.started_at.isoformat()}
-                for r in self.recent
-            ],
-            "running": self.running,
-            "actions": self.actions,
-            "skipped": self.skipped,
-        }
+def temporal_spec(timing: Timing) -> ScheduleSpec:
+    return ScheduleSpec(
+        cron_expressions=list(timing.cron),
+        intervals=[ScheduleIntervalSpec(every=timing.every)] if timing.every else [],
+        time_zone_name=timing.time_zone,
+        jitter=timing.jitter,
+    )
 
 
 def _refused(exc: RPCError, schedule_id: str) -> StratagemError | RPCError:
@@ -191,7 +96,7 @@ async def preview_times(client: Client, timing: Timing, count: int = 5) -> list[
     probe = f"stratagem-preview-{uuid.uuid4().hex[:12]}"
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(PREVIEW_WORKFLOW, id=probe, task_queue=f"{probe}-never"),
-        spec=timing.spec(),
+        spec=temporal_spec(timing),
         state=ScheduleState(paused=True, note="a preview of a schedule's times, deleted at once"),
     )
     try:
@@ -215,18 +120,6 @@ async def _custom_attributes(client: Client) -> set[str]:
     except RPCError:
         return set()
     return set(response.custom_attributes)
-
-
-def scheduled_goal(run: RunInput) -> str:
-    """The goal a listing shows for the schedule's runs: the process's goal with the inputs as
-    given (a `${nominal.X}` text stays as written), or the plan's."""
-    if run.process is None:
-        return run.goal or (run.plan.goal if run.plan else "")
-    values, _ = check_inputs(run.process.spec, run.process.inputs)
-    try:
-        return render_goal(run.process.spec, values)
-    except KeyError:  # a required input left out: the goal as written
-        return run.process.spec.goal
 
 
 async def _action(client: Client, request: ScheduleRequest) -> ScheduleActionStartWorkflow:
@@ -262,7 +155,7 @@ async def _action(client: Client, request: ScheduleRequest) -> ScheduleActionSta
 async def _schedule(client: Client, request: ScheduleRequest) -> Schedule:
     return Schedule(
         action=await _action(client, request),
-        spec=request.timing.spec(),
+        spec=temporal_spec(request.timing),
         policy=SchedulePolicy(overlap=OVERLAP[request.overlap], catchup_window=request.catchup_window),
         state=ScheduleState(paused=request.paused, note=request.note),
     )
@@ -288,12 +181,15 @@ async def _view(client: Client, schedule_id: str, description: ScheduleDescripti
     task_queue = ""
     if isinstance(action, ScheduleActionStartWorkflow):
         task_queue = action.task_queue
-        if action.workflow == WORKFLOW_NAME and action.args:
-            [run] = await client.data_converter.decode(list(action.args), [RunInput])
-        raw = (action.memo or {}).get(SOURCE_MEMO)
-        if raw is not None:  # a Payload, as the server keeps the action
-            [decoded] = await client.data_converter.decode([raw])
-            source = ScheduleSource.model_validate(decoded)
+        # A schedule this client cannot read (another key encrypted it, a newer Stratagem wrote
+        # it) is still listed, with what it runs unknown, rather than breaking the whole list.
+        with contextlib.suppress(Exception):
+            if action.workflow == WORKFLOW_NAME and action.args:
+                [run] = await client.data_converter.decode(list(action.args), [RunInput])
+            raw = (action.memo or {}).get(SOURCE_MEMO)
+            if raw is not None:  # a Payload, as the server keeps the action
+                [decoded] = await client.data_converter.decode([raw])
+                source = ScheduleSource.model_validate(decoded)
     spec = description.schedule.spec
     every = spec.intervals[0].every if spec.intervals else None
     cron = source.cron or ([] if not spec.calendars else ["(calendar)"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -233,7 +234,7 @@ async def cmd_update(args: argparse.Namespace) -> int:
         )
     finally:
         await registry.aclose()
-    by = run.started_by or reviewer(args)
+    by = run.started_by or view.source.created_by or getpass.getuser()
     request.run = scheduled_run(source, values, run.options, schedule_id=schedule_id, time_zone=timing.time_zone, by=by)
     request.timing = timing
     request.source.cron, request.source.every_seconds = list(timing.cron), _seconds(timing)
@@ -282,7 +283,11 @@ async def cmd_describe(args: argparse.Namespace) -> int:
         return 0
     out = render.console.print
     out(f"schedule {view.id}: {'paused' if view.paused else 'active'}" + (f" ({view.note})" if view.note else ""))
-    out(f"  runs:      {view.what}" + (f" from {view.source.plan_file}" if view.source.plan_file else ""), markup=False)
+    goal = f": {view.run.plan.goal}" if view.run and view.run.plan else ""
+    out(
+        f"  runs:      {view.what}{goal}" + (f" ({view.source.plan_file})" if view.source.plan_file else ""),
+        markup=False,
+    )
     if view.inputs:
         out("  inputs:    " + ", ".join(f"{k}={v}" for k, v in view.inputs.items()), markup=False)
     out(f"  when:      {view.timing.describe()}", markup=False)

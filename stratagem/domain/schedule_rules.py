@@ -9,20 +9,26 @@ sent: the inputs of a process rendered as one of the schedule's runs would rende
 sample nominal time, the schedule's next one), so an input that only fails once it meets the
 calendar (`${nominal.previus_month}`, a year typed as an integer) is refused at create, not on the
 first of next month.
+
+`ScheduleRequest` is what a schedule is made of and `ScheduleView` what is shown of one: plain
+data, which stratagem.schedules turns into a Temporal Schedule and reads back.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, Field
 
 from stratagem.domain.plan import PlanDraft
-from stratagem.domain.process import ProcessSpec, check_inputs, expand_nominal, render_plan
+from stratagem.domain.process import ProcessSpec, check_inputs, expand_nominal, render_goal, render_plan
+from stratagem.domain.run_types import RunInput
 
 SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 # How Temporal's schedules handle a run that would start while the one before still runs, by the
@@ -130,3 +136,120 @@ def check_scheduled_inputs(
     if problems:
         return final, None, problems
     return final, render_plan(spec, final), []
+
+
+@dataclass
+class Timing:
+    """When a schedule fires: cron expressions and/or an interval, read in `time_zone`."""
+
+    cron: list[str] = field(default_factory=list)
+    every: timedelta | None = None
+    time_zone: str = "UTC"
+    jitter: timedelta | None = None
+
+    def describe(self) -> str:
+        parts = [f"cron '{c}'" for c in self.cron]
+        if self.every:
+            parts.append(f"every {describe_duration(self.every)}")
+        return " and ".join(parts) + f" ({self.time_zone})"
+
+
+@dataclass
+class ScheduleRequest:
+    """Everything a schedule is created (or replaced by an update) with."""
+
+    schedule_id: str
+    run: RunInput
+    source: ScheduleSource
+    timing: Timing
+    task_queue: str
+    overlap: str = "skip"
+    catchup_window: timedelta | None = None
+    paused: bool = False
+    note: str | None = None
+
+
+@dataclass
+class ScheduledRun:
+    run_id: str
+    scheduled_at: datetime
+    started_at: datetime
+
+
+@dataclass
+class ScheduleView:
+    """One schedule as the command line and the console show it."""
+
+    id: str
+    paused: bool
+    note: str
+    timing: Timing
+    overlap: str
+    catchup_window: timedelta | None
+    source: ScheduleSource
+    run: RunInput | None
+    task_queue: str
+    next_times: list[datetime]
+    recent: list[ScheduledRun]
+    running: list[str]
+    actions: int = 0
+    skipped: int = 0
+
+    @property
+    def process(self) -> str | None:
+        return self.run.process.spec.name if self.run and self.run.process else None
+
+    @property
+    def version(self) -> str | None:
+        return self.run.process.spec.version if self.run and self.run.process else None
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        return dict(self.run.process.inputs) if self.run and self.run.process else {}
+
+    @property
+    def what(self) -> str:
+        """The process (`monthly-report v2`) or the plan file it runs (`monthly_report/plan.yaml`)."""
+        if self.run and self.run.process:
+            return self.run.process.spec.label
+        if self.source.plan_file:
+            return "/".join(Path(self.source.plan_file).parts[-2:])
+        return self.run.plan.goal if self.run and self.run.plan else "?"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "paused": self.paused,
+            "note": self.note,
+            "cron": self.timing.cron,
+            "every_seconds": int(self.timing.every.total_seconds()) if self.timing.every else None,
+            "time_zone": self.timing.time_zone,
+            "jitter_seconds": int(self.timing.jitter.total_seconds()) if self.timing.jitter else None,
+            "overlap": self.overlap,
+            "catchup_window_seconds": int(self.catchup_window.total_seconds()) if self.catchup_window else None,
+            "process": self.process,
+            "version": self.version,
+            "plan_file": self.source.plan_file,
+            "inputs": self.inputs,
+            "task_queue": self.task_queue,
+            "next_times": [t.isoformat() for t in self.next_times],
+            "recent": [
+                {"run_id": r.run_id, "scheduled_at": r.scheduled_at.isoformat(), "started_at": r.started_at.isoformat()}
+                for r in self.recent
+            ],
+            "running": self.running,
+            "actions": self.actions,
+            "skipped": self.skipped,
+        }
+
+
+def scheduled_goal(run: RunInput) -> str:
+    """The goal a listing shows for the schedule's runs: the process's goal with the inputs as
+    given (a `${nominal.X}` text stays as written), or the plan's."""
+    if run.process is None:
+        return run.goal or (run.plan.goal if run.plan else "")
+    values, _ = check_inputs(run.process.spec, run.process.inputs)
+    try:
+        return render_goal(run.process.spec, values)
+    except KeyError:  # a required input left out: the goal as written
+        return run.process.spec.goal
