@@ -136,7 +136,8 @@ async def _action(client: Client, request: ScheduleRequest) -> ScheduleActionSta
     goal = scheduled_goal(run)
     memo: dict[str, Any] = {"goal": goal, "schedule": request.schedule_id}
     if run.process is not None:
-        memo |= {"process": run.process.spec.name, "process_version": run.process.spec.version}
+        # As the run writes it once rendered (workflows/processes.py).
+        memo["process"] = {"name": run.process.spec.name, "version": run.process.spec.version}
     if run.options.approvers is not None:
         memo["approvers"] = list(run.options.approvers)  # as start_run's memo: the console's "I can decide"
     memo[SOURCE_MEMO] = request.source.model_dump(mode="json", exclude_defaults=True)

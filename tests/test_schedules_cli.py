@@ -12,14 +12,18 @@ import re
 import subprocess
 import uuid
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
 from support.cli import TOOLS, acli, one_line_error, write_plan
 from support.plans import step
+from temporalio.client import ScheduleBackfill, ScheduleOverlapPolicy
 
 from stratagem.client import get_run
+from stratagem.domain.process import NOMINAL_FIELDS
 from stratagem.io.binaries import temporal_cli
 from stratagem.schedules import ScheduleNotFound, delete_schedule, describe_schedule
 
@@ -270,3 +274,67 @@ def _inputs(tmp_path: Path) -> str:
     path = tmp_path / "inputs.yaml"
     path.write_text(yaml.safe_dump({"month": "${nominal.month}"}))
     return str(path)
+
+
+async def test_each_scheduled_run_of_a_process_renders_the_month_before_its_own_nominal_time(cli_env, tmp_path):
+    """The monthly report's shape: `month=${nominal.previous_month}` at 00:30 Berlin time on the
+    first. Backfilled for 1 March 2026 (23:30 UTC on 28 February), the run reports February, the
+    month before in Berlin (in UTC it would be January); a trigger's nominal time is its own."""
+    env, harness = cli_env
+    process = write_plan(tmp_path / "process.yaml", PROCESS)
+    schedule_id = new_id("monthly")
+    async with schedules(harness) as made:
+        made.append(schedule_id)
+        created = await sched(
+            env, "create", schedule_id, "--plan", process, *TOOLS, "--cron", "30 0 1 * *",
+            "--time-zone", "Europe/Berlin", "--input", "month=${nominal.previous_month}",
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        handle = harness.client.get_schedule_handle(schedule_id)
+        nominal = datetime(2026, 2, 28, 23, 30, tzinfo=UTC)
+        await handle.backfill(
+            ScheduleBackfill(
+                start_at=nominal - timedelta(minutes=5),
+                end_at=nominal + timedelta(minutes=5),
+                overlap=ScheduleOverlapPolicy.ALLOW_ALL,
+            )
+        )
+        run_id = f"{schedule_id}-2026-02-28T23:30:00Z"
+        run = get_run(harness.client, run_id)
+        harness.runs.append(run)
+        status = await wait_started(harness, run)
+        assert status.goal == "Close 2026-02"
+        assert status.process is not None and status.process.inputs == {"month": "2026-02", "year": 2000}
+        assert status.process.schedule == schedule_id and status.process.time_zone == "Europe/Berlin"
+        assert status.process.nominal is not None and status.process.nominal.astimezone(UTC) == nominal
+        assert (await acli("approve", run_id, "--by", "dana", env=env)).returncode == 0
+        assert json.loads((await acli("wait", run_id, "--json", env=env)).stdout)["status"] == "succeeded"
+        assert [c["label"] for c in harness.calls()] == ["closed 2026-02"]
+        memo = await (await run.handle.describe()).memo()
+        assert memo["schedule"] == schedule_id and memo["process"] == {"name": "month-close", "version": "2"}
+
+        before = datetime.now(UTC)
+        triggered = json.loads((await sched(env, "trigger", schedule_id, "--json")).stdout)
+        run = get_run(harness.client, triggered["run_id"])
+        harness.runs.append(run)
+        status = await wait_started(harness, run)
+        assert status.process is not None and status.process.nominal is not None
+        assert abs(status.process.nominal - before) < timedelta(minutes=1)
+        berlin = status.process.nominal.astimezone(ZoneInfo("Europe/Berlin"))
+        assert status.process.inputs["month"] == NOMINAL_FIELDS["previous_month"](berlin)
+        shown = (await sched(env, "describe", schedule_id)).stdout
+        assert run_id in shown and triggered["run_id"] in shown
+
+
+async def wait_started(harness, run):
+    """The run once it has rendered its process and waits for its review."""
+    for _ in range(300):
+        try:
+            status = await run.status()
+        except Exception:  # not started yet: the schedule starts it a moment after the request
+            await asyncio.sleep(0.1)
+            continue
+        if status.phase.value == "awaiting_approval":
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{run.id} never waited for its review")
