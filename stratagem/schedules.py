@@ -51,6 +51,7 @@ from stratagem.domain.schedule_rules import (
     ScheduleSource,
     ScheduleView,
     Timing,
+    schedule_id_problem,
     scheduled_goal,
 )
 from stratagem.status_attribute import STATUS_KEY
@@ -314,6 +315,30 @@ async def replace_schedule(client: Client, request: ScheduleRequest) -> Schedule
     except RPCError as exc:
         raise _refused(exc, request.schedule_id) from None
     return await describe_schedule(client, request.schedule_id)
+
+
+async def schedule_runs(client: Client, schedule_id: str, limit: int = 10) -> list[dict[str, Any]]:
+    """The runs the schedule started, newest first, each with where it is (`phase`, as the run
+    writes it in its memo, else its execution status): Temporal's TemporalScheduledById, so runs
+    of a schedule deleted and created again under the same id are found too."""
+    if schedule_id_problem(schedule_id):
+        return []
+    query = f"WorkflowType = '{WORKFLOW_NAME}' AND TemporalScheduledById = '{schedule_id}'"
+    runs: list[dict[str, Any]] = []
+    async for execution in client.list_workflows(query, limit=limit):
+        status = execution.status.name.lower() if execution.status else "unknown"
+        try:
+            phase = (await execution.memo()).get("phase", status)
+        except Exception:  # a memo this client cannot decode
+            phase = status
+        runs.append(
+            {
+                "run_id": execution.id,
+                "phase": status if status in ("terminated", "timed_out", "canceled") else phase,
+                "started_at": execution.start_time.isoformat() if execution.start_time else None,
+            }
+        )
+    return runs
 
 
 def request_of(view: ScheduleView) -> ScheduleRequest:

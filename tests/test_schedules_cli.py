@@ -130,8 +130,14 @@ async def test_a_plan_on_a_calendar_is_a_temporal_schedule_whose_trigger_starts_
         memo = await run.handle.describe()
         assert (await memo.memo())["schedule"] == schedule_id
 
-        shown = (await sched(env, "describe", schedule_id)).stdout
-        assert run_id in shown and "recent runs (1 in all)" in shown
+        for _ in range(100):  # the run's outcome, as visibility has it (eventually consistent)
+            shown = (await sched(env, "describe", schedule_id)).stdout
+            if re.search(rf"{re.escape(run_id)}  for 20\S+ \S+ CE\S*  succeeded", shown):
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(shown)
+        assert "recent runs (1 in all)" in shown
 
         paused = await sched(env, "pause", schedule_id, "--note", "audit week")
         assert paused.returncode == 0 and "paused" in paused.stdout

@@ -47,6 +47,7 @@ from stratagem.schedules import (
     preview_times,
     replace_schedule,
     request_of,
+    schedule_runs,
     trigger_schedule,
     unpause_schedule,
 )
@@ -278,8 +279,9 @@ async def cmd_list(args: argparse.Namespace) -> int:
 async def cmd_describe(args: argparse.Namespace) -> int:
     client = await _client(settings(), args)
     view = await describe_schedule(client, checked_id(args))
+    runs = await schedule_runs(client, view.id)
     if args.json:
-        render.emit_json(view.to_json())
+        render.emit_json({**view.to_json(), "runs": runs})
         return 0
     out = render.console.print
     out(f"schedule {view.id}: {'paused' if view.paused else 'active'}" + (f" ({view.note})" if view.note else ""))
@@ -298,14 +300,14 @@ async def cmd_describe(args: argparse.Namespace) -> int:
         extra.append(f"jitter {describe_duration(view.timing.jitter)}")
     out(f"  policy:    {', '.join(extra)}; task queue {view.task_queue}", markup=False)
     _print_next(view)
+    phases = {run["run_id"]: run["phase"] for run in runs}
     if view.recent:
         out(f"  recent runs ({view.actions} in all):")
         for run in view.recent[-10:]:
-            out(f"    {run.run_id}  for {_local(run.scheduled_at, view.timing.time_zone)}", markup=False)
+            when = _local(run.scheduled_at, view.timing.time_zone)
+            out(f"    {run.run_id}  for {when}  {phases.get(run.run_id, '')}".rstrip(), markup=False)
     else:
         out("  no runs yet")
-    if view.running:
-        out(f"  running:   {', '.join(view.running)}", markup=False)
     return 0
 
 
