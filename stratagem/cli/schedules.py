@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import os
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -192,7 +193,7 @@ async def cmd_create(args: argparse.Namespace) -> int:
             if done:
                 render.note(done, json_mode=args.json)
         elif not args.json:
-            scripted = f"{SCRIPTED_DIRS_ENV}={':'.join(map(str, folders))} " if folders else ""
+            scripted = f"{SCRIPTED_DIRS_ENV}={os.pathsep.join(map(str, folders))} " if folders else ""
             render.note(f"(its runs need a worker on task queue {config.task_queue}: {scripted}stratagem worker ...)")
     finally:
         await registry.aclose()
