@@ -16,6 +16,7 @@ from .execution import ExecutionActivities
 from .forks import ForkActivities
 from .notify import NotifyActivities
 from .planning import PlanningActivities, describe_tools_here
+from .processes import prepare_process
 from .standing import StandingActivities
 
 
@@ -50,6 +51,7 @@ def activities_by_role(
             archive.archive_events,
             notify.notify,
             forks.read_fork,
+            prepare_process,
             standing.find_standing,
             describe_tools_here(registry if Role.tools in roles else None),
         ],
