@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -32,6 +33,8 @@ from .failures import cause_message
 from .observe import Observer
 from .progress import Progress
 from .steps import Steps
+
+SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
 
 
 class Review:
@@ -115,9 +118,13 @@ class Review:
                 draft.steps,
             )
         )
+        # Which schedule started the run is the server's word (it sets TemporalScheduledById on
+        # a Schedule's runs, and no client may), not the start's: a run started by hand that
+        # names a schedule is no run of that schedule to a grant limited to it.
+        scheduled_by = workflow.info().typed_search_attributes.get(SCHEDULED_BY)
         request = standing.StandingRequest(
             registry=standing.registry_id(workflow.info().task_queue),
-            record=state.process,
+            record=state.process.model_copy(update={"schedule": scheduled_by}),
             rendered=rendered,
             now=workflow.now(),
         )

@@ -319,5 +319,5 @@ def notes(found: StandingMatch, differences: Sequence[str] = ()) -> str:
     """What a pending review says about a standing approval that did not apply."""
     text = "a standing approval exists but did not apply: " + "; ".join(found.why)
     if differences:
-        text += ". What changed since the approved version: " + "; ".join(differences)
+        text += ". What changed since the approved version: " + "; ".join(line.strip() for line in differences)
     return text
