@@ -85,3 +85,33 @@ async def test_a_process_that_is_not_there_and_a_revocation_of_nothing_are_one_l
         await acli("standing", "revoke", "nope", "--reason", "x", "--by", "dana", env=env),
         "there is no standing approval nope",
     )
+
+
+async def test_a_granted_process_runs_unreviewed_and_one_out_of_bounds_shows_why_at_status_and_show(cli_env, tmp_path):
+    from stratagem.domain.process import ProcessRun
+    from stratagem.domain.run_types import Phase, RunInput
+    from stratagem.io.plan_files import load_process_file
+
+    env, harness = cli_env
+    path = write_plan(tmp_path / "payout.yaml", PAYOUT)
+    granted = await acli(
+        "standing", "grant", path, "--bound", "amount<=5000", "--step", "pay", "--id", "small", "--by", "dana", env=env
+    )
+    assert granted.returncode == 0, granted.stderr
+    spec = load_process_file(path)
+    inside = await harness.start_input(RunInput(process=ProcessRun(spec=spec, inputs={"vendor": "acme", "amount": 70})))
+    await harness.wait_for(inside, lambda s: s.phase is Phase.succeeded)
+    assert [c["label"] for c in harness.calls()] == ["pay acme 70 EUR"]
+    audit = (await acli("audit", inside.id, env=env)).stdout
+    assert "standing approval small of payout v3, granted by dana within amount<=5000" in audit
+
+    outside = await harness.start_input(
+        RunInput(process=ProcessRun(spec=spec, inputs={"vendor": "acme", "amount": 7000}))
+    )
+    await harness.wait_for(outside, lambda s: bool(s.pending))
+    why = "standing approval small (dana): amount=7000 is outside the bound amount<=5000"
+    status = await acli("status", outside.id, env=env)
+    assert f"a standing approval exists but did not apply: {why}" in status.stdout.replace("\n", " ")
+    shown = await acli("show", outside.id, env=env)
+    assert why in shown.stdout.replace("\n", " ")
+    assert len(harness.calls()) == 1
