@@ -81,7 +81,8 @@ async def grant_standing(
 ) -> Grant:
     """Approve `spec` (this version, this digest) for every later run on `task_queue` whose inputs
     are inside `bounds` (`amount<=5000`, or Bound), and the gated `steps` named; limited to runs of
-    `schedule` when given. Signed by `by`'s key (`signer`, STRATAGEM_SIGNING_KEY's, or the home's).
+    `schedule` when given: the Temporal Schedule's id, which a run is matched on by the
+    TemporalScheduledById search attribute Temporal sets on the runs a Schedule starts. Signed by `by`'s key (`signer`, STRATAGEM_SIGNING_KEY's, or the home's).
     ValueError for a bound or step that cannot be; DecisionRefusedError if the registry refuses it."""
     parsed = [b if isinstance(b, Bound) else parse_bound(b, spec) for b in bounds]
     step_ids = {step.id for step in spec.steps}

@@ -148,3 +148,27 @@ async def test_a_grant_that_cannot_be_is_refused_before_it_is_sent(harness):
         await grant_standing(harness.client, PAYOUT, by="dana", bounds=["total<=5"], task_queue=harness.task_queue)
     with pytest.raises(ValueError, match="payout v1 has no step ship"):
         await grant_standing(harness.client, PAYOUT, by="dana", steps=["ship"], task_queue=harness.task_queue)
+
+
+async def test_the_registry_continues_as_new_with_every_grant_and_revocation(harness):
+    """Past its history limit the registry hands its state to its next run: nothing granted or
+    revoked is lost, and the next run takes the state only because it is its own continuation."""
+    import asyncio
+
+    first = await grant_standing(harness.client, PAYOUT, by="dana", grant_id="keep", task_queue=harness.task_queue)
+    handle = harness.client.get_workflow_handle(registry_id(harness.task_queue))
+    before = (await handle.describe()).run_id
+    ids = [f"g{n}" for n in range(460)]
+    for batch in range(0, len(ids), 20):
+        await asyncio.gather(
+            *(
+                grant_standing(harness.client, PAYOUT, by="dana", grant_id=gid, task_queue=harness.task_queue)
+                for gid in ids[batch : batch + 20]
+            )
+        )
+    await revoke_standing(harness.client, "g7", by="lee", reason="done", task_queue=harness.task_queue)
+    after = await harness.client.get_workflow_handle(registry_id(harness.task_queue)).describe()
+    assert after.run_id != before  # it continued as new at least once
+    registry = await list_standing(harness.client, task_queue=harness.task_queue)
+    assert registry.grants[0].id == first.id and sorted(g.id for g in registry.grants[1:]) == sorted(ids)
+    assert [r.id for r in registry.revocations] == ["g7"]

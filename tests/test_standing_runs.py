@@ -241,3 +241,15 @@ async def test_a_grant_recorded_while_unsigned_ones_were_let_in_approves_nothing
         )
         await run.handle.terminate(reason="test finished")
         await handle.terminate(reason="test finished")
+
+
+async def test_a_planners_plan_is_never_approved_by_a_grant(harness):
+    """A process that plans from its goal: whatever the planner writes is no version anyone approved."""
+    spec = ProcessSpec(name="greeting", inputs={"who": {"type": "string"}}, goal="Greet ${inputs.who}")
+    await grant_standing(harness.client, spec, by="dana", grant_id="greet", task_queue=harness.task_queue)
+    plan = {"goal": "Greet grace", "steps": [{"id": "g", "title": "greet", "tool": "record", "args": {"label": "hi"}}]}
+    planner = harness.script("greeting-planner.yaml", {"planner": [{"plan": plan}]})
+    process = ProcessRun(spec=spec, inputs={"who": "grace"})
+    run = await harness.start_input(RunInput(process=process, options=RunOptions(planner=planner)))
+    waiting = await _waiting(harness, run)
+    assert "standing approval greet (dana) approves the process's own plan; this plan is not it" in waiting.standing

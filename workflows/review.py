@@ -118,9 +118,10 @@ class Review:
                 draft.steps,
             )
         )
-        # Which schedule started the run is the server's word (it sets TemporalScheduledById on
-        # a Schedule's runs, and no client may), not the start's: a run started by hand that
-        # names a schedule is no run of that schedule to a grant limited to it.
+        # Which schedule started the run is read where Temporal writes it on a Schedule's runs
+        # (TemporalScheduledById), not from the run's input: a run started by hand that names a
+        # schedule in its input is no run of that schedule to a grant limited to it. (A client
+        # may set that attribute too: the limit narrows a grant, the bounds and digest bound it.)
         scheduled_by = workflow.info().typed_search_attributes.get(SCHEDULED_BY)
         request = standing.StandingRequest(
             registry=standing.registry_id(workflow.info().task_queue),

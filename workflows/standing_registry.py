@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 # The history a registry keeps before it continues as new with its state.
-MAX_HISTORY = 2_000
+MAX_HISTORY = 1_000
 
 
 @workflow.defn(name=REGISTRY_WORKFLOW)

@@ -208,7 +208,7 @@ def grant_problems(grant: Grant, registry: Registry, now: datetime) -> list[str]
     if any(g.id == grant.id for g in registry.grants):
         problems.append(f"there is a standing approval {grant.id} already")
     if len(registry.grants) >= MAX_GRANTS:
-        problems.append(f"the registry holds {MAX_GRANTS} standing approvals; revoke and prune before adding more")
+        problems.append(f"the registry holds {MAX_GRANTS} standing approvals, revoked ones included: its limit")
     if (spec.name, spec.version, spec.digest) != (grant.process, grant.version, grant.digest):
         problems.append("the grant's process, version and digest are not those of the process it carries")
     if spec.source is not None:
