@@ -6,6 +6,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from stratagem.common.signing import DecisionPolicy
 from stratagem.domain.roles import ALL_ROLES, Role
 from stratagem.io.store import OutputStore
 from stratagem.tools import ToolRegistry
@@ -16,20 +17,28 @@ from .forks import ForkActivities
 from .notify import NotifyActivities
 from .planning import PlanningActivities, describe_tools_here
 from .processes import prepare_process
+from .standing import StandingActivities
 
 
 def activities_by_role(
-    registry: ToolRegistry, workspace: Path, store: OutputStore | None = None, roles: Collection[Role] = ALL_ROLES
+    registry: ToolRegistry,
+    workspace: Path,
+    store: OutputStore | None = None,
+    roles: Collection[Role] = ALL_ROLES,
+    decision_policy: DecisionPolicy | None = None,
 ) -> dict[Role, list[Callable[..., Any]]]:
     """Each role's activities (stratagem/domain/roles.py). The workflow role has them all: local tools
     run as local activities in its process, and activities scheduled on the workflow's own queue
     by a run that started before the queues were split still find a worker there. It reads the
-    tool catalogue locally only when `roles`, what this process serves, include the tools."""
+    tool catalogue locally only when `roles`, what this process serves, include the tools.
+    `decision_policy`: the keys a standing approval's signature is verified with (default: the
+    configured ones and the home's, as the worker's decision checks)."""
     planning = PlanningActivities(registry, store)
     execution = ExecutionActivities(registry, workspace, store)
     archive = ArchiveActivities(store)
     notify = NotifyActivities(store)
     forks = ForkActivities()
+    standing = StandingActivities(decision_policy)
     return {
         # The workflow role keeps the run's own bookkeeping (archiving its events).
         Role.workflow: [
@@ -43,6 +52,7 @@ def activities_by_role(
             notify.notify,
             forks.read_fork,
             prepare_process,
+            standing.find_standing,
             describe_tools_here(registry if Role.tools in roles else None),
         ],
         Role.planner: [planning.plan, planning.synthesize, planning.check_goal],
@@ -57,6 +67,7 @@ __all__ = [
     "ForkActivities",
     "NotifyActivities",
     "PlanningActivities",
+    "StandingActivities",
     "activities_by_role",
     "describe_tools_here",
 ]

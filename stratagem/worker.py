@@ -29,11 +29,11 @@ from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE
 from stratagem.domain.secret_bindings import unbound_secrets
 from stratagem.io.store import OutputStore
 from stratagem.temporal.interceptors import SharedQueues
-from stratagem.temporal.plugin import worker_plugins
+from stratagem.temporal.plugin import StratagemPlugin, worker_plugins
 from stratagem.tools import ToolRegistry
 from stratagem.tools.builtin import protect_address
 from stratagem.worker_options import WorkerOptions
-from stratagem.workflows import StratagemRun
+from stratagem.workflows import StandingApprovals, StratagemRun
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,10 @@ def build_worker(
             "each may be sent to",
             ", ".join(unbound),
         )
-    by_role = activities_by_role(registry, workspace, store, roles)
+    # The keys a run's standing approval is verified with: the ones its decisions are checked with.
+    plugged = (p.decision_policy for p in client.config().get("plugins", []) if isinstance(p, StratagemPlugin))
+    policy = decision_policy or next((p for p in plugged if p is not None), None)
+    by_role = activities_by_role(registry, workspace, store, roles, policy)
     limits = rate_limits or {}
     extra_interceptors = list(worker_options.pop("interceptors", []))
     workers: dict[Role, Worker] = {}
@@ -143,7 +146,7 @@ def build_worker(
         workers[role] = Worker(
             client,
             task_queue=role_queue(task_queue, role),
-            workflows=[StratagemRun, *extra_workflows] if is_workflow else [],
+            workflows=[StratagemRun, StandingApprovals, *extra_workflows] if is_workflow else [],
             activities=[*by_role[role], *(extra_activities if is_workflow else ())],
             max_concurrent_activities=max_concurrent_activities,
             max_task_queue_activities_per_second=limits.get(role),

@@ -45,6 +45,10 @@ FORK_TIMEOUT = timedelta(minutes=1)
 FORK_RETRY = RetryPolicy(
     maximum_attempts=5, maximum_interval=timedelta(seconds=10), non_retryable_error_types=[ForkSourceError.__name__]
 )
+# Reading the task queue's standing approvals (a query to the registry workflow): if it cannot
+# be read within these, the run waits for a person, as it would without one.
+STANDING_TIMEOUT = timedelta(seconds=30)
+STANDING_RETRY = RetryPolicy(maximum_attempts=4, maximum_interval=timedelta(seconds=10))
 # Moving routine events to the output store at a continue-as-new.
 ARCHIVE_TIMEOUT = timedelta(minutes=1)
 ARCHIVE_RETRY = RetryPolicy(maximum_attempts=5, maximum_interval=timedelta(seconds=10))

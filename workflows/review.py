@@ -8,10 +8,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem.domain import decisions
+    from stratagem.domain import decisions, standing
+    from stratagem.domain.decisions import standing as standing_rules
     from stratagem.domain.ledger import EventKind, StepStatus
+    from stratagem.domain.plan import PlanDraft
     from stratagem.domain.run_levels import Change
     from stratagem.domain.run_types import (
         ApproveInput,
@@ -22,11 +26,15 @@ with workflow.unsafe.imports_passed_through():
         RunState,
     )
 
+from .activity_options import STANDING_RETRY, STANDING_TIMEOUT
 from .core import has
 from .escalation import Escalation
+from .failures import cause_message
 from .observe import Observer
 from .progress import Progress
 from .steps import Steps
+
+SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
 
 
 class Review:
@@ -38,6 +46,9 @@ class Review:
         self._steps = steps
         self._observe = observe
         self._escalation = escalation
+        # The plan a run of a process renders (set at its start): what a standing approval
+        # approves, and the only plan it may (a planner's, or a revision, waits for a person).
+        self.rendered: PlanDraft | None = None
 
     async def review(self) -> None:
         state = self._state
@@ -52,6 +63,11 @@ class Review:
             # Nothing differs from the approved revision (a replan that retries the failed steps as
             # they were): its approval stands.
             return decisions.carry_approval(state, workflow.now())
+        note: str | None = None
+        if state.process is not None and state.approved_revision is None and not is_replan and not state.pending:
+            note = await self._standing()
+            if note is None:
+                return
         why: list[str] = []
         if is_replan and not state.options.replan_requires_approval and not state.pending:
             why = decisions.loosened(state.approved_plan, state.plan)
@@ -73,6 +89,10 @@ class Review:
                 state.pending = [decisions.plan_approval_request(state, workflow.now(), why, changes)]
         elif decisions.pending_for(state, DecisionKind.plan_approval, None) is None:  # else carried here
             state.pending.insert(0, decisions.plan_approval_request(state, workflow.now(), why, changes))
+        asked = decisions.pending_for(state, DecisionKind.plan_approval, None)
+        if note and asked is not None:
+            asked.standing = note
+            asked.prompt += ". A standing approval did not apply: " + note.split(": ", 1)[1].split("; ")[0][:300]
         self._progress.show()
         attributes = {"stratagem.revision": state.plan.revision}
         with self._observe.span(f"review revision {state.plan.revision}", attributes) as span:
@@ -81,6 +101,57 @@ class Review:
             span.set_attribute("stratagem.revision.decided", state.plan.revision)
             if state.ledger.decisions:
                 span.set_attribute("stratagem.decided_by", state.ledger.decisions[-1].by)
+
+    async def _standing(self) -> str | None:
+        """Ask the task queue's registry for a standing approval of this run of a process, before
+        anyone is asked. Returns None once it approved the plan; else what the reviewer is told
+        about standing approvals that did not apply ("" when there are none)."""
+        state = self._state
+        assert state.plan is not None and state.process is not None
+        draft = self.rendered
+        rendered = (
+            draft is not None
+            and state.plan.revision == 1
+            and (state.plan.goal, state.plan.steps)
+            == (
+                draft.goal,
+                draft.steps,
+            )
+        )
+        # Which schedule started the run is read where Temporal writes it on a Schedule's runs
+        # (TemporalScheduledById), not from the run's input: a run started by hand that names a
+        # schedule in its input is no run of that schedule to a grant limited to it. (A client
+        # may set that attribute too: the limit narrows a grant, the bounds and digest bound it.)
+        scheduled_by = workflow.info().typed_search_attributes.get(SCHEDULED_BY)
+        request = standing.StandingRequest(
+            registry=standing.registry_id(workflow.info().task_queue),
+            record=state.process.model_copy(update={"schedule": scheduled_by}),
+            rendered=rendered,
+            now=workflow.now(),
+        )
+        try:
+            found = await workflow.execute_activity(
+                standing.FIND_ACTIVITY,
+                request,
+                result_type=standing.StandingMatch,
+                start_to_close_timeout=STANDING_TIMEOUT,
+                retry_policy=STANDING_RETRY,
+                summary=f"standing approval of {state.process.label}"[:200],
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            return f"the standing approvals could not be read ({cause_message(exc)[:200]}); a person decides"
+        if found.grant is not None:
+            refused = standing_rules.plan_refusal(state, found.grant)
+            if refused is None:
+                standing_rules.approve_by_grant(state, found, workflow.now())
+                return None
+            found = found.model_copy(update={"grant": None, "why": [refused, *found.why]})
+        if not found.exists:
+            return ""
+        differences = standing.difference(found.approved, state.process, state.plan) if found.approved else []
+        return standing.notes(found, differences)
 
     async def _await_review(self) -> None:
         state = self._state

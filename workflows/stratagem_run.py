@@ -204,6 +204,7 @@ class StratagemRun(Messages):
             processes.record(self.state, prepared)
             if prepared.plan is not None:
                 input.plan = prepared.plan
+                self._review.rendered = prepared.plan  # what a standing approval may approve
                 input.author = Author(kind=AuthorKind.human, name=f"process {input.process.spec.label}")
             input.process = None  # held by the ledger and the state now, as the supplied plan is
         try:

@@ -16,6 +16,7 @@ from temporalio.exceptions import CancelledError as TemporalCancelledError
 with workflow.unsafe.imports_passed_through():
     from stratagem.common.errors import ReferenceResolutionError
     from stratagem.domain import decisions, risk
+    from stratagem.domain.decisions import standing as standing_rules
     from stratagem.domain.decisions.escalation import ACTOR
     from stratagem.domain.ledger import EventKind, StepStatus
     from stratagem.domain.plan import Step
@@ -116,11 +117,19 @@ class Waits:
                 shown = self._preview(step)
                 if shown is None:
                     return False  # a reference names nothing: the step failed, nothing was asked
+            # A run of a process approved by a standing approval (level 9 runs only: none before
+            # had one) takes that grant's approval of the gated steps it names, bound to what they
+            # will run, as a person's is.
+            granted = standing_rules.step_decision(state, step)
             if state.options.auto_approve:
                 auto = ApproveInput(by="auto_approve", step_id=step.id, comment="auto_approve")
                 if shown is not None:
                     state.approved_digests[step.id] = shown.digest
                 control.decide_step(auto, via="auto")
+            elif granted is not None:
+                if shown is not None:
+                    state.approved_digests[step.id] = shown.digest
+                control.decide_step(granted, via=standing_rules.VIA)
             else:
                 decisions.request_step_approval(state, step, workflow.now(), shown)
                 await self.park(

@@ -22,6 +22,7 @@ from stratagem.cli import (
     processes,
     render,
     schedules,
+    standing,
     start,
 )
 from stratagem.cli.arguments import Commands
@@ -58,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
         inspection.add_views,
         processes.add_processes,
         schedules.add_schedules,
+        standing.add_standing,
     ):
         add(commands)
     return top

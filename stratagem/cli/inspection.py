@@ -114,6 +114,9 @@ async def cmd_show(args: argparse.Namespace) -> int:
         render.emit_json(show.plan_json(plan, ledger))
     else:
         render.console.print(show.plan_view(plan, ledger, phase=status.phase.value if status else None))
+        for pending in status.pending if status is not None else []:
+            if pending.standing:  # why the run's standing approval did not approve this plan, and what differs
+                render.console.print(render.plain(pending.standing), markup=False)
     return 0
 
 

@@ -210,6 +210,7 @@ def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] 
     if pending.kind.value == "plan_approval":
         return (
             carried_text(pending)
+            + (f"{plain(pending.standing)}\n" if pending.standing else "")
             + (
                 f"waiting for approval of revision {pending.revision}: "
                 f"stratagem approve {run_id} --revision {pending.revision}  (or reject / revise)"

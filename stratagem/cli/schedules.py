@@ -154,7 +154,7 @@ async def cmd_create(args: argparse.Namespace) -> int:
     if args.auto_approve:
         raise CliError(
             "a schedule's runs cannot approve themselves with --auto-approve (its signature names one run); "
-            "approve each run, or give the schedule a standing approval (docs/processes.md)"
+            "approve each run, or grant a standing approval: stratagem standing grant PROCESS --schedule ID"
         )
     timing = timing_of(args)
     config = settings()

@@ -40,7 +40,7 @@ from stratagem.server import (
 )
 from stratagem.temporal.interceptors import HOST_UNAVAILABLE, HostOnly
 from stratagem.temporal.plugin import worker_plugins
-from stratagem.workflows import StratagemRun
+from stratagem.workflows import StandingApprovals, StratagemRun
 
 
 def settings() -> Settings:
@@ -286,7 +286,7 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[StratagemRun],
+        workflows=[StratagemRun, StandingApprovals],  # and the queue's standing approvals
         activities=host_activities(),
         no_remote_activities=True,  # registered only to replay local ones: never take a real activity
         interceptors=[HostOnly()],

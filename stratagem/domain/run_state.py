@@ -57,6 +57,17 @@ class DecisionKind(str, Enum):
     tool_call_approval = "tool_call_approval"
 
 
+class StandingUse(CompactModel):
+    """The standing approval a run's plan was approved by: which grant, whose, for which revision,
+    and the gated steps it approves too (while that revision runs)."""
+
+    grant: str
+    by: str
+    revision: int
+    steps: list[str] = Field(default_factory=list)
+    signed_by: str | None = None
+
+
 class PendingDecision(CompactModel):
     kind: DecisionKind
     revision: int
@@ -78,6 +89,10 @@ class PendingDecision(CompactModel):
     ask_again: list[str] = Field(
         default_factory=list,
         description="A repair's: the human steps whose question may be asked again (RepairAction.ask_again).",
+    )
+    standing: str | None = Field(
+        default=None,
+        description="A standing approval exists but did not apply: why, and what differs from the approved version.",
     )
     preview: StepPreview | None = Field(
         default=None,
@@ -152,6 +167,9 @@ class RunState(BaseModel):
     )
     forked_from: Fork | None = Field(default=None, description="The run and revision this run was forked from.")
     process: ProcessRecord | None = Field(default=None, description="The process this run renders, and its inputs.")
+    standing: StandingUse | None = Field(
+        default=None, description="The standing approval that approved this run's plan (stratagem.domain.standing)."
+    )
     notified: list[str] = Field(
         default_factory=list, description="Pending decisions people were notified of (their keys), while pending."
     )

@@ -27,6 +27,10 @@ from stratagem.domain import activity_io
 from stratagem.domain.decisions.kinds import BY_SIGNAL, BY_UPDATE
 from stratagem.domain.roles import is_role_queue
 from stratagem.domain.run_types import DecisionInput, RunInput, start_digest
+from stratagem.domain.standing import GRANT_KIND, GRANT_UPDATE, REGISTRY_WORKFLOW, REVOKE_KIND, REVOKE_UPDATE
+
+# The standing-approval registry's updates, and the kind each is signed as.
+_STANDING_KINDS = {GRANT_UPDATE: GRANT_KIND, REVOKE_UPDATE: REVOKE_KIND}
 
 
 class SharedQueues(Interceptor):
@@ -58,7 +62,8 @@ class _SharedQueuesOutbound(WorkflowOutboundInterceptor):
 
 
 class VerifyDecisions(Interceptor):
-    """Checks every decision against the worker's keys before the workflow sees it (stratagem.common.signing).
+    """Checks every decision against the worker's keys before the workflow sees it (stratagem.common.signing),
+    and every standing approval and revocation sent to the registry (stratagem.domain.standing).
 
     An update that fails is rejected in its validator (it never reaches history); a signal that
     fails reaches the workflow marked refused, which records it as ignored. The verdict rides
@@ -107,6 +112,14 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
         return verdict
 
     def handle_update_validator(self, input: HandleUpdateInput) -> None:
+        standing = _STANDING_KINDS.get(input.update)
+        if standing is not None and workflow.info().workflow_type == REGISTRY_WORKFLOW:
+            # A grant counts for every later run of its process: signed by a trusted person, for
+            # this registry (its id names the task queue), or refused before it is recorded.
+            grant = input.args[0] if input.args else None
+            found = self.policy.verify(workflow.info().workflow_id, standing, grant)
+            if found.refused:
+                raise DecisionRefused(found.refused)
         verdict = self._judge(input.update if input.update in BY_UPDATE else None, input.args)
         if verdict is not None and verdict.refused:
             raise DecisionRefused(verdict.refused)
