@@ -340,7 +340,7 @@ async def wait_started(harness, run):
         except Exception:  # not started yet: the schedule starts it a moment after the request
             await asyncio.sleep(0.1)
             continue
-        if status.phase.value == "awaiting_approval":
+        if status.phase.value == "awaiting_approval" and status.pending:  # (a grant is asked first)
             return status
         await asyncio.sleep(0.1)
     raise AssertionError(f"{run.id} never waited for its review")
