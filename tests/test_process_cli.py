@@ -135,7 +135,7 @@ async def test_the_library_lists_and_shows_processes_and_runs_one_by_name(cli_en
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout
     assert text.startswith("payout v2  (versions: 2, 10)")
-    assert "amount  integer 1..5000, required  In euros" in " ".join(text.split("\n"))
+    assert "amount  integer >= 1, <= 5000, required  In euros" in " ".join(text.split("\n"))
     assert "note    string, default none" in text
     assert "pay: Pay ${inputs.payee} (tool record, after secret)" in text
     assert "run it: stratagem run payout --input payee=... --input amount=..." in text
@@ -258,3 +258,31 @@ async def test_list_by_process_reads_memos_where_the_namespace_lacks_the_attribu
     assert json.loads((await acli("list", "--process", "other", "--json", env=env)).stdout) == []
     client = await Client.connect(dev_env.client.service_client.config.target_host, namespace=namespace)
     await client.get_workflow_handle("proc-memo").terminate(reason="test finished")
+
+
+async def test_the_vendor_csv_onboards_its_three_vendors_once_each(dev_env, tmp_path):
+    """The example as its README runs it: one run per vendor of vendors.csv, each its own vendor
+    record, letter and payment; the same command again onboards nobody twice."""
+    from conftest import cli_environment, harness_for
+
+    from stratagem.tools import ToolRegistry
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "vendor_onboarding"
+    registry = ToolRegistry.from_modules([str(example / "tools.py")])
+    async with harness_for(dev_env, tmp_path, registry) as harness:
+        env = cli_environment(dev_env, harness, tmp_path / "home")
+        plan, rows = str(example / "plan.yaml"), str(example / "vendors.csv")
+        done = await acli("run", "--plan", plan, "--inputs", rows, "--auto-approve", "--json", env=env)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert (report["process"], report["started"], report["refused"]) == ("vendor-onboarding", 3, 0)
+        results = [await get_run(harness.client, row["run_id"]).result() for row in report["rows"]]
+        assert [r.status for r in results] == [Phase.succeeded] * 3
+        again = json.loads((await acli("run", "--plan", plan, "--inputs", rows, "--json", env=env)).stdout)
+        assert (again["started"], again["already_started"]) == (0, 3)
+    vendors = sorted(json.loads(p.read_text())["name"] for p in (harness.workspace / "vendors").glob("*.json"))
+    assert vendors == ["ACME Supplies GmbH", "Atelier Lumière SARL", "Van Dijk Transport B.V."]
+    ledger = (harness.workspace / "payments" / "ledger.csv").read_text().splitlines()
+    assert sorted(line.split(",")[2] for line in ledger[1:]) == ["1200.00", "2400.00", "850.50"]
+    letters = sorted(p.read_text().splitlines()[0] for p in (harness.workspace / "letters").glob("*.txt"))
+    assert letters[0].startswith("To: ACME Supplies GmbH <accounts@acme-supplies.example>, vendor id V-")

@@ -218,24 +218,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def describe_input(field: dict[str, Any]) -> str:
-    """An input's type and constraints in a few words: `integer 1..12, default 3`, `one of a / b, required`."""
+    """An input's type and constraints in a few words: `integer >= 1, <= 12, default 3`, `one of a / b, required`."""
     schema = field_schema(field)
     text = f"one of {describe_field(schema)}" if "enum" in schema else describe_field(schema)
-    low, high = schema.get("minimum"), schema.get("maximum")
-    if low is not None and high is not None:
-        text += f" {low}..{high}"
-    elif low is not None:
-        text += f" >= {low}"
-    elif high is not None:
-        text += f" <= {high}"
-    if "exclusiveMinimum" in schema:
-        text += f" > {schema['exclusiveMinimum']}"
-    if "exclusiveMaximum" in schema:
-        text += f" < {schema['exclusiveMaximum']}"
-    if "minLength" in schema or "maxLength" in schema:
-        text += f", {schema.get('minLength', 0)}..{schema.get('maxLength', '')} characters"
-    if "pattern" in schema:
-        text += f", matching {schema['pattern']}"
+    bounds = [
+        f"{sign} {schema[key]}"
+        for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+        if key in schema
+    ]
+    if bounds:
+        text += " " + ", ".join(bounds)
+    low, high = schema.get("minLength"), schema.get("maxLength")
+    if low is not None or high is not None:
+        text += f", {low} characters" if low == high else f", {low or 0}..{high if high is not None else ''} characters"
     if "default" in field:
         shown = field["default"] if isinstance(field["default"], str) else json.dumps(field["default"])
         return f"{text}, default {shown}"
