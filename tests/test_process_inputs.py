@@ -81,3 +81,15 @@ def test_a_bulk_rows_id_is_the_same_for_the_same_values_and_differs_otherwise():
     assert same.startswith("onboard-") and len(same) == len("onboard-") + 12
     assert process_run_id(SPEC, {**values, "vendor": "Beta"}) != same
     assert process_run_id(SPEC.model_copy(update={"version": "2"}), values) != same
+
+
+def test_an_example_folder_is_a_library_of_its_process_alone(tmp_path):
+    """Pointing STRATAGEM_PROCESSES at an example's folder gives its process, and no complaint
+    about the inputs, answers and scripted models beside it (they are not processes)."""
+    from pathlib import Path
+
+    from stratagem.io.process_library import ProcessLibrary
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "monthly_report"
+    found = ProcessLibrary.from_env({"STRATAGEM_HOME": str(tmp_path)}, extra=[example])
+    assert found.names() == ["monthly-report"] and found.problems == []
