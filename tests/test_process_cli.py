@@ -149,6 +149,7 @@ async def test_the_library_lists_and_shows_processes_and_runs_one_by_name(cli_en
     typo = await acli("run", "payot", "--planner", "scripted:planner.yaml", "--input", "payee=ada", env=env)
     one_line_error(typo, "no process called 'payot'")
     assert "a goal for the planner is a sentence" in typo.stderr
+    one_line_error(await acli("run", plan_path := str(folder / "payout-2.yaml"), env=env), f"write --plan {plan_path}")
 
     # By name (the highest version), and by --process with --version and --processes DIR.
     started = await acli(

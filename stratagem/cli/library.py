@@ -116,6 +116,8 @@ def run_target(args: argparse.Namespace) -> ProcessSpec | None:
             if args.process:
                 raise
             # A word where a goal goes: a process's name, or a typo of one; never a goal.
+            if Path(name).is_file():
+                raise CliError(f"{exc}; to run the plan file '{name}', write --plan {name}") from None
             raise CliError(f"{exc} (one word is a process's name; a goal for the planner is a sentence)") from None
     if args.input or args.inputs:
         what = f"plan file '{args.plan}' declares no inputs" if args.plan else "a goal takes no inputs"
