@@ -207,13 +207,26 @@ async def test_a_bulk_csv_starts_every_good_row_once_and_reports_the_bad_one_by_
     text = await acli("list", "--process", name, env=env)
     assert all(i in text.stdout for i in ids) and "v2" in text.stdout
 
+    # --input gives every row its value (a new value: new ids, new runs); a wrong one refuses the file.
+    noted = await acli("run", *TOOLS, "--plan", plan, "--inputs", str(rows), "--input", "note=bulk", "--json", env=env)
+    outcome = json.loads(noted.stdout)
+    assert (outcome["started"], outcome["refused"]) == (2, 1) and not set(ids) & {r["run_id"] for r in outcome["rows"]}
+    one_line_error(
+        await acli("run", *TOOLS, "--plan", plan, "--inputs", str(rows), "--input", "amount=x", env=env),
+        "input 'amount': 'x' is not a whole number",
+    )
+    assert len(json.loads((await acli("list", "--process", name, "--json", env=env)).stdout)) == 4
+    for row in outcome["rows"]:
+        if row["run_id"]:
+            await get_run(harness.client, row["run_id"]).cancel()
+
     # A column no input has: the whole file is refused and nothing starts.
     wrong = tmp_path / "wrong.csv"
     wrong.write_text("payee,amount,iban\nzed,1,DE00\n")
     one_line_error(
         await acli("run", *TOOLS, "--plan", plan, "--inputs", str(wrong), env=env), "column(s) 'iban' name no input"
     )
-    assert len(json.loads((await acli("list", "--process", name, "--json", env=env)).stdout)) == 2
+    assert len(json.loads((await acli("list", "--process", name, "--json", env=env)).stdout)) == 4
 
 
 async def test_a_csv_cell_that_looks_like_a_reference_reaches_the_tool_as_text(cli_env, tmp_path):

@@ -20,7 +20,7 @@ from stratagem.cli.decisions import reviewer
 from stratagem.cli.errors import CliError
 from stratagem.cli.following import follow_attached
 from stratagem.cli.library import add_process_options, run_target, source_file
-from stratagem.cli.process_inputs import is_bulk, read_rows, single_run
+from stratagem.cli.process_inputs import is_bulk, read_rows, single_run, typed_pairs
 from stratagem.cli.session import (
     RUN_TIMEOUT,
     background_worker,
@@ -42,7 +42,7 @@ from stratagem.io.model_config import load_config, run_prices
 from stratagem.io.plan_files import load_plan_file
 from stratagem.models import load_model, split_model_string
 from stratagem.models.scripted import SCRIPTED_DIRS_ENV, allow_dirs
-from stratagem.process_runs import start_process
+from stratagem.process_runs import InputsRefusedError, start_process
 from stratagem.server import is_local, owns_server
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
@@ -303,7 +303,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
     if spec is None:
         draft = load_plan_file(plan_file) if plan_file else None
     elif bulk:
-        draft = spec.template()  # each row's plan is checked as it starts
+        # --input gives every row that value; each row's plan is checked as it starts.
+        given, problems = typed_pairs(spec, args.input)
+        if problems:
+            raise InputsRefusedError(spec, problems)
+        draft = spec.template()
     else:
         given, draft = single_run(spec, args.input, args.inputs, args.time_zone)
     options = run_options(args, plan_file, draft)
@@ -353,7 +357,15 @@ async def cmd_run(args: argparse.Namespace) -> int:
     if spec is not None and bulk:
         rules = options.plan_rules()
         batch = Batch(
-            spec, given, args.time_zone, config.task_queue, options, by, registry.catalog(), rules, RUN_TIMEOUT
+            spec,
+            given,
+            args.time_zone,
+            config.task_queue,
+            run_input.options,
+            by,
+            registry.catalog(),
+            rules,
+            RUN_TIMEOUT,
         )
 
     if owns_server(embedded(config)):
