@@ -7,6 +7,7 @@ the plan; shows the plan; approves it (as a reviewer would); approves gated step
 ask; answers human steps; prints progress from the ledger and the result.
 
 Next to the plan it looks for:
+  inputs.yaml   the inputs of a plan that is a process (it declares inputs:), as a mapping
   tools.py      the example's tools, loaded into the worker with the built-in ones
   models.yaml   scripted model responses for llm steps (no API key needed)
   answers.yaml  answers for human steps, by step id (without one, you are asked at the terminal);
@@ -58,7 +59,8 @@ from stratagem.domain.run_types import (
 from stratagem.domain.validation import validate_plan
 from stratagem.io.binaries import temporal_cli
 from stratagem.io.payloads import stratagem_data_converter
-from stratagem.io.plan_files import load_plan_file
+from stratagem.io.plan_files import is_process_file, load_plan_file, load_process_file
+from stratagem.process_runs import preview, start_process
 from stratagem.server import prepare_home
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
@@ -71,7 +73,12 @@ INDENT = " " * 13  # lines under an event's message start below it
 
 async def main(plan_file: Path) -> int:
     settings = Settings.from_env()
-    plan = load_plan_file(plan_file)
+    # A process (a plan with inputs) runs with the inputs beside it; its plan is rendered from them.
+    process = load_process_file(plan_file) if is_process_file(plan_file) else None
+    inputs = load_answers(plan_file.with_name("inputs.yaml")) if process else {}
+    plan = preview(process, inputs)[1] if process else load_plan_file(plan_file)
+    if plan is None:
+        raise StratagemError(f"{plan_file} plans from its goal; the quickstart runs written plans")
     tools = plan_file.with_name("tools.py")
     registry = ToolRegistry.from_modules([str(tools)] if tools.exists() else [])
     models = plan_file.with_name("models.yaml")
@@ -87,6 +94,8 @@ async def main(plan_file: Path) -> int:
     if answers:
         print(f"human steps: answers from {plan_file.with_name('answers.yaml')}")
 
+    if process:
+        print(f"process {process.label} with {', '.join(f'{k}={v}' for k, v in inputs.items())}")
     print(f"\nPlan: {plan.goal}")
     for step in plan.steps:
         what = step.tool if step.tool else step.kind.value
@@ -110,15 +119,19 @@ async def main(plan_file: Path) -> int:
     try:
         task_queue = f"quickstart-{uuid.uuid4().hex[:6]}"
         async with build_worker(env.client, task_queue=task_queue, registry=registry, workspace=settings.workspace):
-            run = await start_run(
-                env.client,
-                RunInput(
-                    plan=plan,
-                    author=Author(kind=AuthorKind.human, name=REVIEWER),
-                    options=RunOptions(executor=executor),
-                ),
-                task_queue=task_queue,
-            )
+            if process:
+                options = RunOptions(executor=executor)
+                run = await start_process(env.client, process, inputs, task_queue=task_queue, options=options)
+            else:
+                run = await start_run(
+                    env.client,
+                    RunInput(
+                        plan=plan,
+                        author=Author(kind=AuthorKind.human, name=REVIEWER),
+                        options=RunOptions(executor=executor),
+                    ),
+                    task_queue=task_queue,
+                )
             print(f"server at {env.client.service_client.config.target_host}; run {run.id} started")
             print(f"workspace: {settings.workspace.resolve()}\n")
             seen, stuck = 0, False

@@ -10,12 +10,14 @@ from stratagem.common.errors import (
     DecisionRefusedError,
     PlanFileError,
     PlanValidationError,
+    RunAlreadyStartedError,
     RunUnresponsiveError,
     StratagemError,
     ToolError,
 )
 from stratagem.domain.ledger import EventKind, Ledger, LedgerEvent, StepStatus
 from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft, Risk, Step, StepKind
+from stratagem.domain.process import ProcessSpec
 from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
@@ -35,7 +37,9 @@ from stratagem.domain.run_types import (
     RunStatus,
 )
 from stratagem.domain.validation import validate_plan
-from stratagem.io.plan_files import load_plan_file
+from stratagem.io.plan_files import load_plan_file, load_process_file
+from stratagem.io.process_library import ProcessLibrary
+from stratagem.process_runs import InputsRefusedError, start_process
 from stratagem.tools import ToolContext, ToolRegistry, tool
 from stratagem.worker import build_worker, run_worker
 
@@ -50,6 +54,7 @@ __all__ = [
     "DecisionOutcome",
     "DecisionRefusedError",
     "EventKind",
+    "InputsRefusedError",
     "Ledger",
     "LedgerEvent",
     "Mode",
@@ -59,6 +64,8 @@ __all__ = [
     "PlanDraft",
     "PlanFileError",
     "PlanValidationError",
+    "ProcessLibrary",
+    "ProcessSpec",
     "RejectInput",
     "RepairAction",
     "RepairInput",
@@ -67,6 +74,7 @@ __all__ = [
     "RunHandle",
     "RunInput",
     "RunOptions",
+    "RunAlreadyStartedError",
     "RunResult",
     "RunStatus",
     "RunUnresponsiveError",
@@ -82,7 +90,9 @@ __all__ = [
     "connect",
     "get_run",
     "load_plan_file",
+    "load_process_file",
     "run_worker",
+    "start_process",
     "start_run",
     "tool",
     "validate_plan",

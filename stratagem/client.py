@@ -19,19 +19,20 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
 from stratagem.common.config import Settings
-from stratagem.common.errors import DecisionRefusedError, RunUnresponsiveError, StratagemError
+from stratagem.common.errors import DecisionRefusedError, RunAlreadyStartedError, RunUnresponsiveError, StratagemError
 from stratagem.common.signing import AUTO_APPROVE_KIND, Keyring, Signer
 from stratagem.domain import handlers
 from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.decisions import Kind, kinds
 from stratagem.domain.ledger import EventArchive, Ledger, LedgerEvent
 from stratagem.domain.plan import AuthorKind, Plan
+from stratagem.domain.process import ProcessRun, render_goal, run_values
 from stratagem.domain.run_types import (
     RUN_LEVEL,
     WORKFLOW_NAME,
@@ -57,9 +58,11 @@ from stratagem.io.store import OutputStore, default_store, load_value
 
 # Where they always were, for callers: the attribute lives in stratagem.status_attribute.
 from stratagem.status_attribute import AWAITING_QUERY as AWAITING_QUERY
+from stratagem.status_attribute import PROCESS_KEY as PROCESS_KEY
 from stratagem.status_attribute import REGISTER_STATUS_HINT as REGISTER_STATUS_HINT
 from stratagem.status_attribute import STATUS_KEY as STATUS_KEY
 from stratagem.status_attribute import ensure_status_attribute as ensure_status_attribute
+from stratagem.status_attribute import has_process_attribute as has_process_attribute
 from stratagem.status_attribute import has_status_attribute as has_status_attribute
 from stratagem.temporal.plugin import StratagemPlugin
 
@@ -366,22 +369,28 @@ async def start_run(
     signer: Signer | None = None,
     keyring: Keyring | None = None,
     signed_at: datetime | None = None,
+    reuse_id: bool = True,
 ) -> RunHandle:
     """Start a run. The goal goes into the memo (for listings) and the Temporal UI's summary,
-    with the run's approver list where it has one (the console's "I can decide" reads it).
-    Where the namespace has the StratagemStatus search attribute, the run keeps its status
-    there (`stratagem list --status awaiting-approval` queries it). `rpc_timeout`: the handle's
-    (RunHandle). A run that approves itself (`auto_approve`) starts signed by the person who
-    lets it (`sign_auto_approval`, with `signer` or `keyring`), unless it already is."""
+    with the run's approver list where it has one (the console's "I can decide" reads it), and
+    for a run of a process the process's name and version. Where the namespace has the
+    StratagemStatus search attribute, the run keeps its status there (`stratagem list --status
+    awaiting-approval` queries it); where it has StratagemProcess, a process's runs carry its name
+    (`stratagem list --process`). `rpc_timeout`: the handle's (RunHandle). A run that approves
+    itself (`auto_approve`) starts signed by the person who lets it (`sign_auto_approval`, with
+    `signer` or `keyring`), unless it already is. `reuse_id=False`: an id a closed run had is
+    refused too (RunAlreadyStartedError), so a start repeated later starts nothing twice."""
     workflow_id = run_id or run.run_id or new_run_id()
-    goal = run.goal or (run.plan.goal if run.plan else "")
-    search_attributes = None
+    goal = run.goal or (run.plan.goal if run.plan else "") or (process_goal(run.process) if run.process else "")
+    pairs: list[SearchAttributePair[str]] = []
     if run.state is None and not run.options.status_search_attribute and await has_status_attribute(client):
         run = run.model_copy(update={"options": run.options.model_copy(update={"status_search_attribute": True})})
     if run.state is None and run.level == 0:
         run = run.model_copy(update={"level": RUN_LEVEL})
     if run.options.status_search_attribute:
-        search_attributes = TypedSearchAttributes([SearchAttributePair(STATUS_KEY, "planning")])
+        pairs.append(SearchAttributePair(STATUS_KEY, "planning"))
+    if run.process is not None and await has_process_attribute(client):
+        pairs.append(SearchAttributePair(PROCESS_KEY, run.process.spec.name))
     if run.state is None and run.options.auto_approve and run.auto_approval is None:
         run = sign_auto_approval(run, workflow_id, signer=signer, keyring=keyring, now=signed_at)
     try:
@@ -391,13 +400,35 @@ async def start_run(
             id=workflow_id,
             task_queue=task_queue,
             result_type=RunResult,
-            memo={"goal": goal, **_approvers(run), **(memo or {})},
+            memo={"goal": goal, **_approvers(run), **_process(run), **(memo or {})},
             static_summary=f"Stratagem: {goal}"[:400],
-            search_attributes=search_attributes,
+            search_attributes=TypedSearchAttributes(pairs) if pairs else None,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
+            if reuse_id
+            else WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
     except WorkflowAlreadyStartedError:
-        raise DecisionRefusedError(f"a run with id '{workflow_id}' is already running; choose another id") from None
+        if reuse_id:
+            message = f"a run with id '{workflow_id}' is already running; choose another id"
+        else:
+            message = f"a run with id '{workflow_id}' was already started"
+        raise RunAlreadyStartedError(message, workflow_id) from None
     return RunHandle(handle, rpc_timeout=rpc_timeout, signer=signer, keyring=keyring)
+
+
+def process_goal(process: ProcessRun, now: datetime | None = None) -> str:
+    """The goal a run of `process` will have, for its memo and summary: rendered from its inputs
+    at `now` (default: this moment), as the run renders it from its own start; the template's
+    goal where the inputs do not check (the run then says why)."""
+    values, problems = run_values(process.spec, process.inputs, now or datetime.now(UTC), process.time_zone)
+    return process.spec.goal if problems else render_goal(process.spec, values)
+
+
+def _process(run: RunInput) -> dict[str, Any]:
+    """Which process a run renders, for listings (`stratagem list --process` without the search attribute)."""
+    if run.process is None:
+        return {}
+    return {"process": {"name": run.process.spec.name, "version": run.process.spec.version}}
 
 
 def _approvers(run: RunInput) -> dict[str, Any]:

@@ -24,10 +24,12 @@ from stratagem.common.config import Settings
 from stratagem.common.errors import ConfigError
 from stratagem.common.signing import DecisionPolicy
 from stratagem.common.telemetry import configure_tracing, flush_telemetry, metrics_runtime
+from stratagem.domain.process import PROCESS_SEARCH_ATTRIBUTE
 from stratagem.domain.roles import ALL_ROLES, QueueLayout, Role, default_layout, role_queue
 from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE
 from stratagem.domain.secret_bindings import unbound_secrets
 from stratagem.io.store import OutputStore
+from stratagem.status_attribute import REGISTER_PROCESS_HINT, has_process_attribute
 from stratagem.temporal.interceptors import SharedQueues
 from stratagem.temporal.plugin import StratagemPlugin, worker_plugins
 from stratagem.tools import ToolRegistry
@@ -205,6 +207,15 @@ async def run_worker(
             settings.namespace,
             STATUS_SEARCH_ATTRIBUTE,
             REGISTER_STATUS_HINT,
+            settings.namespace,
+        )
+    elif not await has_process_attribute(client):  # registered with StratagemStatus; a server may refuse one
+        logger.warning(
+            "namespace %s has no %s search attribute: `stratagem list --process` reads every run's memo; "
+            "register it with `%s --namespace %s`",
+            settings.namespace,
+            PROCESS_SEARCH_ATTRIBUTE,
+            REGISTER_PROCESS_HINT,
             settings.namespace,
         )
     worker = build_worker(

@@ -27,7 +27,7 @@ from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, Tele
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from stratagem.client import STATUS_KEY, RunHandle, execution_histories, start_run
+from stratagem.client import PROCESS_KEY, STATUS_KEY, RunHandle, execution_histories, start_run
 from stratagem.common.telemetry import TELEMETRY_ENV
 from stratagem.domain.plan import Author, AuthorKind, PlanDraft
 from stratagem.domain.run_types import RunInput, RunOptions, RunStatus
@@ -201,8 +201,9 @@ async def dev_env(converter: DataConverter) -> AsyncIterator[WorkflowEnvironment
         data_converter=converter,
         dev_server_existing_path=str(temporal_cli()),
         dev_server_log_level="error",
-        # As the embedded server does: runs keep their status in visibility (the approval inbox).
-        search_attributes=[STATUS_KEY],
+        # As the embedded server does: runs keep their status in visibility (the approval inbox),
+        # and the process they render (`stratagem list --process`).
+        search_attributes=[STATUS_KEY, PROCESS_KEY],
     )
     yield env
     await env.shutdown()

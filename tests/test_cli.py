@@ -377,8 +377,8 @@ async def test_decisions_on_finished_runs_and_bad_models_are_refused_in_one_line
         await acli("approve", "cli-done", env=env), "run cli-done has ended (completed); it takes no decisions"
     )
     one_line_error(await acli("cancel", "cli-done", env=env), "run cli-done has already finished (completed)")
-    one_line_error(await acli("run", "g", "--planner", "scripted:nope.yaml", env=env), "scripted model file")
-    one_line_error(await acli("run", "g", "--planner", "nosuch:model", env=env), "unknown model provider 'nosuch'")
+    one_line_error(await acli("run", "a goal", "--planner", "scripted:nope.yaml", env=env), "scripted model file")
+    one_line_error(await acli("run", "a goal", "--planner", "nosuch:model", env=env), "unknown model provider 'nosuch'")
     listed = json.loads((await acli("list", "--json", env=env)).stdout)
     assert not any(r["run_id"].startswith("cli-g") for r in listed)  # nothing was started for the bad models
 

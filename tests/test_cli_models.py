@@ -122,33 +122,44 @@ async def test_model_option_mistakes_are_one_line(cli_env, tmp_path):
     env = {k: v for k, v in env.items() if k not in KEYLESS}
     plan = write_plan(tmp_path / "plan.yaml", {"goal": "g", "steps": [step("hi", "record", label="hi")]})
     one_line_error(
-        await acli("run", "g", "--planner", "openai:gpt-4.1", env=env),
+        await acli("run", "a goal", "--planner", "openai:gpt-4.1", env=env),
         "OPENAI_API_KEY is not set in the worker's environment",
     )
     one_line_error(
-        await acli("run", "g", "--planner", "scripted:p.yaml", "--tier", "fast", env=env),
+        await acli("run", "a goal", "--planner", "scripted:p.yaml", "--tier", "fast", env=env),
         "--tier 'fast' is not NAME=MODEL",
     )
     one_line_error(
-        await acli("run", "g", "--config", "nope.yaml", env=env), "configuration file 'nope.yaml' does not exist"
+        await acli("run", "a goal", "--config", "nope.yaml", env=env), "configuration file 'nope.yaml' does not exist"
     )
     one_line_error(
         await acli("run", "--plan", plan, "--mode", "joint", env=env), "--mode joint takes a goal, not --plan"
     )
-    one_line_error(await acli("run", "g", "--mode", "joint", env=env), "--mode joint needs a model: --executor MODEL")
+    one_line_error(
+        await acli("run", "a goal", "--mode", "joint", env=env), "--mode joint needs a model: --executor MODEL"
+    )
     (tmp_path / "p.yaml").write_text("executor: {}\n")
     one_line_error(
         await acli(
-            "run", *TOOLS, "g", "--mode", "joint", "--executor", "scripted:p.yaml", "--allow-tool", "rm_rf", env=env
+            "run",
+            *TOOLS,
+            "a goal",
+            "--mode",
+            "joint",
+            "--executor",
+            "scripted:p.yaml",
+            "--allow-tool",
+            "rm_rf",
+            env=env,
         ),
         "--allow-tool names unknown tool(s): rm_rf",
     )
     one_line_error(
-        await acli("run", "g", "--planner", "openai:mystery@http://127.0.0.1:9/v1", "--budget-cost", "1", env=env),
+        await acli("run", "a goal", "--planner", "openai:mystery@http://127.0.0.1:9/v1", "--budget-cost", "1", env=env),
         "openai:mystery@http://127.0.0.1:9/v1 has none; add it under prices:",
     )
     one_line_error(
-        await acli("run", "g", "--planner", "openai:x@http://user:pw@127.0.0.1:9/v1", env=env),
+        await acli("run", "a goal", "--planner", "openai:x@http://user:pw@127.0.0.1:9/v1", env=env),
         "carries credentials",
     )
 
@@ -176,7 +187,7 @@ def test_limits_typed_at_the_prompt_are_checked():
 @pytest.mark.system
 async def test_values_no_model_takes_are_one_line(cli_env, tmp_path):
     env, _ = cli_env
-    done = await acli("run", "g", "--planner", "scripted:p.yaml", "--max-tool-rounds", "500", env=env)
+    done = await acli("run", "a goal", "--planner", "scripted:p.yaml", "--max-tool-rounds", "500", env=env)
     one_line_error(done, "error: max_tool_rounds: Input should be less than or equal to 200")
     done = await acli("budget", "x", "--cost", "nan", env=env)
     assert done.returncode == 2 and "'nan' is not a finite number" in done.stderr and "Traceback" not in done.stderr

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+import yaml
 from support.plans import step
 from support.webhooks import Receiver
 
@@ -170,13 +171,18 @@ async def test_the_vendor_onboarding_example_end_to_end_in_the_browser(dev_env, 
     from conftest import harness_for
     from playwright.async_api import async_playwright, expect
 
-    from stratagem.io.plan_files import load_plan_file
+    from stratagem.io.plan_files import load_process_file
+    from stratagem.process_runs import preview
     from stratagem.tools import ToolRegistry
 
     example = Path(__file__).resolve().parent.parent / "examples" / "vendor_onboarding"
     registry = ToolRegistry.from_modules([str(example / "tools.py")])
     async with harness_for(dev_env, tmp_path, registry) as harness:
-        run = await harness.start(load_plan_file(example / "plan.yaml"), executor=f"scripted:{example / 'models.yaml'}")
+        # The process rendered with ACME's inputs: the plan a run of it takes.
+        plan = preview(load_process_file(example / "plan.yaml"), yaml.safe_load((example / "inputs.yaml").read_text()))[
+            1
+        ]
+        run = await harness.start(plan, executor=f"scripted:{example / 'models.yaml'}")
         await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
         identity = IdentityConfig(mode=AuthMode.local, secret=b"browser-test", local_user="ops")
         app = create_app(harness.client, identity, store=harness.store)

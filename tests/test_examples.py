@@ -24,6 +24,7 @@ from conftest import Harness, cli_environment, harness_for
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
+from stratagem.cli.process_inputs import checked, read_rows
 from stratagem.client import get_run
 from stratagem.common.errors import DecisionRefusedError, ToolError
 from stratagem.domain.ledger import EventKind, StepStatus
@@ -38,7 +39,8 @@ from stratagem.domain.run_types import (
     RunStatus,
 )
 from stratagem.domain.validation import validate_plan
-from stratagem.io.plan_files import load_plan_file
+from stratagem.io.plan_files import is_process_file, load_plan_file, load_process_file
+from stratagem.process_runs import preview
 from stratagem.tools import ToolContext, ToolRegistry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,8 +58,15 @@ class Example:
         self.models = self.folder / "models.yaml"
         answers = self.folder / "answers.yaml"
         self.answers: dict[str, Any] = yaml.safe_load(answers.read_text()) if answers.exists() else {}
+        inputs = self.folder / "inputs.yaml"
+        self.inputs: dict[str, Any] = yaml.safe_load(inputs.read_text()) if inputs.exists() else {}
 
     def plan(self):
+        """The plan a run takes: a process's rendered from the inputs beside it, as the quickstart does."""
+        if is_process_file(self.plan_file):
+            plan = preview(load_process_file(self.plan_file), self.inputs)[1]
+            assert plan is not None
+            return plan
         return load_plan_file(self.plan_file)
 
     def registry(self) -> ToolRegistry:
@@ -113,8 +122,37 @@ def test_readme_runs_the_plan_the_way_the_cli_does(name):
     """`run --plan` loads tools.py and models.yaml beside the plan itself; the READMEs once told
     users to pass --tools, while the main README said it was automatic."""
     readme = (EXAMPLES / name / "README.md").read_text()
-    assert f"`stratagem run --plan examples/{name}/plan.yaml`" in readme
+    if is_process_file(EXAMPLES / name / "plan.yaml"):  # a process: run with its inputs
+        assert f"`stratagem run --plan examples/{name}/plan.yaml --inputs examples/{name}/inputs.yaml`" in readme
+    else:
+        assert f"`stratagem run --plan examples/{name}/plan.yaml`" in readme
     assert "--tools" not in readme
+
+
+@pytest.mark.unit
+def test_the_examples_that_are_processes_take_their_inputs():
+    """Issue #40: the monthly report takes its month, vendor onboarding the vendor's fields (and
+    ships a CSV file of three vendors, each a run); nothing of one month or one vendor is left in the plans."""
+    report = load_process_file(EXAMPLES / "monthly_report" / "plan.yaml")
+    assert list(report.inputs) == ["month"] and report.inputs["month"]["default"] == "${nominal.previous_month}"
+    assert "2025-10" not in (EXAMPLES / "monthly_report" / "plan.yaml").read_text().split("steps:")[1]
+    vendor = load_process_file(EXAMPLES / "vendor_onboarding" / "plan.yaml")
+    assert vendor.required == ["vendor", "country", "vat_id", "iban", "contact_email"]
+    assert "ACME" not in (EXAMPLES / "vendor_onboarding" / "plan.yaml").read_text().split("steps:")[1]
+    rows = read_rows(vendor, str(EXAMPLES / "vendor_onboarding" / "vendors.csv"))
+    assert len(rows) == 3
+    registry = Example("vendor_onboarding").registry()
+    for row in rows:
+        values, problems = checked(vendor, row.values, row.problems, "UTC")
+        assert problems == [], row
+        validate_plan(preview(vendor, values)[1], registry.catalog())
+    # Each vendor passes the example's own checks, so each run of the CSV file can succeed.
+    tools = Example("vendor_onboarding").module()
+    for row in rows:
+        v = row.values
+        assert tools.check_sanctions(v["vendor"], v["country"])["clear"]
+        assert tools.validate_vat(v["vat_id"])["valid"]
+        assert tools.verify_bank_details(v["iban"], v["vendor"], v["country"])["verified"]
 
 
 @pytest.mark.unit
@@ -216,7 +254,8 @@ async def test_vendor_onboarding_end_to_end(time_env, tmp_path):
 
     assert ledger.steps["bank_check"].output["bank"] == "Commerzbank Köln"
     letter = (ws / "letters" / "V-C0B7E361-welcome.txt").read_text()
-    assert letter == yaml.safe_load(example.models.read_text())["executor"]["welcome_letter"]
+    written = yaml.safe_load(example.models.read_text())["executor"]["welcome_letter"]
+    assert letter == f"To: ACME Supplies GmbH <accounts@acme-supplies.example>, vendor id V-C0B7E361\n\n{written}"
 
     [payment] = read_csv(ws / "payments" / "ledger.csv")
     assert payment["amount_eur"] == "1200.00"

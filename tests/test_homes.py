@@ -137,7 +137,10 @@ async def test_every_example_runs_from_another_folder_and_wait_brings_the_home_b
     home = homes("home")
     assert not str(home.cwd).startswith(str(ROOT))
 
-    vendor = await home.cli("run", "--plan", str(EXAMPLES / "vendor_onboarding" / "plan.yaml"), "--auto-approve")
+    vendor = await home.cli(
+        "run", "--plan", str(EXAMPLES / "vendor_onboarding" / "plan.yaml"),
+        "--inputs", str(EXAMPLES / "vendor_onboarding" / "inputs.yaml"), "--auto-approve",
+    )  # fmt: skip
     _succeeded(vendor)
     assert "started the embedded Temporal server" in vendor.stdout
     assert "succeeded (revision 1" in vendor.stdout
@@ -163,7 +166,7 @@ async def test_every_example_runs_from_another_folder_and_wait_brings_the_home_b
     for name, extra in (
         ("employee_onboarding", []),
         ("expense_claim", ["--on-failure", "repair"]),
-        ("monthly_report", []),
+        ("monthly_report", ["--input", "month=2025-10"]),  # the month its data holds
     ):
         done = await home.cli(
             "run", "--plan", str(EXAMPLES / name / "plan.yaml"), "--auto-approve", "--detach", "--id", name, *extra
@@ -235,6 +238,7 @@ async def test_a_worker_started_by_hand_keeps_to_its_scripted_folders(dev_env, h
     queue = f"compose-{os.getpid()}-{time.monotonic_ns()}"
     env = {"TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host, "TEMPORAL_TASK_QUEUE": queue}
     plan = str(EXAMPLES / "vendor_onboarding" / "plan.yaml")
+    inputs = str(EXAMPLES / "vendor_onboarding" / "inputs.yaml")
     tools = str(EXAMPLES / "vendor_onboarding" / "tools.py")
 
     def worker(**extra: str) -> subprocess.Popen[str]:
@@ -247,7 +251,9 @@ async def test_a_worker_started_by_hand_keeps_to_its_scripted_folders(dev_env, h
             text=True,
         )
 
-    strict = await home.cli("run", "--plan", plan, "--auto-approve", "--detach", "--id", "strict", **env)
+    strict = await home.cli(
+        "run", "--plan", plan, "--inputs", inputs, "--auto-approve", "--detach", "--id", "strict", **env
+    )
     _succeeded(strict)
     hint = f"STRATAGEM_SCRIPTED_DIRS={EXAMPLES / 'vendor_onboarding'} stratagem worker --tools"
     assert hint in strict.stdout
@@ -264,7 +270,11 @@ async def test_a_worker_started_by_hand_keeps_to_its_scripted_folders(dev_env, h
 
     told = worker(STRATAGEM_SCRIPTED_DIRS=str(EXAMPLES / "vendor_onboarding"))
     try:
-        _succeeded(await home.cli("run", "--plan", plan, "--auto-approve", "--detach", "--id", "told", **env))
+        _succeeded(
+            await home.cli(
+                "run", "--plan", plan, "--inputs", inputs, "--auto-approve", "--detach", "--id", "told", **env
+            )
+        )
         done = await home.cli("wait", "told", **env)
     finally:
         told.terminate()

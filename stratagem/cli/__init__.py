@@ -17,6 +17,7 @@ from stratagem.cli import (
     following,
     forking,
     inspection,
+    library,
     listing,
     parser_decisions,
     processes,
@@ -60,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
         processes.add_processes,
         schedules.add_schedules,
         standing.add_standing,
+        library.add_library,
     ):
         add(commands)
     return top
@@ -76,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         # even when whatever started them ran them with SIGINT ignored (a background job of a
         # non-interactive shell inherits that; the server's Temporal child was then left behind).
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if args.command == "run" and not (args.goal or args.plan):
-        render.errors.print("error: give a goal or --plan FILE")
+    if args.command == "run" and not (args.goal or args.plan or args.process):
+        render.errors.print("error: give a goal, --plan FILE or a process (--process NAME)")
         return USAGE
     try:
         if args.command != "worker":  # the worker configures its own, as stratagem-worker

@@ -4,6 +4,7 @@ the approval inbox, every run waiting for a person, the longest waiting first.""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -16,9 +17,11 @@ from stratagem.cli import render
 from stratagem.cli.arguments import Commands, positive
 from stratagem.cli.errors import CliError
 from stratagem.cli.session import open_client, settings
-from stratagem.client import REGISTER_STATUS_HINT, has_status_attribute
+from stratagem.client import REGISTER_STATUS_HINT, has_process_attribute, has_status_attribute
 from stratagem.common.config import Settings
+from stratagem.domain.process import PROCESS_NAME_PATTERN, PROCESS_SEARCH_ATTRIBUTE
 from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, DecisionKind, Phase
+from stratagem.status_attribute import REGISTER_PROCESS_HINT
 
 LIST_STATUSES = {
     "running": "Running",
@@ -69,6 +72,7 @@ def add_list(commands: Commands) -> None:
         choices=sorted([*LIST_STATUSES, AWAITING]),
         help=f"only runs in this state; {AWAITING}: every run waiting for a person, oldest first",
     )
+    list_runs.add_argument("--process", metavar="NAME", help="only the runs of this process, every version")
     list_runs.add_argument(
         "--limit",
         type=positive(int),
@@ -94,6 +98,8 @@ async def cmd_list(args: argparse.Namespace) -> int:
     config = settings()
     client = await open_client(config)
     if args.status == AWAITING:
+        if args.process:
+            raise CliError(f"--process lists a process's runs; it does not filter the inbox (--status {AWAITING})")
         return await _inbox(client, config, args)
     if args.waiting or args.can_decide or args.older_than:
         raise CliError(f"--waiting, --can-decide and --older-than filter the inbox: add --status {AWAITING}")
@@ -101,9 +107,19 @@ async def cmd_list(args: argparse.Namespace) -> int:
     query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus != 'ContinuedAsNew'"
     if args.status:
         query += f" AND ExecutionStatus = '{LIST_STATUSES[args.status]}'"
-    rows = []
-    async for execution in client.list_workflows(query, limit=args.limit or DEFAULT_LIMIT):
+    process = await _process_filter(client, config, args)
+    if process and process[1]:
+        query += f" AND {PROCESS_SEARCH_ATTRIBUTE} = '{process[0]}'"
+    limit = args.limit or DEFAULT_LIMIT
+    rows: list[dict[str, Any]] = []
+    # Without the attribute, a process's runs are found by their memos: read until enough are.
+    async for execution in client.list_workflows(query, limit=None if process and not process[1] else limit):
+        if len(rows) >= limit:
+            break
         memo = await _memo(execution)
+        recorded = memo.get("process") if isinstance(memo.get("process"), dict) else None
+        if process and (recorded is None or recorded.get("name") != process[0]):
+            continue
         status = EXECUTION_STATUS.get(execution.status, "unknown") if execution.status else "unknown"
         phase = memo.get("phase", status)
         if (
@@ -124,7 +140,21 @@ async def cmd_list(args: argparse.Namespace) -> int:
                 "started_at": execution.start_time.isoformat() if execution.start_time else None,
                 "closed_at": execution.close_time.isoformat() if execution.close_time else None,
                 "goal": memo.get("goal", ""),
+                "process": recorded,
             }
+        )
+    if process:
+        return _emit_rows(
+            rows,
+            json_mode=args.json,
+            empty=f"no runs of process {process[0]}",
+            cells=lambda row: [
+                row["run_id"],
+                row["phase"],
+                _when(row["started_at"]),
+                f"v{(row['process'] or {}).get('version', '?')}",
+                row["goal"],
+            ],
         )
     return _emit_rows(
         rows,
@@ -132,6 +162,24 @@ async def cmd_list(args: argparse.Namespace) -> int:
         empty="no runs",
         cells=lambda row: [row["run_id"], row["phase"], _when(row["started_at"]), row["goal"]],
     )
+
+
+async def _process_filter(client: Client, config: Settings, args: argparse.Namespace) -> tuple[str, bool] | None:
+    """`--process NAME`: the name, and whether visibility can find its runs (the StratagemProcess
+    search attribute); without it each run's memo says, which is slower, so the listing says so."""
+    name = args.process
+    if name is None:
+        return None
+    if re.fullmatch(PROCESS_NAME_PATTERN, name) is None:
+        raise CliError(f"--process '{name[:64]}' is not a process name (lower-case letters, digits, '-', '_', '.')")
+    if await has_process_attribute(client):
+        return name, True
+    render.note(
+        f"note: namespace {config.namespace} has no {PROCESS_SEARCH_ATTRIBUTE} search attribute; reading every "
+        f"run's memo instead (register it with `{REGISTER_PROCESS_HINT} --namespace {config.namespace}`)",
+        json_mode=True,
+    )
+    return name, False
 
 
 def _when(moment: str | None) -> str:

@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import overload
 
 from pydantic import ValidationError
+from temporalio.client import Client
 
 from stratagem.cli import render
 from stratagem.cli.arguments import Commands, positive
+from stratagem.cli.bulk import Batch, start_rows
 from stratagem.cli.decisions import reviewer
 from stratagem.cli.errors import CliError
 from stratagem.cli.following import follow_attached
+from stratagem.cli.library import add_process_options, run_target, source_file
+from stratagem.cli.process_inputs import is_bulk, read_rows, single_run, typed_pairs
 from stratagem.cli.session import (
     RUN_TIMEOUT,
     background_worker,
@@ -29,6 +33,7 @@ from stratagem.cli.session import (
 from stratagem.client import RunHandle, start_run
 from stratagem.common.errors import ModelConfigError
 from stratagem.domain.plan import Author, AuthorKind, PlanDraft, StepKind
+from stratagem.domain.process import ProcessRun
 from stratagem.domain.run_options import escalation_problem
 from stratagem.domain.run_types import EscalationTimeoutAction, FailureAction, Mode, RunInput, RunOptions
 from stratagem.domain.usage import Budget
@@ -37,6 +42,7 @@ from stratagem.io.model_config import load_config, run_prices
 from stratagem.io.plan_files import load_plan_file
 from stratagem.models import load_model, split_model_string
 from stratagem.models.scripted import SCRIPTED_DIRS_ENV, allow_dirs
+from stratagem.process_runs import InputsRefusedError, start_process
 from stratagem.server import is_local, owns_server
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
@@ -73,10 +79,16 @@ def _default_executor(plan_file: Path | None, draft: PlanDraft | None) -> str | 
 
 def add_run(commands: Commands) -> None:
     """`stratagem run`'s options: `run_options` turns them into the run's."""
-    run = commands.add("run", cmd_run, "start a run from a goal or a plan file, and follow it")
+    run = commands.add("run", cmd_run, "start a run from a goal, a plan file or a process, and follow it")
     source = run.add_mutually_exclusive_group(required=True)
-    source.add_argument("goal", nargs="?", help="what to achieve (needs --planner)")
-    source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person")
+    source.add_argument(
+        "goal",
+        nargs="?",
+        help="what to achieve, a sentence (needs --planner); or, one word, a process's name from the library",
+    )
+    source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person, or a process")
+    source.add_argument("--process", metavar="NAME", help="a process from the library (stratagem processes list)")
+    add_process_options(run)
     add_run_options(run)
     run.add_argument("--detach", action="store_true", help="print the run id and return at once")
     run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
@@ -290,12 +302,29 @@ def plan_folder_tools(args: argparse.Namespace, plan_file: Path | None) -> None:
 
 async def cmd_run(args: argparse.Namespace) -> int:
     config = settings()
-    plan_file = Path(args.plan) if args.plan else None
+    spec = run_target(args)
+    plan_file = Path(args.plan) if args.plan else (source_file(spec) if spec else None)
     plan_folder_tools(args, plan_file)
+    bulk = spec is not None and is_bulk(args.inputs)
+    if bulk and args.id:
+        raise CliError("a bulk run names each run from the process and its row; --id names one run")
+    rows = read_rows(spec, args.inputs) if spec is not None and bulk else []
     registry = ToolRegistry.from_modules(args.tools)
-    draft = load_plan_file(plan_file) if plan_file else None
+    given: dict = {}
+    if spec is None:
+        draft = load_plan_file(plan_file) if plan_file else None
+    elif bulk:
+        # --input gives every row that value; each row's plan is checked as it starts.
+        given, problems = typed_pairs(spec, args.input)
+        if problems:
+            raise InputsRefusedError(spec, problems)
+        draft = spec.template()
+    else:
+        given, draft = single_run(spec, args.input, args.inputs, args.time_zone)
     options = run_options(args, plan_file, draft)
-    if draft is not None:
+    if spec is not None and not spec.steps and not options.planner:
+        raise CliError(f"process {spec.name} plans from its goal: it needs a planner model, --planner provider:name")
+    if draft is not None and not bulk:
         validate_plan(draft, registry.catalog(), **options.plan_rules())
         for line in plan_notes(draft, registry.catalog()):
             render.note(f"note: {line}", json_mode=args.json)
@@ -305,17 +334,21 @@ async def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(
                 f"--allow-tool names unknown tool(s): {', '.join(unknown)} (available: {', '.join(registry.catalog().names)})"
             )
-    elif not options.planner:
+    elif not options.planner and spec is None:
         raise CliError("a goal needs a planner model: --planner provider:name (for example scripted:planner.yaml)")
     by = reviewer(args)
     try:
-        run_input = RunInput(
-            goal=args.goal,
-            plan=draft,
-            author=Author(kind=AuthorKind.human, name=by) if draft else None,
-            started_by=by,
-            options=options,
-        )
+        if spec is not None:
+            process = ProcessRun(spec=spec, inputs=given, time_zone=args.time_zone)
+            run_input = RunInput(process=process, started_by=by, options=options)
+        else:
+            run_input = RunInput(
+                goal=args.goal,
+                plan=draft,
+                author=Author(kind=AuthorKind.human, name=by) if draft else None,
+                started_by=by,
+                options=options,
+            )
     except ValidationError as exc:
         raise CliError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
     # Scripted files this command names itself (an example's models.yaml beside its plan, a
@@ -331,6 +364,20 @@ async def cmd_run(args: argparse.Namespace) -> int:
         for model in options.models:
             load_model(model)
     client = await open_client(config, start_server=True, json_mode=args.json)
+    batch = None
+    if spec is not None and bulk:
+        rules = options.plan_rules()
+        batch = Batch(
+            spec,
+            given,
+            args.time_zone,
+            config.task_queue,
+            run_input.options,
+            by,
+            registry.catalog(),
+            rules,
+            RUN_TIMEOUT,
+        )
 
     if owns_server(embedded(config)):
         # The embedded setup: one background worker serves every run, so runs go on after this
@@ -340,7 +387,9 @@ async def cmd_run(args: argparse.Namespace) -> int:
             render.note(done, json_mode=args.json)
         # The run keeps this folder's workspace, whichever folder the next run starts from.
         run_input.options.workspace = str(config.workspace.resolve())
-        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id, rpc_timeout=RUN_TIMEOUT)
+        if batch is not None:
+            return await start_rows(client, batch, rows, json_mode=args.json)
+        run = await _start(client, run_input, config.task_queue, args.id)
         if args.detach:
             return detached(run, json_mode=args.json)
         render.note(f"run {run.id} started", json_mode=args.json)
@@ -349,26 +398,42 @@ async def cmd_run(args: argparse.Namespace) -> int:
         async with workflow_host(client, config.task_queue), watching_worker(config, run.id, json_mode=args.json):
             return await follow_attached(run, args, by)
 
-    if args.detach:
-        run = await start_run(client, run_input, task_queue=config.task_queue, run_id=args.id, rpc_timeout=RUN_TIMEOUT)
+    if args.detach or batch is not None:
         # A worker started by hand reads scripted files only where STRATAGEM_SCRIPTED_DIRS says.
         scripted = f"{SCRIPTED_DIRS_ENV}={os.pathsep.join(map(str, folders))} " if folders else ""
         render.note(
             f"(a worker must serve task queue {config.task_queue}: {scripted}stratagem worker --tools ...)",
             json_mode=args.json,
         )
-        return detached(run, json_mode=args.json)
+        if batch is not None:
+            return await start_rows(client, batch, rows, json_mode=args.json)
+        return detached(await _start(client, run_input, config.task_queue, args.id), json_mode=args.json)
 
     # A server this command does not manage: host a worker here for as long as we follow the run.
     try:
         async with build_worker(client, task_queue=config.task_queue, registry=registry, workspace=config.workspace):
-            run = await start_run(
-                client, run_input, task_queue=config.task_queue, run_id=args.id, rpc_timeout=RUN_TIMEOUT
-            )
+            run = await _start(client, run_input, config.task_queue, args.id)
             render.note(f"run {run.id} started", json_mode=args.json)
             return await follow_attached(run, args, by)
     finally:
         await registry.aclose()
+
+
+async def _start(client: Client, run: RunInput, task_queue: str, run_id: str | None) -> RunHandle:
+    """A run of a process starts as the Python API starts one (stratagem.start_process); any other as `start_run`."""
+    if run.process is not None:
+        return await start_process(
+            client,
+            run.process.spec,
+            run.process.inputs,
+            task_queue=task_queue,
+            options=run.options,
+            run_id=run_id,
+            started_by=run.started_by,
+            time_zone=run.process.time_zone,
+            rpc_timeout=RUN_TIMEOUT,
+        )
+    return await start_run(client, run, task_queue=task_queue, run_id=run_id, rpc_timeout=RUN_TIMEOUT)
 
 
 def detached(run: RunHandle, *, json_mode: bool) -> int:

@@ -85,6 +85,15 @@ class DecisionRefusedError(StratagemError):
     """A run refused a decision (a stale revision, an invalid edited plan, a finished run...)."""
 
 
+class RunAlreadyStartedError(DecisionRefusedError):
+    """A run with the id asked for exists (running, or closed where the start refuses closed ids
+    too, as bulk runs of a process do): nothing was started."""
+
+    def __init__(self, message: str, run_id: str):
+        super().__init__(message)
+        self.run_id = run_id
+
+
 class RunUnresponsiveError(StratagemError):
     """A run did not take a decision or answer a query in time: no worker runs its workflow."""
 

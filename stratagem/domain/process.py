@@ -25,6 +25,7 @@ import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -34,6 +35,9 @@ from stratagem.common.signing import input_digest
 from stratagem.domain.answers import answer_problem, coerce, schema_problems
 from stratagem.domain.plan import PlanDraft, Step
 
+# A Keyword search attribute holding the name of the process a run renders, so a process's runs
+# are listed together (`stratagem list --process NAME`). Registered where StratagemStatus is.
+PROCESS_SEARCH_ATTRIBUTE = "StratagemProcess"
 PROCESS_NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 INPUT_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 MAX_INPUTS = 100
@@ -263,6 +267,20 @@ def check_inputs(spec: ProcessSpec, values: Mapping[str, Any]) -> tuple[dict[str
     if size > MAX_INPUTS_BYTES:
         problems.append(f"the inputs take {size:,} bytes as JSON; at most {MAX_INPUTS_BYTES:,} are allowed")
     return final, problems
+
+
+def run_values(
+    spec: ProcessSpec, given: Mapping[str, Any], moment: datetime, time_zone: str = "UTC"
+) -> tuple[dict[str, Any], list[str]]:
+    """What a run given `given` takes if it starts at `moment` (aware): its `${nominal.X}` texts
+    expanded in `time_zone`, then checked (`check_inputs`). Returns the values and every problem."""
+    try:
+        nominal = moment.astimezone(ZoneInfo(time_zone))
+    except (ValueError, KeyError):
+        return dict(given), [f"'{time_zone[:64]}' is not a time zone (write one such as Europe/Berlin or UTC)"]
+    expanded, problems = expand_nominal(spec, given, nominal)
+    values, more = check_inputs(spec, expanded)
+    return values, problems + more
 
 
 def _hint(field: Mapping[str, Any]) -> str:

@@ -4,8 +4,9 @@ Where processes come from, in order (an earlier place wins for the same name and
 the folders in STRATAGEM_PROCESSES (separated like PATH), `processes/` under STRATAGEM_HOME, and
 Python packages' entry points in the group `stratagem.processes`, each naming a folder (a
 `pathlib.Path` or a string) or a callable that returns one. A folder holds process files
-(`*.yaml`, `*.yml`, `*.json`; see docs/processes.md); a name may have several versions, each its
-own file, and the highest version is the one a run takes unless asked for another.
+(`*.yaml`, `*.yml`, `*.json` declaring `inputs:` or `process:`; the files beside them, its inputs
+or scripted models, are left alone; see docs/processes.md); a name may have several versions,
+each its own file, and the highest version is the one a run takes unless asked for another.
 
 A file that cannot be read is not skipped in silence: `problems` lists it, and asking for that
 name says why it is not there.
@@ -23,7 +24,7 @@ from typing import Any
 from stratagem.common.config import stratagem_home
 from stratagem.common.errors import PlanFileError
 from stratagem.domain.process import ProcessSpec
-from stratagem.io.plan_files import load_process_file
+from stratagem.io.plan_files import is_process_file, load_process_file
 
 PROCESSES_ENV = "STRATAGEM_PROCESSES"
 ENTRY_POINT_GROUP = "stratagem.processes"
@@ -75,6 +76,10 @@ class ProcessLibrary:
             if file.suffix.lower() not in SUFFIXES or not file.is_file():
                 continue
             try:
+                # A process's folder may hold what goes with it (its inputs, answers, scripted
+                # models, plain plans): only a file declaring inputs: or process: is a process.
+                if not is_process_file(file):
+                    continue
                 spec = load_process_file(file)
             except PlanFileError as exc:
                 self.problems.append(str(exc))

@@ -17,6 +17,7 @@ from typing import Any
 
 from stratagem.common.config import DEFAULT_NAMESPACE
 from stratagem.common.errors import ConfigError
+from stratagem.domain.process import PROCESS_SEARCH_ATTRIBUTE
 from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE
 from stratagem.io.binaries import temporal_cli
 from stratagem.server.addresses import MAX_PORT, is_listening, is_local, split_address
@@ -87,8 +88,10 @@ class EmbeddedServer:
         ]  # fmt: skip
         for namespace in self.namespaces:
             command += ["--namespace", namespace]
-        # Registered in every namespace at each start (idempotent): the approval inbox queries it.
-        command += ["--search-attribute", f"{STATUS_SEARCH_ATTRIBUTE}=Keyword"]
+        # Registered in every namespace at each start (idempotent): the approval inbox queries
+        # StratagemStatus, `stratagem list --process` StratagemProcess.
+        for attribute in (STATUS_SEARCH_ATTRIBUTE, PROCESS_SEARCH_ATTRIBUTE):
+            command += ["--search-attribute", f"{attribute}=Keyword"]
         return command
 
     @staticmethod
