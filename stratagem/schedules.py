@@ -22,7 +22,6 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import (
     Client,
     Schedule,
@@ -39,11 +38,12 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
+from stratagem.client import run_memo
 from stratagem.common.errors import StratagemError
-from stratagem.domain.run_types import RUN_LEVEL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, RunInput
+from stratagem.domain.run_types import WORKFLOW_NAME, RunInput
 from stratagem.domain.schedule_rules import (
     OVERLAP_POLICIES,
     ScheduledRun,
@@ -54,11 +54,9 @@ from stratagem.domain.schedule_rules import (
     schedule_id_problem,
     scheduled_goal,
 )
-from stratagem.status_attribute import STATUS_KEY
+from stratagem.status_attribute import start_attributes
 
 SOURCE_MEMO = "schedule_source"
-PROCESS_SEARCH_ATTRIBUTE = "StratagemProcess"
-PROCESS_KEY = SearchAttributeKey.for_keyword(PROCESS_SEARCH_ATTRIBUTE)
 OVERLAP = {name: ScheduleOverlapPolicy[name.upper().replace("-", "_")] for name in OVERLAP_POLICIES}
 OVERLAP_NAME = {policy: name for name, policy in OVERLAP.items()}
 # The paused stand-in `preview_times` creates to ask the server when a spec fires: never started.
@@ -113,34 +111,10 @@ async def preview_times(client: Client, timing: Timing, count: int = 5) -> list[
     return list(description.info.next_action_times[:count])
 
 
-async def _custom_attributes(client: Client) -> set[str]:
-    try:
-        response = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
-        )
-    except RPCError:
-        return set()
-    return set(response.custom_attributes)
-
-
 async def _action(client: Client, request: ScheduleRequest) -> ScheduleActionStartWorkflow:
-    run = request.run
-    attributes = await _custom_attributes(client)
-    pairs: list[SearchAttributePair[Any]] = []
-    if STATUS_SEARCH_ATTRIBUTE in attributes:
-        run = run.model_copy(update={"options": run.options.model_copy(update={"status_search_attribute": True})})
-        pairs.append(SearchAttributePair(STATUS_KEY, "planning"))
-    if run.process is not None and PROCESS_SEARCH_ATTRIBUTE in attributes:
-        pairs.append(SearchAttributePair(PROCESS_KEY, run.process.spec.name))
-    if run.level == 0:
-        run = run.model_copy(update={"level": RUN_LEVEL})
+    run, pairs = await start_attributes(client, request.run)
     goal = scheduled_goal(run)
-    memo: dict[str, Any] = {"goal": goal, "schedule": request.schedule_id}
-    if run.process is not None:
-        # As the run writes it once rendered (workflows/processes.py).
-        memo["process"] = {"name": run.process.spec.name, "version": run.process.spec.version}
-    if run.options.approvers is not None:
-        memo["approvers"] = list(run.options.approvers)  # as start_run's memo: the console's "I can decide"
+    memo = {**run_memo(run, goal), "schedule": request.schedule_id}
     memo[SOURCE_MEMO] = request.source.model_dump(mode="json", exclude_defaults=True)
     return ScheduleActionStartWorkflow(
         WORKFLOW_NAME,

@@ -9,6 +9,7 @@ not when the schedule first fires."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -16,9 +17,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from stratagem.cli.errors import CliError
+from stratagem.cli.library import find, source_file
+from stratagem.cli.process_inputs import is_bulk, single_inputs
 from stratagem.common.errors import PlanFileError
 from stratagem.domain.plan import Author, AuthorKind, PlanDraft
-from stratagem.domain.process import ProcessRun, ProcessSpec, coerce_input
+from stratagem.domain.process import ProcessRun, ProcessSpec
 from stratagem.domain.run_types import RunInput, RunOptions
 from stratagem.domain.schedule_rules import (
     MAX_NOTE,
@@ -31,15 +34,16 @@ from stratagem.domain.schedule_rules import (
     time_zone_problem,
 )
 from stratagem.domain.validation import plan_problems
-from stratagem.io.plan_files import is_process_file, load_plan_file, load_process_file, read_document
-from stratagem.io.process_library import ProcessLibrary, ProcessNotFound
+from stratagem.io.plan_files import is_process_file, load_plan_file, load_process_file
+from stratagem.io.process_library import ProcessLibrary
+from stratagem.process_runs import InputsRefusedError
 from stratagem.schedules import ScheduleRequest, Timing
 from stratagem.tools import ToolRegistry
 
 
 @dataclass
 class Source:
-    """A schedule's process (`spec`) or plain plan (`draft`), and where it was read."""
+    """A schedule's process (`spec`) or plain plan (`draft`), and the file it was given as."""
 
     spec: ProcessSpec | None = None
     draft: PlanDraft | None = None
@@ -50,15 +54,17 @@ class Source:
         """What `run_options` looks at for an example's scripted models: the plan before rendering."""
         return self.spec.template() if self.spec is not None else self.draft
 
+    @property
+    def folder_file(self) -> Path | None:
+        """The file whose folder may hold its tools and scripted models (a library process's too)."""
+        return self.plan_file or (source_file(self.spec) if self.spec is not None else None)
 
-def read_source(process: str | None, plan: str | None, version: str | None) -> Source:
-    """The library's process `process` (its `version`, or the latest), or the file `plan`: a
-    process file (it declares `inputs:`) or a plain plan."""
+
+def read_source(process: str | None, plan: str | None, version: str | None, folders: Sequence[str] = ()) -> Source:
+    """The library's process `process` (its `version`, or the latest; `folders` looked in first),
+    or the file `plan`: a process file (it declares `inputs:`) or a plain plan."""
     if process:
-        try:
-            return Source(spec=ProcessLibrary.from_env().get(process, version))
-        except ProcessNotFound as exc:
-            raise CliError(str(exc)) from None
+        return Source(spec=find(ProcessLibrary.from_env(extra=folders), process, version))
     if not plan:
         raise CliError("give a process's name or --plan FILE")
     if version:
@@ -72,7 +78,7 @@ def read_source(process: str | None, plan: str | None, version: str | None) -> S
 def reread_source(source: ScheduleSource, version: str | None) -> Source:
     """The schedule's process or plan read again from where it came from (`update --reload`)."""
     if source.process:
-        return read_source(source.process, None, version or source.pinned_version)
+        return read_source(source.process, None, version or source.pinned_version, source.library)
     if source.plan_file:
         try:
             return read_source(None, source.plan_file, version)
@@ -84,37 +90,19 @@ def reread_source(source: ScheduleSource, version: str | None) -> Source:
 def given_inputs(
     spec: ProcessSpec | None, pairs: list[str], file: str | None, base: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The inputs as given: `base` (an update's current inputs), replaced by `file`'s object,
-    then each `NAME=VALUE` typed as its input declares. Every problem in one CliError."""
+    """The inputs as given, as `run` reads them (`--inputs FILE`'s object, `--input NAME=VALUE`
+    over it, each typed as its input declares), over `base` (an update's current inputs) unless
+    a file replaces them all. Every problem in one line."""
     if spec is None:
         if pairs or file:
             raise CliError("this plan declares no inputs; --input and --inputs are for a process")
         return {}
-    values: dict[str, Any] = dict(base or {})
-    problems: list[str] = []
-    if file:
-        data = read_document(Path(file), "inputs file")
-        if not isinstance(data, dict):
-            raise CliError(f"inputs file '{file}' must hold an object of NAME: VALUE, not a {type(data).__name__}")
-        values = {str(name): value for name, value in data.items()}
-        unknown = [name for name in values if name not in spec.inputs]
-        if unknown:
-            problems.append(
-                f"{spec.name} has no input {', '.join(repr(n[:64]) for n in unknown[:5])} "
-                f"(its inputs: {', '.join(spec.inputs) or 'none'})"
-            )
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name.strip():
-            problems.append(f"--input '{pair[:60]}' is not NAME=VALUE")
-            continue
-        try:
-            values[name.strip()] = coerce_input(spec, name.strip(), text)
-        except ValueError as exc:
-            problems.append(str(exc))
+    if file is not None and is_bulk(file):
+        raise CliError(f"--inputs '{file}': a schedule's runs take one set of inputs, not a file of rows")
+    values, problems = single_inputs(spec, pairs, file)
     if problems:
-        raise CliError("; ".join(problems))
-    return values
+        raise InputsRefusedError(spec, problems)
+    return values if file is not None else {**(base or {}), **values}
 
 
 def check_run(
@@ -157,6 +145,7 @@ def scheduled_run(
 def source_record(source: Source, args: argparse.Namespace, tools: list[str], by: str) -> ScheduleSource:
     return ScheduleSource(
         process=source.spec.name if source.spec is not None and source.plan_file is None else None,
+        library=[str(Path(folder).resolve()) for folder in getattr(args, "processes", None) or []],
         pinned_version=getattr(args, "version", None),
         plan_file=str(source.plan_file) if source.plan_file else None,
         tools=[str(Path(t).resolve()) if t.endswith(".py") else t for t in tools],

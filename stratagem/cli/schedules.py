@@ -18,6 +18,7 @@ from stratagem.cli import render
 from stratagem.cli.arguments import Commands
 from stratagem.cli.decisions import reviewer
 from stratagem.cli.errors import CliError
+from stratagem.cli.library import add_library_options
 from stratagem.cli.schedule_runs import (
     Source,
     apply_policy,
@@ -121,6 +122,7 @@ def create_parser(sub: Any) -> argparse.ArgumentParser:
     create.add_argument("process", nargs="?", metavar="PROCESS", help="a library process's name (stratagem processes)")
     create.add_argument("--plan", metavar="FILE", help="a plan or process file instead")
     create.add_argument("--version", metavar="V", help="the library process's version (default: its latest)")
+    add_library_options(create)
     _timing_options(create)
     create.add_argument("--paused", action="store_true", help="create it paused")
     add_run_options(create)
@@ -158,11 +160,11 @@ async def cmd_create(args: argparse.Namespace) -> int:
         )
     timing = timing_of(args)
     config = settings()
-    source = read_source(args.process, args.plan, args.version)
-    plan_folder_tools(args, source.plan_file)
+    source = read_source(args.process, args.plan, args.version, args.processes)
+    plan_folder_tools(args, source.folder_file)
     registry = ToolRegistry.from_modules(args.tools)
     try:
-        options = run_options(args, source.plan_file, source.template)
+        options = run_options(args, source.folder_file, source.template)
         values = given_inputs(source.spec, args.inputs_given, args.inputs_file)
         by = reviewer(args)
         folders = scripted_folders(options.models)

@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, Field
 
 from stratagem.domain.plan import PlanDraft
-from stratagem.domain.process import ProcessSpec, check_inputs, expand_nominal, render_goal, render_plan
+from stratagem.domain.process import ProcessSpec, check_inputs, render_goal, render_plan, run_values
 from stratagem.domain.run_types import RunInput
 
 SCHEDULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -116,6 +116,7 @@ class ScheduleSource(BaseModel):
     every_seconds: int | None = None
     process: str | None = Field(default=None, description="A library process, by name.")
     pinned_version: str | None = Field(default=None, description="The version asked for; None: the latest.")
+    library: list[str] = Field(default_factory=list, description="Folders looked in first for the process.")
     plan_file: str | None = Field(default=None, description="The plan or process file, as an absolute path.")
     tools: list[str] = Field(default_factory=list, description="The tool modules its plan was checked against.")
     created_by: str | None = None
@@ -127,12 +128,16 @@ def check_scheduled_inputs(
     """The inputs and plan of a run of `spec` at `nominal` (a sample: the schedule's next time), and
     every problem with them: unknown `${nominal.X}` fields, values that do not fit their inputs'
     schemas once expanded, required inputs left out."""
-    local = nominal.astimezone(ZoneInfo(time_zone))
-    expanded, problems = expand_nominal(spec, given, local)
-    final, more = check_inputs(spec, expanded)
-    # An input whose nominal text did not expand is reported once, not again as off-schema.
-    failed = {f"input '{name}'" for name in re.findall(r"input '([^']+)'", " ".join(problems))}
-    problems += [p for p in more if not any(p.startswith(prefix) for prefix in failed)]
+    final, found = run_values(spec, given, nominal, time_zone)
+    # One problem per input: one whose nominal text did not expand is not reported again as off-schema.
+    problems: list[str] = []
+    named: set[str] = set()
+    for problem in found:
+        match = re.match(r"input '([^']+)'", problem)
+        if match is None or match.group(1) not in named:
+            problems.append(problem)
+        if match is not None:
+            named.add(match.group(1))
     if problems:
         return final, None, problems
     return final, render_plan(spec, final), []
