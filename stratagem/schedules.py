@@ -49,8 +49,8 @@ from stratagem.domain.schedule_rules import (
     ScheduledRun,
     ScheduleRequest,
     ScheduleSource,
+    ScheduleTiming,
     ScheduleView,
-    Timing,
     schedule_id_problem,
     scheduled_goal,
 )
@@ -71,7 +71,7 @@ class ScheduleNotFound(ScheduleError):
     pass
 
 
-def temporal_spec(timing: Timing) -> ScheduleSpec:
+def temporal_spec(timing: ScheduleTiming) -> ScheduleSpec:
     return ScheduleSpec(
         cron_expressions=list(timing.cron),
         intervals=[ScheduleIntervalSpec(every=timing.every)] if timing.every else [],
@@ -88,7 +88,7 @@ def _refused(exc: RPCError, schedule_id: str) -> StratagemError | RPCError:
     return exc
 
 
-async def preview_times(client: Client, timing: Timing, count: int = 5) -> list[datetime]:
+async def preview_times(client: Client, timing: ScheduleTiming, count: int = 5) -> list[datetime]:
     """The next `count` times `timing` fires, as the server computes them (its cron dialect,
     time zones and daylight saving), asked of a paused stand-in schedule deleted at once. A spec
     the server refuses (`--cron '61 * * * *'`) is a ScheduleError saying why."""
@@ -174,7 +174,7 @@ async def _view(client: Client, schedule_id: str, description: ScheduleDescripti
         id=schedule_id,
         paused=description.schedule.state.paused,
         note=description.schedule.state.note or "",
-        timing=Timing(cron=cron, every=every, time_zone=spec.time_zone_name or "UTC", jitter=spec.jitter),
+        timing=ScheduleTiming(cron=cron, every=every, time_zone=spec.time_zone_name or "UTC", jitter=spec.jitter),
         overlap=OVERLAP_NAME.get(description.schedule.policy.overlap, "skip"),
         catchup_window=description.schedule.policy.catchup_window,
         source=source,
@@ -323,7 +323,7 @@ def request_of(view: ScheduleView) -> ScheduleRequest:
         schedule_id=view.id,
         run=view.run,
         source=view.source,
-        timing=Timing(
+        timing=ScheduleTiming(
             cron=list(view.source.cron),
             every=view.timing.every,
             time_zone=view.timing.time_zone,

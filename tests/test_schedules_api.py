@@ -18,7 +18,7 @@ from stratagem.domain.schedule_rules import ScheduleSource
 from stratagem.schedules import (
     ScheduleNotFound,
     ScheduleRequest,
-    Timing,
+    ScheduleTiming,
     create_schedule,
     delete_schedule,
     describe_schedule,
@@ -39,7 +39,7 @@ async def test_the_console_lists_pauses_and_triggers_stratagem_schedules_and_no_
         schedule_id=mine,
         run=RunInput(plan=plan, author=Author(kind=AuthorKind.human, name="erin"), started_by="erin"),
         source=ScheduleSource(cron=["15 3 * * *"], created_by="erin"),
-        timing=Timing(cron=["15 3 * * *"], time_zone="Asia/Tokyo", jitter=timedelta(minutes=5)),
+        timing=ScheduleTiming(cron=["15 3 * * *"], time_zone="Asia/Tokyo", jitter=timedelta(minutes=5)),
         task_queue=dev_harness.task_queue,
         overlap="buffer-one",
         note="nightly",

@@ -37,7 +37,7 @@ from stratagem.domain.validation import plan_problems
 from stratagem.io.plan_files import is_process_file, load_plan_file, load_process_file
 from stratagem.io.process_library import ProcessLibrary
 from stratagem.process_runs import InputsRefusedError
-from stratagem.schedules import ScheduleRequest, Timing
+from stratagem.schedules import ScheduleRequest, ScheduleTiming
 from stratagem.tools import ToolRegistry
 
 
@@ -160,11 +160,11 @@ def checked_id(args: argparse.Namespace) -> str:
     return str(args.schedule_id)
 
 
-def timing_of(args: argparse.Namespace, base: Timing | None = None) -> Timing:
+def timing_of(args: argparse.Namespace, base: ScheduleTiming | None = None) -> ScheduleTiming:
     """The schedule's times from the options, over `base` (an update's current ones). Every
     problem in one line."""
     problems = cron_problems(args.cron)
-    timing = Timing(**vars(base)) if base else Timing()
+    timing = ScheduleTiming(**vars(base)) if base else ScheduleTiming()
     if args.cron or args.every:
         timing.cron, timing.every = list(args.cron), None
     if args.every:

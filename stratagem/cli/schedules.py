@@ -39,8 +39,8 @@ from stratagem.models import load_model
 from stratagem.models.scripted import SCRIPTED_DIRS_ENV, allow_dirs
 from stratagem.schedules import (
     ScheduleRequest,
+    ScheduleTiming,
     ScheduleView,
-    Timing,
     create_schedule,
     delete_schedule,
     describe_schedule,
@@ -211,7 +211,7 @@ async def cmd_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seconds(timing: Timing) -> int | None:
+def _seconds(timing: ScheduleTiming) -> int | None:
     return int(timing.every.total_seconds()) if timing.every else None
 
 

@@ -144,7 +144,7 @@ def check_scheduled_inputs(
 
 
 @dataclass
-class Timing:
+class ScheduleTiming:
     """When a schedule fires: cron expressions and/or an interval, read in `time_zone`."""
 
     cron: list[str] = field(default_factory=list)
@@ -166,7 +166,7 @@ class ScheduleRequest:
     schedule_id: str
     run: RunInput
     source: ScheduleSource
-    timing: Timing
+    timing: ScheduleTiming
     task_queue: str
     overlap: str = "skip"
     catchup_window: timedelta | None = None
@@ -188,7 +188,7 @@ class ScheduleView:
     id: str
     paused: bool
     note: str
-    timing: Timing
+    timing: ScheduleTiming
     overlap: str
     catchup_window: timedelta | None
     source: ScheduleSource
