@@ -40,6 +40,19 @@ from stratagem.domain.validation import validate_plan
 from stratagem.io.plan_files import load_plan_file, load_process_file
 from stratagem.io.process_library import ProcessLibrary
 from stratagem.process_runs import InputsRefusedError, start_process
+from stratagem.schedules import (
+    ScheduleNotFound,
+    ScheduleRequest,
+    ScheduleTiming,
+    ScheduleView,
+    create_schedule,
+    delete_schedule,
+    describe_schedule,
+    list_schedules,
+    pause_schedule,
+    trigger_schedule,
+    unpause_schedule,
+)
 from stratagem.tools import ToolContext, ToolRegistry, tool
 from stratagem.worker import build_worker, run_worker
 
@@ -78,6 +91,10 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "RunUnresponsiveError",
+    "ScheduleNotFound",
+    "ScheduleRequest",
+    "ScheduleTiming",
+    "ScheduleView",
     "Settings",
     "Step",
     "StepKind",
@@ -88,12 +105,19 @@ __all__ = [
     "ToolRegistry",
     "build_worker",
     "connect",
+    "create_schedule",
+    "delete_schedule",
+    "describe_schedule",
     "get_run",
+    "list_schedules",
     "load_plan_file",
     "load_process_file",
+    "pause_schedule",
     "run_worker",
     "start_process",
     "start_run",
     "tool",
+    "trigger_schedule",
+    "unpause_schedule",
     "validate_plan",
 ]

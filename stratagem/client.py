@@ -19,7 +19,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
@@ -34,7 +34,6 @@ from stratagem.domain.ledger import EventArchive, Ledger, LedgerEvent
 from stratagem.domain.plan import AuthorKind, Plan
 from stratagem.domain.process import ProcessRun, render_goal, run_values
 from stratagem.domain.run_types import (
-    RUN_LEVEL,
     WORKFLOW_NAME,
     AnswerInput,
     ApproveInput,
@@ -64,6 +63,7 @@ from stratagem.status_attribute import STATUS_KEY as STATUS_KEY
 from stratagem.status_attribute import ensure_status_attribute as ensure_status_attribute
 from stratagem.status_attribute import has_process_attribute as has_process_attribute
 from stratagem.status_attribute import has_status_attribute as has_status_attribute
+from stratagem.status_attribute import start_attributes
 from stratagem.temporal.plugin import StratagemPlugin
 
 
@@ -382,15 +382,7 @@ async def start_run(
     refused too (RunAlreadyStartedError), so a start repeated later starts nothing twice."""
     workflow_id = run_id or run.run_id or new_run_id()
     goal = run.goal or (run.plan.goal if run.plan else "") or (process_goal(run.process) if run.process else "")
-    pairs: list[SearchAttributePair[str]] = []
-    if run.state is None and not run.options.status_search_attribute and await has_status_attribute(client):
-        run = run.model_copy(update={"options": run.options.model_copy(update={"status_search_attribute": True})})
-    if run.state is None and run.level == 0:
-        run = run.model_copy(update={"level": RUN_LEVEL})
-    if run.options.status_search_attribute:
-        pairs.append(SearchAttributePair(STATUS_KEY, "planning"))
-    if run.process is not None and await has_process_attribute(client):
-        pairs.append(SearchAttributePair(PROCESS_KEY, run.process.spec.name))
+    run, pairs = await start_attributes(client, run)
     if run.state is None and run.options.auto_approve and run.auto_approval is None:
         run = sign_auto_approval(run, workflow_id, signer=signer, keyring=keyring, now=signed_at)
     try:
@@ -400,7 +392,7 @@ async def start_run(
             id=workflow_id,
             task_queue=task_queue,
             result_type=RunResult,
-            memo={"goal": goal, **_approvers(run), **_process(run), **(memo or {})},
+            memo={**run_memo(run, goal), **(memo or {})},
             static_summary=f"Stratagem: {goal}"[:400],
             search_attributes=TypedSearchAttributes(pairs) if pairs else None,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE
@@ -414,6 +406,11 @@ async def start_run(
             message = f"a run with id '{workflow_id}' was already started"
         raise RunAlreadyStartedError(message, workflow_id) from None
     return RunHandle(handle, rpc_timeout=rpc_timeout, signer=signer, keyring=keyring)
+
+
+def run_memo(run: RunInput, goal: str) -> dict[str, Any]:
+    """What a run's memo starts with: its goal, its approver list, its process."""
+    return {"goal": goal, **_approvers(run), **_process(run)}
 
 
 def process_goal(process: ProcessRun, now: datetime | None = None) -> str:

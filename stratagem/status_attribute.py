@@ -12,11 +12,11 @@ import weakref
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair
 from temporalio.service import RPCError, RPCStatusCode
 
 from stratagem.domain.process import PROCESS_SEARCH_ATTRIBUTE
-from stratagem.domain.run_types import AWAITING_APPROVAL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME
+from stratagem.domain.run_types import AWAITING_APPROVAL, RUN_LEVEL, STATUS_SEARCH_ATTRIBUTE, WORKFLOW_NAME, RunInput
 
 STATUS_KEY = SearchAttributeKey.for_keyword(STATUS_SEARCH_ATTRIBUTE)
 PROCESS_KEY = SearchAttributeKey.for_keyword(PROCESS_SEARCH_ATTRIBUTE)
@@ -107,3 +107,19 @@ async def ensure_status_attribute(client: Client) -> bool:
     _MISSING.pop(client, None)
     _ASKING.pop(client, None)
     return await has_status_attribute(client)
+
+
+async def start_attributes(client: Client, run: RunInput) -> tuple[RunInput, list[SearchAttributePair[str]]]:
+    """A new run's input as it starts (its level; whether it keeps its status in visibility, where
+    the namespace has StratagemStatus) and its search attributes: what `stratagem.client.start_run`
+    starts a run with, and what a schedule starts each of its runs with (stratagem.schedules)."""
+    pairs: list[SearchAttributePair[str]] = []
+    if run.state is None and not run.options.status_search_attribute and await has_status_attribute(client):
+        run = run.model_copy(update={"options": run.options.model_copy(update={"status_search_attribute": True})})
+    if run.state is None and run.level == 0:
+        run = run.model_copy(update={"level": RUN_LEVEL})
+    if run.options.status_search_attribute:
+        pairs.append(SearchAttributePair(STATUS_KEY, "planning"))
+    if run.process is not None and await has_process_attribute(client):
+        pairs.append(SearchAttributePair(PROCESS_KEY, run.process.spec.name))
+    return run, pairs

@@ -22,6 +22,7 @@ from stratagem.cli import (
     parser_decisions,
     processes,
     render,
+    schedules,
     standing,
     start,
 )
@@ -58,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
         parser_decisions.add_keygen,
         inspection.add_views,
         processes.add_processes,
+        schedules.add_schedules,
         standing.add_standing,
         library.add_library,
     ):

@@ -89,6 +89,15 @@ def add_run(commands: Commands) -> None:
     source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person, or a process")
     source.add_argument("--process", metavar="NAME", help="a process from the library (stratagem processes list)")
     add_process_options(run)
+    add_run_options(run)
+    run.add_argument("--detach", action="store_true", help="print the run id and return at once")
+    run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
+    run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
+
+
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    """The options a run takes besides what it runs (tools, models, budget, approvers, escalation):
+    `run`'s, and `schedule create`'s for the runs a schedule starts. `run_options` reads them."""
     run.add_argument(
         "--tools",
         action="append",
@@ -180,9 +189,6 @@ def add_run(commands: Commands) -> None:
         choices=["reject", "stop"],
         help="reject what waited (default), or stop the run, once --escalation-timeout passed",
     )
-    run.add_argument("--detach", action="store_true", help="print the run id and return at once")
-    run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
-    run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
 
 
 def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDraft | None) -> RunOptions:
@@ -286,14 +292,19 @@ def _tiers(specs: list[str]) -> dict[str, str]:
     return tiers
 
 
+def plan_folder_tools(args: argparse.Namespace, plan_file: Path | None) -> None:
+    """A plan folder may carry its own tools (as the examples do: plan.yaml + tools.py): used
+    when the command names none."""
+    if not args.tools and plan_file is not None and plan_file.resolve().with_name("tools.py").exists():
+        args.tools = [str(plan_file.resolve().with_name("tools.py"))]
+        render.note(f"note: loading tools from {args.tools[0]}", json_mode=args.json)
+
+
 async def cmd_run(args: argparse.Namespace) -> int:
     config = settings()
     spec = run_target(args)
     plan_file = Path(args.plan) if args.plan else (source_file(spec) if spec else None)
-    if not args.tools and plan_file is not None and plan_file.resolve().with_name("tools.py").exists():
-        # A plan folder may carry its own tools (as the examples do): plan.yaml + tools.py.
-        args.tools = [str(plan_file.resolve().with_name("tools.py"))]
-        render.note(f"note: loading tools from {args.tools[0]}", json_mode=args.json)
+    plan_folder_tools(args, plan_file)
     bulk = spec is not None and is_bulk(args.inputs)
     if bulk and args.id:
         raise CliError("a bulk run names each run from the process and its row; --id names one run")
