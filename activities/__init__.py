@@ -15,6 +15,7 @@ from .execution import ExecutionActivities
 from .forks import ForkActivities
 from .notify import NotifyActivities
 from .planning import PlanningActivities, describe_tools_here
+from .processes import prepare_process
 
 
 def activities_by_role(
@@ -41,6 +42,7 @@ def activities_by_role(
             archive.archive_events,
             notify.notify,
             forks.read_fork,
+            prepare_process,
             describe_tools_here(registry if Role.tools in roles else None),
         ],
         Role.planner: [planning.plan, planning.synthesize, planning.check_goal],

@@ -81,3 +81,8 @@ def step_activity_options(step: Step, options: RunOptions, *, local: bool = Fals
     if not local:
         common["heartbeat_timeout"] = min(HEARTBEAT_TIMEOUT, timeout)
     return common
+
+
+# Rendering a process is a few milliseconds of work: a minute is a worker that is gone.
+PREPARE_TIMEOUT = timedelta(minutes=1)
+PREPARE_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))

@@ -11,6 +11,7 @@ holds parts, each an object with a small interface and the only writer of its ow
     Steps         a step's record as it moves, which steps may start, the run's end (steps.py)
     Budgets       model usage, budgets and the waits on them (budgets.py)
     Planning      the tool catalogue, planner calls, adopting a revision, replans (planning.py)
+    processes     a run of a process: its nominal time, its rendered plan, the ledger's record (processes.py)
     Continuation  continue-as-new and the archive of routine events (continuation.py)
     Waits         a step waiting on a person: approvals, questions, paused calls (waits.py)
     Escalation    a wait on a person that escalates at its deadlines (escalation.py)

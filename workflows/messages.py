@@ -116,6 +116,7 @@ class Messages:
             budget=state.options.budget,
             mode=state.options.mode,
             workspace=state.options.workspace,
+            process=state.process,
         )
 
     @workflow.query(name=handlers.PLAN)

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         StepFailed,
     )
     from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft, Step, StepKind
+    from stratagem.domain.process import planning_goal
     from stratagem.domain.roles import Role
     from stratagem.domain.run_levels import Change
     from stratagem.domain.run_types import JOINT_STEP_ID, DecisionKind, Fork, Mode, Phase, RunState
@@ -150,7 +151,7 @@ class Planning:
         options = self._state.options
         assert options.planner is not None
         request = activity_io.PlanningInput(
-            goal=self._state.goal,
+            goal=planning_goal(self._state.goal, self._state.process),
             model=options.planner,
             catalog=self._state.catalog,
             first_call_index=self._state.planner_calls,

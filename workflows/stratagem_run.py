@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from stratagem.domain.scheduling import Reconciliation, sink_steps
 
+from . import processes
 from .budgets import Budgets
 from .continuation import Continuation
 from .control import RunControl
@@ -71,7 +72,9 @@ class StratagemRun(Messages):
             carried = RunState(
                 run_id=run_id,
                 execution_id=workflow.info().first_execution_run_id,
-                goal=input.goal or (input.plan.goal if input.plan else ""),
+                goal=input.goal
+                or (input.plan.goal if input.plan else "")
+                or (input.process.spec.goal if input.process else ""),
                 options=input.options,
                 ledger=Ledger(run_id=run_id),
                 level=input.level,
@@ -179,6 +182,9 @@ class StratagemRun(Messages):
     async def _start(self, input: RunInput) -> None:
         ledger = self.state.ledger
         self.state.started_at = workflow.now()
+        prepared = await processes.render(input.process) if input.process is not None else None
+        if prepared is not None:
+            self.state.goal = prepared.goal
         consent: str | None = None
         if input.auto_approval is not None and input.auto_approval.verdict is not None:
             if input.auto_approval.verdict.signer:  # who let the run approve itself, as signed
@@ -190,6 +196,16 @@ class StratagemRun(Messages):
             started_by=self.state.started_by,
         )
         ledger.record(EventKind.run_started, workflow.now(), message=self.state.goal, data=started)
+        if prepared is not None and input.process is not None:
+            if prepared.problems:
+                return self._steps.fail_run(
+                    f"the inputs of {input.process.spec.label} do not fit: " + "; ".join(prepared.problems)
+                )
+            processes.record(self.state, prepared)
+            if prepared.plan is not None:
+                input.plan = prepared.plan
+                input.author = Author(kind=AuthorKind.human, name=f"process {input.process.spec.label}")
+            input.process = None  # held by the ledger and the state now, as the supplied plan is
         try:
             self.state.catalog = await self._planning.catalog()
         except ActivityError as exc:

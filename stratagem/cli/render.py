@@ -21,6 +21,7 @@ from stratagem.domain.decisions import quorum
 from stratagem.domain.graph import topological_order
 from stratagem.domain.ledger import Decision, EventKind, Ledger, LedgerEvent, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.domain.plan import PlanDraft, StepKind
+from stratagem.domain.process import describe_inputs
 from stratagem.domain.risk import risk_label
 from stratagem.domain.run_types import DecisionKind, PendingDecision, RunResult, RunStatus
 from stratagem.domain.stored import describe, is_stored
@@ -297,6 +298,9 @@ def status_view(
         Text.assemble((plain(status.run_id), "bold"), f"  {status.phase.value}  revision {status.revision or '-'}")
     )
     console.print(f"goal: {status.goal}")
+    if status.process is not None:
+        inputs = describe_inputs(status.process.inputs)
+        console.print(f"process: {status.process.label}" + (f" · inputs: {inputs}" if inputs else ""))
     counts = status.steps
     console.print(
         f"steps: {counts.succeeded} succeeded, {counts.running} running, {counts.pending} pending, "

@@ -7,6 +7,7 @@ never breaks a run in flight.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -16,6 +17,7 @@ from stratagem.domain.compact import CompactModel
 from stratagem.domain.ledger import LedgerEvent, StepRecord, ToolCallRecord
 from stratagem.domain.model_settings import Capabilities
 from stratagem.domain.plan import PlanDraft, Step
+from stratagem.domain.process import ProcessRecord, ProcessRun
 from stratagem.domain.usage import Allowance, CallUsage, Price, Usage
 
 DESCRIBE_TOOLS = "stratagem.describe_tools"
@@ -29,6 +31,7 @@ CHECK_GOAL = "stratagem.check_goal"
 ARCHIVE_EVENTS = "stratagem.archive_events"
 NOTIFY = "stratagem.notify"
 READ_FORK = "stratagem.read_fork"
+PREPARE_PROCESS = "stratagem.prepare_process"
 
 
 class PlanningInput(BaseModel):
@@ -298,3 +301,21 @@ class ForkCarried(CompactModel):
 
     outputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the carried steps, by step id.")
     rerun: list[str] = Field(default_factory=list, description="The fork's steps that run again.")
+
+
+class ProcessInput(BaseModel):
+    """What a run of a process renders from: the process and its inputs as started, and the time
+    the run is for (a schedule's nominal time, or the run's start)."""
+
+    process: ProcessRun
+    nominal: datetime
+
+
+class PreparedProcess(BaseModel):
+    """The rendered run: its goal, its plan (None: the planner plans the goal) and its record; or
+    every problem with its inputs, and then no plan."""
+
+    goal: str
+    plan: PlanDraft | None = None
+    record: ProcessRecord | None = None
+    problems: list[str] = Field(default_factory=list)

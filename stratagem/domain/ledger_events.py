@@ -77,6 +77,8 @@ class EventKind(str, Enum):
     """A decision waited past escalate_after: the escalate_to group (data: group, people) may now decide."""
     escalation_expired = "escalation_expired"
     """An escalated decision waited past escalation_timeout: the run rejected it or stopped (data: then)."""
+    process_rendered = "process_rendered"
+    """A run of a process rendered its plan (or goal) from its inputs (data: the process, version, digest, inputs)."""
 
 
 def _none(value: Any) -> bool:
@@ -108,6 +110,15 @@ class RunStarted(EventData):
     started_by: str | None = Field(
         default=None, exclude_if=_none, description="Who started the run, as its client said (four eyes)."
     )
+
+
+class ProcessRendered(EventData):
+    process: str
+    version: str
+    digest: str
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    schedule: str | None = Field(default=None, exclude_if=_none, description="The schedule that started the run.")
+    nominal: str | None = Field(default=None, exclude_if=_none, description="The time the run is for, ISO 8601.")
 
 
 class PlanningAttemptInvalid(EventData):
@@ -284,6 +295,7 @@ EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.approval_counted: ApprovalCounted,
     EventKind.decision_escalated: DecisionEscalated,
     EventKind.escalation_expired: EscalationExpired,
+    EventKind.process_rendered: ProcessRendered,
 }
 """Each kind that carries data, and its model; the other kinds carry none (`EventData`)."""
 

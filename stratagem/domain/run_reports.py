@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from stratagem.domain.ledger import EventArchive, LedgerEvent
+from stratagem.domain.process import ProcessRecord
 from stratagem.domain.run_options import Mode
 from stratagem.domain.run_state import PendingDecision, Phase, RunState
 from stratagem.domain.usage import Budget, UsageTotals
@@ -59,6 +60,7 @@ class RunStatus(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     mode: Mode = Mode.plan
     workspace: str | None = Field(default=None, description="The run's own workspace; None: the worker's.")
+    process: ProcessRecord | None = Field(default=None, description="The process the run renders, and its inputs.")
 
 
 class RunResult(BaseModel):

@@ -1,0 +1,49 @@
+"""Rendering a run of a process: its inputs checked, its nominal time read in the run's time
+zone, its plan written (stratagem/domain/process.py). An activity because the time zone's rules
+come from the machine's zone database, which the workflow may not read."""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from temporalio import activity
+
+from stratagem.domain import activity_io
+from stratagem.domain.process import (
+    ProcessRecord,
+    check_inputs,
+    expand_nominal,
+    render_goal,
+    render_plan,
+    spec_problems,
+)
+
+
+@activity.defn(name=activity_io.PREPARE_PROCESS)
+async def prepare_process(request: activity_io.ProcessInput) -> activity_io.PreparedProcess:
+    process, spec = request.process, request.process.spec
+    # The process is checked again here: a start through the plain Temporal client skipped the
+    # checks the command line makes.
+    problems = spec_problems(spec)
+    try:
+        nominal = request.nominal.astimezone(ZoneInfo(process.time_zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return activity_io.PreparedProcess(
+            goal=spec.goal, problems=[*problems, f"'{process.time_zone[:64]}' is not a time zone this worker knows"]
+        )
+    values, more = expand_nominal(spec, process.inputs, nominal)
+    problems += more
+    final, more = check_inputs(spec, values)
+    problems += more
+    if problems:
+        return activity_io.PreparedProcess(goal=spec.goal, problems=problems)
+    record = ProcessRecord(
+        name=spec.name,
+        version=spec.version,
+        digest=spec.digest,
+        inputs=final,
+        schedule=process.schedule,
+        nominal=nominal,
+        time_zone=process.time_zone,
+    )
+    return activity_io.PreparedProcess(goal=render_goal(spec, final), plan=render_plan(spec, final), record=record)
