@@ -7,13 +7,13 @@ starts some other workflow, one whose input does not decode) is not a Stratagem 
 request naming it is refused before anything is sent to it: the schedule's id in a request is
 untrusted, its description on the server is not.
 
-This calls the Temporal client directly (list_schedules, then describe on each Stratagem one for
-its input and next times): a few calls per schedule, which is what a page of a library's
-schedules costs.
+This calls the Temporal client directly (list_schedules, then describe on each schedule that
+starts Stratagem's workflow, at once, for its input and next times): one call per schedule.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -65,18 +65,21 @@ async def process_schedules(client: Client) -> tuple[dict[str, list[ScheduleView
         entries = [entry async for entry in listing]
     except RPCError as exc:
         return {}, [f"the schedules could not be listed: {exc.message}"]
-    for entry in entries:
-        action = entry.schedule.action if entry.schedule else None
-        if not isinstance(action, ScheduleListActionStartWorkflow) or action.workflow != WORKFLOW_NAME:
-            continue  # not one of ours: not shown at all
-        try:
-            view = await describe(client, entry.id)
-        except NotOurs:
-            continue
-        except RPCError as exc:
-            problems.append(f"schedule '{entry.id}' could not be read: {exc.message}")
-            continue
-        found.setdefault(view.process, []).append(view)
+    ids = [
+        entry.id
+        for entry in entries
+        if isinstance(action := entry.schedule.action if entry.schedule else None, ScheduleListActionStartWorkflow)
+        and action.workflow == WORKFLOW_NAME  # anything else is not one of ours: not shown at all
+    ]
+    described = await asyncio.gather(*(describe(client, schedule_id) for schedule_id in ids), return_exceptions=True)
+    for schedule_id, view in zip(ids, described, strict=True):
+        if isinstance(view, RPCError):
+            problems.append(f"schedule '{schedule_id}' could not be read: {view.message}")
+        elif isinstance(view, BaseException):
+            if not isinstance(view, NotOurs):
+                raise view
+        else:
+            found.setdefault(view.process, []).append(view)
     for views in found.values():
         views.sort(key=lambda v: v.id)
     return found, problems
@@ -152,9 +155,29 @@ def _when(spec: Any) -> str:
     parts += [
         f"every {_duration(i.every)}" + (f" (offset {_duration(i.offset)})" if i.offset else "") for i in spec.intervals
     ]
-    if spec.calendars and not parts:
-        parts.append(f"{len(spec.calendars)} calendar rule{'s' if len(spec.calendars) != 1 else ''}")
+    # The server keeps a cron expression as a calendar: shown as the cron it came from.
+    parts += [f"cron {_cron(calendar)}" for calendar in spec.calendars]
     return ", ".join(parts) or "no times (trigger only)"
+
+
+# A calendar's fields in cron's order, each with the range that means "every" (written `*`).
+CRON_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day_of_month", 1, 31), ("month", 1, 12), ("day_of_week", 0, 6))
+
+
+def _cron(calendar: Any) -> str:
+    fields = []
+    for name, low, high in CRON_FIELDS:
+        ranges = getattr(calendar, name, ()) or ()
+        if all(r.start <= low and max(r.end, r.start) >= high and r.step == 1 for r in ranges):
+            fields.append("*")
+            continue
+        fields.append(",".join(_range(r) for r in ranges))
+    return " ".join(fields)
+
+
+def _range(r: Any) -> str:
+    text = str(r.start) if r.end <= r.start else f"{r.start}-{r.end}"
+    return text + (f"/{r.step}" if r.step > 1 else "")
 
 
 def _duration(value: timedelta) -> str:

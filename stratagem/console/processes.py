@@ -65,7 +65,11 @@ def input_rows(spec: ProcessSpec) -> list[dict[str, Any]]:
             {
                 "name": name,
                 "label": field_label(name, schema),
-                "type": schema.get("type", "any") if isinstance(schema.get("type"), str) else "any",
+                "type": schema["type"]
+                if isinstance(schema.get("type"), str)
+                else "one of"
+                if "enum" in schema
+                else "any",
                 "choices": [shown(c) for c in schema.get("enum", [])],
                 "limits": " ".join(limits),
                 "required": "default" not in schema,
@@ -147,7 +151,8 @@ async def start_process(console: ConsoleState, who: str, spec: ProcessSpec, give
         run = RunInput(process=ProcessRun(spec=spec, inputs=given), started_by=who, options=console.start_options)
     except ValidationError as exc:
         raise ValueError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
-    memo = {"goal": render_goal(spec, final), "process": spec.name}
+    # As stratagem.client gives a process's runs (the goal rendered, the process named) for listings.
+    memo = {"goal": render_goal(spec, final), "process": {"name": spec.name, "version": spec.version}}
     handle = await start_run(console.client, run, task_queue=console.task_queue, memo=memo)
     handle.signer, handle.store = console.issuer, console.store
     return handle
