@@ -26,10 +26,11 @@ from temporalio.client import (
 )
 from test_console_attacks import browser, serving, sign_in
 
+from stratagem.client import get_run, run_input_of
 from stratagem.common.signing import Signer
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
 from stratagem.domain.process import ProcessRun
-from stratagem.domain.run_types import WORKFLOW_NAME, RunInput
+from stratagem.domain.run_types import WORKFLOW_NAME, Phase, RunInput
 from stratagem.io.plan_files import load_process_file
 
 pytestmark = pytest.mark.system
@@ -84,12 +85,19 @@ async def workflows_on(client: Client, task_queue: str, settle: float = 1.5) -> 
     return [w.id async for w in client.list_workflows(f"TaskQueue = '{task_queue}'")]
 
 
-async def schedule(client: Client, task_queue: str, run: RunInput | None, workflow: str = WORKFLOW_NAME) -> str:
-    """A real schedule, every hour: a Stratagem one (its action runs a process), or another's."""
+async def schedule(
+    client: Client,
+    task_queue: str,
+    run: RunInput | None,
+    workflow: str = WORKFLOW_NAME,
+    spec: ScheduleSpec | None = None,
+) -> str:
+    """A real schedule, every hour unless `spec` says otherwise: a Stratagem one (its action runs a
+    process), or another's."""
     schedule_id = f"sched-{uuid.uuid4().hex[:8]}"
     args = [run] if run is not None else ["something else"]
     action = ScheduleActionStartWorkflow(workflow, args=args, id=f"{schedule_id}-wf", task_queue=task_queue)
-    spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))])
+    spec = spec or ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))])
     await client.create_schedule(schedule_id, Schedule(action=action, spec=spec))
     return schedule_id
 
@@ -225,3 +233,52 @@ async def test_forged_or_wrong_start_requests_start_nothing(world):
         )
         assert changed.status_code == 409 and "changed since this form was shown" in changed.text
     assert await workflows_on(harness.client, harness.task_queue) == []
+
+
+async def listed(http: httpx.AsyncClient, path: str, run_id: str) -> str:
+    """A listing page once visibility lists the run (a moment after it starts)."""
+    for _ in range(80):
+        text = (await http.get(path)).text
+        if run_id in text:
+            return text
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{path} never listed {run_id}")
+
+
+async def test_a_run_started_from_the_form_is_the_persons_and_its_inputs_are_text_on_every_page(world):
+    harness, base, cookie, csrf, folder = world
+    spec = load_process_file(folder / "vendor-2.yaml")
+    form = {"csrf": csrf, "version": "2", "digest": spec.digest, "input.vendor": SCRIPT, "input.tier": "gold"}
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    async with browser(base, cookie) as http:
+        refused = await http.post("/processes/vendor-onboarding/start", data={**form, "input.amount": "-1"})
+        assert refused.status_code == 422 and "less than the minimum of 0" in refused.text
+        assert SCRIPT not in refused.text and escaped in refused.text
+        started = await http.post("/processes/vendor-onboarding/start", data={**form, "input.amount": "250"})
+        assert started.status_code == 303, started.text
+        run_id = started.headers["location"].removeprefix("/runs/")
+        run = get_run(harness.client, run_id)
+        harness.runs.append(run)
+        await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+        page = (await http.get(f"/runs/{run_id}")).text
+        assert "vendor-onboarding v2" in page and spec.digest[:12] in page and ">250<" in page
+        for text in (page, await listed(http, "/runs", run_id), await listed(http, "/", run_id)):
+            assert SCRIPT not in text and escaped in text
+        assert SCRIPT not in (await http.get("/processes")).text
+
+        by_api = await http.post(
+            "/api/processes/vendor-onboarding/start",
+            json={"inputs": {"vendor": "Globex", "tier": "silver"}, "digest": spec.digest},
+            headers={"X-Stratagem-CSRF": csrf},
+        )
+        assert by_api.status_code == 201, by_api.text
+        second = get_run(harness.client, by_api.json()["run_id"])
+        harness.runs.append(second)
+    first = await run_input_of(harness.client, run)
+    assert first.started_by == "dana" and first.process is not None
+    assert first.process.spec.digest == spec.digest
+    assert first.process.inputs == {"vendor": SCRIPT, "tier": "gold", "amount": 250}
+    assert (await run_input_of(harness.client, second)).started_by == "dana"
+    status = await harness.wait_for(second, lambda s: s.phase is Phase.awaiting_approval)
+    assert status.goal == "Onboard Globex"
+    assert sorted(await workflows_on(harness.client, harness.task_queue)) == sorted([run_id, second.id])

@@ -58,8 +58,15 @@ class ConsoleState:
         """A run's status and ledger: a 404 for a run that does not exist, a 503 for one nobody serves."""
         run = self.run(run_id)
         try:
-            status = await run.status()
-            ledger = await run.ledger()
+            # The page's live stream starts after the ledger's last event, so the status must not
+            # be older than the ledger: a run that moved on between the two queries would show its
+            # old status with no event left to bring the new one. Read again until the status is
+            # the same on both sides of the ledger (a run rarely moves twice in a few ms).
+            for _ in range(3):
+                status = await run.status()
+                ledger = await run.ledger()
+                if await run.status() == status:
+                    break
         except StratagemError as exc:
             raise HTTPException(503, str(exc)) from None
         except Exception as exc:
