@@ -21,6 +21,7 @@ from stratagem.cli import (
     parser_decisions,
     processes,
     render,
+    schedules,
     start,
 )
 from stratagem.cli.arguments import Commands
@@ -56,6 +57,7 @@ def parser() -> argparse.ArgumentParser:
         parser_decisions.add_keygen,
         inspection.add_views,
         processes.add_processes,
+        schedules.add_schedules,
     ):
         add(commands)
     return top

@@ -77,6 +77,15 @@ def add_run(commands: Commands) -> None:
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("goal", nargs="?", help="what to achieve (needs --planner)")
     source.add_argument("--plan", metavar="FILE", help="a plan file (YAML or JSON) written by a person")
+    add_run_options(run)
+    run.add_argument("--detach", action="store_true", help="print the run id and return at once")
+    run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
+    run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
+
+
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    """The options a run takes besides what it runs (tools, models, budget, approvers, escalation):
+    `run`'s, and `schedule create`'s for the runs a schedule starts. `run_options` reads them."""
     run.add_argument(
         "--tools",
         action="append",
@@ -168,9 +177,6 @@ def add_run(commands: Commands) -> None:
         choices=["reject", "stop"],
         help="reject what waited (default), or stop the run, once --escalation-timeout passed",
     )
-    run.add_argument("--detach", action="store_true", help="print the run id and return at once")
-    run.add_argument("--id", metavar="RUN_ID", help="choose the run id")
-    run.add_argument("--by", metavar="NAME", help="your name, recorded with your decisions")
 
 
 def run_options(args: argparse.Namespace, plan_file: Path | None, draft: PlanDraft | None) -> RunOptions:
@@ -274,13 +280,18 @@ def _tiers(specs: list[str]) -> dict[str, str]:
     return tiers
 
 
+def plan_folder_tools(args: argparse.Namespace, plan_file: Path | None) -> None:
+    """A plan folder may carry its own tools (as the examples do: plan.yaml + tools.py): used
+    when the command names none."""
+    if not args.tools and plan_file is not None and plan_file.resolve().with_name("tools.py").exists():
+        args.tools = [str(plan_file.resolve().with_name("tools.py"))]
+        render.note(f"note: loading tools from {args.tools[0]}", json_mode=args.json)
+
+
 async def cmd_run(args: argparse.Namespace) -> int:
     config = settings()
     plan_file = Path(args.plan) if args.plan else None
-    if not args.tools and plan_file is not None and plan_file.resolve().with_name("tools.py").exists():
-        # A plan folder may carry its own tools (as the examples do): plan.yaml + tools.py.
-        args.tools = [str(plan_file.resolve().with_name("tools.py"))]
-        render.note(f"note: loading tools from {args.tools[0]}", json_mode=args.json)
+    plan_folder_tools(args, plan_file)
     registry = ToolRegistry.from_modules(args.tools)
     draft = load_plan_file(plan_file) if plan_file else None
     options = run_options(args, plan_file, draft)
