@@ -12,6 +12,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_plus
 
 import httpx
 import pytest
@@ -31,7 +32,9 @@ from stratagem.common.signing import Signer
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
 from stratagem.domain.process import ProcessRun
 from stratagem.domain.run_types import WORKFLOW_NAME, Phase, RunInput
+from stratagem.domain.schedule_rules import ScheduleSource
 from stratagem.io.plan_files import load_process_file
+from stratagem.schedules import ScheduleRequest, Timing, create_schedule, describe_schedule
 
 pytestmark = pytest.mark.system
 
@@ -118,18 +121,30 @@ async def test_the_processes_page_lists_the_library_its_problems_and_schedules_t
     harness, base, cookie, csrf, folder = world
     client = harness.client
     spec = load_process_file(folder / "vendor-2.yaml")
-    ours = await schedule(
-        client, harness.task_queue, RunInput(process=ProcessRun(spec=spec, inputs={"vendor": SCRIPT, "tier": "gold"}))
+    ours = f"vendors-{uuid.uuid4().hex[:6]}"
+    await create_schedule(
+        client,
+        ScheduleRequest(
+            schedule_id=ours,
+            run=RunInput(
+                process=ProcessRun(
+                    spec=spec, inputs={"vendor": SCRIPT, "tier": "gold"}, time_zone="Europe/Paris", schedule=ours
+                ),
+                started_by="erin",
+            ),
+            source=ScheduleSource(cron=["0 9 1 * *"], process=spec.name, created_by="erin"),
+            timing=Timing(cron=["0 9 1 * *"], time_zone="Europe/Paris"),
+            task_queue=harness.task_queue,
+        ),
     )
     plain = RunInput(plan={"goal": "g", "steps": [{"id": "a", "title": "a", "tool": "record", "args": {"label": "x"}}]})
-    theirs = [
-        await schedule(client, harness.task_queue, plain),
-        await schedule(client, "elsewhere", None, "OtherWorkflow"),
-    ]
+    a_plan = await schedule(client, harness.task_queue, plain)  # Stratagem's, of no process: listed apart
+    foreign = await schedule(client, "elsewhere", None, "OtherWorkflow")  # not Stratagem's at all
+    unreadable = await schedule(client, "elsewhere", None)  # Stratagem's workflow, an input no run has
     async with browser(base, cookie) as http:
         for _ in range(60):  # schedules reach the list a moment after they are made
             page = await http.get("/processes")
-            if ours in page.text:
+            if all(s in page.text for s in (ours, a_plan, unreadable)):
                 break
             await asyncio.sleep(0.25)
         assert page.status_code == 200
@@ -138,15 +153,18 @@ async def test_the_processes_page_lists_the_library_its_problems_and_schedules_t
         assert spec.digest[:12] in html and "v2" in html and "v1" in html
         assert "Vendor name" in html and "As on the contract." in html and "gold, silver" in html
         assert "broken.yaml" in html and "Not loaded" in html  # shown, not hidden
-        assert ours in html and "every 1h" in html and "<time" in html
+        process_section = html[html.index('data-process="vendor-onboarding"') :]
+        assert ours in process_section and "cron &#39;0 9 1 * *&#39; (Europe/Paris)" in html
+        assert process_section.count("<time") >= 3  # its next run times
+        assert a_plan in html.split("Schedules of plans")[1]
+        assert f"schedule &#39;{unreadable}&#39; starts a run this console cannot read" in html
+        assert foreign not in html  # another's schedule is not the console's to show
         assert SCRIPT not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-        for other in theirs:
-            assert other not in html  # another's schedule is not the console's to show
         api = (await http.get("/api/processes")).json()
         [listed] = api["processes"]
         assert [v["version"] for v in listed["versions"]] == ["2", "1"]
         assert [s["id"] for s in listed["schedules"]] == [ours] and listed["schedules"][0]["next_times"]
-        assert any("broken.yaml" in p for p in api["problems"])
+        assert any("broken.yaml" in p for p in api["problems"]) and any(unreadable in p for p in api["problems"])
 
         paused = await http.post(f"/schedules/{ours}/pause", data={"csrf": csrf})
         assert paused.status_code == 303 and "paused" in paused.headers["location"]
@@ -158,23 +176,27 @@ async def test_the_processes_page_lists_the_library_its_problems_and_schedules_t
         assert not (await client.get_schedule_handle(ours).describe()).schedule.state.paused
         triggered = await http.post(f"/schedules/{ours}/trigger", data={"csrf": csrf})
         assert triggered.status_code == 303 and "triggered" in triggered.headers["location"]
-        for _ in range(40):
-            if (await client.get_schedule_handle(ours).describe()).info.num_actions == 1:
-                break
-            await asyncio.sleep(0.25)
-        assert (await client.get_schedule_handle(ours).describe()).info.num_actions == 1
+        [started] = [r.run_id for r in (await describe_schedule(client, ours)).recent]
+        assert f"run {started} started" in unquote_plus(triggered.headers["location"])
+        run = get_run(client, started)
+        harness.runs.append(run)
+        status = await harness.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+        assert status.process is not None and status.process.schedule == ours
+        assert status.process.inputs == {"vendor": SCRIPT, "tier": "gold", "amount": 100}
+        run_page = (await http.get(f"/runs/{started}")).text
+        assert f"schedule <code>{ours}</code>" in run_page and "(Europe/Paris)" in run_page
 
-        # Not the console's: refused, and the schedule is as it was.
-        for other in theirs:
+        # Not the console's to act on: refused, and the schedule is as it was.
+        for other, why in ((foreign, "is not a Stratagem schedule"), (unreadable, "this console cannot read")):
             for action in ("pause", "trigger"):
                 refused = await http.post(f"/schedules/{other}/{action}", data={"csrf": csrf})
-                assert refused.status_code == 404 and "not the console" in refused.text
+                assert refused.status_code == 404 and why in refused.text
                 api_refused = await http.post(f"/api/schedules/{other}/{action}", headers={"X-Stratagem-CSRF": csrf})
                 assert api_refused.status_code == 404
             description = await client.get_schedule_handle(other).describe()
             assert not description.schedule.state.paused and description.info.num_actions == 0
         missing = await http.post("/schedules/no-such-schedule/pause", data={"csrf": csrf})
-        assert missing.status_code == 404 and "there is no schedule" in missing.text
+        assert missing.status_code == 404 and "no schedule called" in missing.text
         # A schedule of ours still needs the person's CSRF token and the console's own page.
         assert (await http.post(f"/schedules/{ours}/pause", data={})).status_code == 403
     async with httpx.AsyncClient(base_url=base, cookies={"stratagem_session": cookie}) as bare:
@@ -183,7 +205,7 @@ async def test_the_processes_page_lists_the_library_its_problems_and_schedules_t
         )
         assert forged.status_code == 403
     assert not (await client.get_schedule_handle(ours).describe()).schedule.state.paused
-    for schedule_id in [ours, *theirs]:
+    for schedule_id in (ours, a_plan, foreign, unreadable):
         await client.get_schedule_handle(schedule_id).delete()
 
 

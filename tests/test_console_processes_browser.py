@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import ScheduleSpec
 from test_console_browser import CHROMIUM, free_port, serving
-from test_console_processes import SCRIPT, library, schedule
+from test_console_processes import SCRIPT, library
 
 from stratagem.client import get_run, run_input_of
 from stratagem.console import AuthMode, IdentityConfig, Users, create_app
 from stratagem.domain.process import ProcessRun
 from stratagem.domain.run_types import Phase, RunInput
+from stratagem.domain.schedule_rules import ScheduleSource
 from stratagem.io.plan_files import load_process_file
+from stratagem.schedules import ScheduleRequest, Timing, create_schedule
 
 pytestmark = [
     pytest.mark.system,
@@ -44,13 +46,18 @@ async def test_a_person_starts_a_process_from_its_form_in_the_browser(dev_harnes
         task_queue=dev_harness.task_queue,
         process_folders=[folder],
     )
-    monthly = RunInput(
-        process=ProcessRun(
-            spec=load_process_file(folder / "vendor-2.yaml"), inputs={"vendor": "Initech", "tier": "silver"}
-        )
+    spec = load_process_file(folder / "vendor-2.yaml")
+    schedule_id = f"vendors-{uuid.uuid4().hex[:6]}"
+    await create_schedule(
+        dev_harness.client,
+        ScheduleRequest(
+            schedule_id=schedule_id,
+            run=RunInput(process=ProcessRun(spec=spec, inputs={"vendor": "Initech", "tier": "silver"})),
+            source=ScheduleSource(cron=["0 9 1 * *"], process=spec.name),
+            timing=Timing(cron=["0 9 1 * *"], time_zone="Europe/Paris"),
+            task_queue=dev_harness.task_queue,
+        ),
     )
-    first_of_month = ScheduleSpec(cron_expressions=["0 9 1 * *"], time_zone_name="Europe/Paris")
-    schedule_id = await schedule(dev_harness.client, dev_harness.task_queue, monthly, spec=first_of_month)
     shots = [tmp_path, *([Path(os.environ["CONSOLE_SCREENSHOTS"])] if os.environ.get("CONSOLE_SCREENSHOTS") else [])]
 
     async def snap(page: Any, name: str) -> None:
@@ -83,7 +90,7 @@ async def test_a_person_starts_a_process_from_its_form_in_the_browser(dev_harnes
                     break
                 await asyncio.sleep(0.25)
                 await page.reload()
-            await expect(row).to_contain_text("cron 0 9 1 * * (Europe/Paris)")
+            await expect(row).to_contain_text("cron '0 9 1 * *' (Europe/Paris)")
             await expect(row.locator("time")).to_have_count(3)  # its next run times
             await snap(page, "processes")
             await row.locator("button[value=pause]").click()

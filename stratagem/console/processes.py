@@ -84,7 +84,7 @@ async def render_processes(
     request: Request, console: ConsoleState, who: str, *, done: str = "", error: str = "", status_code: int = 200
 ) -> Response:
     library = await library_of(console)
-    schedules, schedule_problems = await process_schedules(console.client)
+    schedules, others, schedule_problems = await process_schedules(console.client)
     rows = []
     for name in library.names():
         versions = library.versions(name)
@@ -102,8 +102,9 @@ async def render_processes(
         "rows": rows,
         "problems": library.problems,
         "schedule_problems": schedule_problems,
-        # Schedules whose process this console's library does not hold: shown, still theirs to pause.
-        "orphans": [view for views in schedules.values() for view in views],
+        # Schedules of plain plans, or of processes this console's library does not hold: shown,
+        # still Stratagem's to pause.
+        "orphans": [*others, *(row for rows in schedules.values() for row in rows)],
         "folders": library.folders,
         "done": done,
         "error": error,
@@ -200,6 +201,8 @@ async def schedule_form(
         return await render_processes(request, console, post.who, error=str(exc), status_code=404)
     except ValueError as exc:
         return await render_processes(request, console, post.who, error=str(exc), status_code=400)
+    except StratagemError as exc:
+        return await render_processes(request, console, post.who, error=str(exc), status_code=409)
     except RPCError as exc:
         return await render_processes(request, console, post.who, error=exc.message, status_code=503)
     return RedirectResponse(f"/processes?{urlencode({'done': done})}", status_code=303)
@@ -221,7 +224,7 @@ async def api_processes(console: Console) -> dict[str, Any]:
     """Every process of the console's library, each version with its digest and inputs schema, the
     schedules of each, and the files that did not load."""
     library = await library_of(console)
-    schedules, schedule_problems = await process_schedules(console.client)
+    schedules, _, schedule_problems = await process_schedules(console.client)
     processes = [
         {
             "name": name,
@@ -235,8 +238,8 @@ async def api_processes(console: Console) -> dict[str, Any]:
                 for spec in reversed(library.versions(name))
             ],
             "schedules": [
-                {**view.__dict__, "next_times": [t.isoformat() for t in view.next_times]}
-                for view in schedules.get(name, [])
+                {**row.__dict__, "next_times": [t.isoformat() for t in row.next_times]}
+                for row in schedules.get(name, [])
             ],
         }
         for name in library.names()
@@ -266,14 +269,16 @@ async def api_start(who: Decider, console: Console, name: str, body: Annotated[S
 
 @router.post("/api/schedules/{schedule_id}/{action}", tags=["processes"])
 async def api_schedule(who: Decider, console: Console, schedule_id: str, action: str) -> dict[str, str]:
-    """Pause, resume or trigger a schedule of a process (`action`: pause, resume, trigger). A
-    schedule that does not start runs of a Stratagem process is refused (404)."""
+    """Pause, resume or trigger one of Stratagem's schedules (`action`: pause, resume, trigger).
+    Any other schedule in the namespace is refused (404)."""
     try:
         done = await act(console.client, schedule_id, action, who)
     except NotOurs as exc:
         raise HTTPException(404, str(exc)) from None
     except ValueError as exc:
         raise HTTPException(400, str(exc)) from None
+    except StratagemError as exc:
+        raise HTTPException(409, str(exc)) from None
     except RPCError as exc:
         raise HTTPException(503, exc.message) from None
     return {"schedule_id": schedule_id, "message": done}
