@@ -59,12 +59,19 @@ VENDOR = {
 
 
 def library(folder: Path) -> Path:
-    """A process folder: vendor-onboarding in versions 1 and 2, and a file that does not load."""
+    """A process folder: vendor-onboarding in versions 1 and 2, research (which plans from its
+    goal), and a file that does not load."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vendor-2.yaml").write_text(yaml.safe_dump(VENDOR, sort_keys=False))
     older = {**VENDOR, "process": {**VENDOR["process"], "version": "1"}}
     (folder / "vendor-1.yaml").write_text(yaml.safe_dump(older, sort_keys=False))
     (folder / "broken.yaml").write_text("goal: [unclosed\n")
+    research = {
+        "process": {"name": "research"},
+        "inputs": {"topic": {"type": "string"}},
+        "goal": "Research ${inputs.topic}",
+    }
+    (folder / "research.yaml").write_text(yaml.safe_dump(research))  # no steps: it plans from its goal
     return folder
 
 
@@ -161,7 +168,8 @@ async def test_the_processes_page_lists_the_library_its_problems_and_schedules_t
         assert foreign not in html  # another's schedule is not the console's to show
         assert SCRIPT not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
         api = (await http.get("/api/processes")).json()
-        [listed] = api["processes"]
+        assert [p["name"] for p in api["processes"]] == ["research", "vendor-onboarding"]
+        listed = api["processes"][1]
         assert [v["version"] for v in listed["versions"]] == ["2", "1"]
         assert [s["id"] for s in listed["schedules"]] == [ours] and listed["schedules"][0]["next_times"]
         assert any("broken.yaml" in p for p in api["problems"]) and any(unreadable in p for p in api["problems"])
@@ -250,6 +258,10 @@ async def test_forged_or_wrong_start_requests_start_nothing(world):
         for body in bad_api:
             answer = await http.post("/api/processes/vendor-onboarding/start", json=body, headers=headers)
             assert answer.status_code in (404, 422), (body, answer.text)
+        # A process that plans from its goal needs a planner, which this console was not given.
+        assert 'id="no-planner"' in (await http.get("/processes/research/start")).text
+        planless = await http.post("/processes/research/start", data={"csrf": csrf, "input.topic": "tides"})
+        assert planless.status_code == 422 and "needs a planner model" in planless.text
         changed = await http.post(
             "/processes/vendor-onboarding/start", data={**good, "csrf": csrf, "digest": "ab" * 32}
         )

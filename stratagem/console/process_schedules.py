@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -61,10 +62,18 @@ class ScheduleRow:
             paused=view.paused,
             note=view.note,
             when=view.timing.describe(),
-            next_times=list(view.next_times[:NEXT_SHOWN]),
+            next_times=[_local(t, view.timing.time_zone) for t in view.next_times[:NEXT_SHOWN]],
             inputs=describe_inputs(view.inputs),
             actions=view.actions,
         )
+
+
+def _local(moment: datetime, zone: str) -> datetime:
+    """A run time as the schedule reads it (09:00 CET, not 08:00 UTC); UTC for a zone not known here."""
+    try:
+        return moment.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return moment
 
 
 async def process_schedules(client: Client) -> tuple[dict[str, list[ScheduleRow]], list[ScheduleRow], list[str]]:

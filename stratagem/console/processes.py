@@ -133,6 +133,8 @@ def render_start(
         "fields": start_fields(spec, draft),
         "error": draft.errors.get(WHOLE, ""),
         "plans_goal": not spec.steps,
+        # A process without steps needs a planner model, which only the console's configuration gives.
+        "no_planner": not spec.steps and not console.start_options.planner,
     }
     return console.templates.TemplateResponse(request, "start.html", context, status_code=status_code)
 
