@@ -26,7 +26,7 @@ from stratagem.client import RunHandle, start_run
 from stratagem.common.errors import StratagemError
 from stratagem.console.access import CheckedForm, Decider, Person, person
 from stratagem.console.process_schedules import NotOurs, act, process_schedules
-from stratagem.console.start_form import StartDraft, read_start, shown, start_fields
+from stratagem.console.start_form import FIELD_PREFIX, StartDraft, read_start, shown, start_fields
 from stratagem.console.state import Console, ConsoleState
 from stratagem.console.views import WHOLE, field_label, one_line
 from stratagem.domain.process import (
@@ -177,20 +177,21 @@ async def start_form(request: Request, post: CheckedForm, console: Console, name
         )
         return render_start(request, console, post.who, spec, draft, status_code=409)
     given, draft = read_start(spec, form, _now())
+    status = 422
     if not draft.errors:
         try:
             run = await start_process(console, post.who, spec, given)
         except ValueError as exc:
             draft.errors[WHOLE] = str(exc)
-        except (StratagemError, RPCError) as exc:
-            draft.errors[WHOLE] = f"the run could not be started: {one_line(exc)}"
+        except (StratagemError, RPCError) as exc:  # the server, not the form: as typed, to send again
+            draft.errors[WHOLE], status = f"the run could not be started: {one_line(exc)}", 503
         else:
             return RedirectResponse(f"/runs/{quote(run.id, safe='')}", status_code=303)
-    return render_start(request, console, post.who, spec, draft, status_code=422)
+    return render_start(request, console, post.who, spec, draft, status_code=status)
 
 
 def _typed(form: dict[str, Any]) -> dict[str, str]:
-    return {key.removeprefix("input."): str(raw) for key, raw in form.items() if key.startswith("input.")}
+    return {key.removeprefix(FIELD_PREFIX): str(raw) for key, raw in form.items() if key.startswith(FIELD_PREFIX)}
 
 
 @router.post("/schedules/{schedule_id}/{action}", include_in_schema=False)
