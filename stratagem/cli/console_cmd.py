@@ -80,6 +80,14 @@ def add_console_commands(commands: Commands) -> None:
         help="an address people open the console at, e.g. https://review.example.com behind a proxy; the "
         "console answers to no other name but its own address (default: $STRATAGEM_CONSOLE_URL); repeatable",
     )
+    console.add_argument(
+        "--processes",
+        action="append",
+        dest="process_folders",
+        metavar="FOLDER",
+        help="a folder of process files for the Processes page, read before $STRATAGEM_PROCESSES and "
+        "$STRATAGEM_HOME/processes; repeatable",
+    )
 
     console_user = commands.add(
         "console-user",
@@ -143,9 +151,14 @@ async def cmd_console(args: argparse.Namespace) -> int:
         raise CliError(
             f"--auth users: {users_path(args)} names nobody yet; add someone with: stratagem console-user NAME"
         )
+    folders = [Path(folder) for folder in args.process_folders or []]
+    missing = [str(folder) for folder in folders if not folder.is_dir()]
+    if missing:
+        raise CliError(f"--processes: {', '.join(missing)} is not a folder")
     if _in_use(args.host, args.port):
         raise CliError(f"{args.host}:{args.port} is in use (the embedded server's Web UI?); choose another with --port")
-    client = await open_client(settings())
+    temporal = settings()
+    client = await open_client(temporal)
     # It signs what people decide with an issuer key of its own (SECURITY.md, "Issuers"): the one
     # in STRATAGEM_SIGNING_KEY, else its home's, made on first use, which this home's workers trust.
     try:
@@ -153,7 +166,15 @@ async def cmd_console(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     slack_app = SlackApp.from_env()
-    app = create_app(client, identity, signer=signer, site=site, slack_app=slack_app)
+    app = create_app(
+        client,
+        identity,
+        signer=signer,
+        site=site,
+        slack_app=slack_app,
+        task_queue=temporal.task_queue,
+        process_folders=folders,
+    )
     if slack_app is not None:
         where = f"{site.public[0]}/slack/interactions" if site.public else "/slack/interactions (give --public-url)"
         bot = "" if slack_app.bot_token else "; no STRATAGEM_SLACK_BOT_TOKEN: Reject rejects without asking why"

@@ -10,24 +10,28 @@ security headers wrap them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from importlib.resources import files
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from temporalio.client import Client
 
+from stratagem.common.config import DEFAULT_TASK_QUEUE
 from stratagem.common.errors import RunUnresponsiveError
 from stratagem.common.signing import Keyring, Signer
-from stratagem.console import decisions, email_links, inbox, run_list, runs, sessions, slack, stream
+from stratagem.console import decisions, email_links, inbox, processes, run_list, runs, sessions, slack, stream
 from stratagem.console.access import NotSignedIn, not_signed_in
 from stratagem.console.guard import Guard, Site
 from stratagem.console.identity import IdentityConfig
 from stratagem.console.slack_app import SlackApp
 from stratagem.console.state import ConsoleState
 from stratagem.console.views import page_templates
+from stratagem.domain.run_options import RunOptions
 from stratagem.io.store import OutputStore
 
 CSP = (
@@ -47,6 +51,9 @@ def create_app(
     run_timeout: timedelta = RUN_TIMEOUT,
     site: Site | None = None,
     slack_app: SlackApp | None = None,
+    task_queue: str | None = None,
+    process_folders: Iterable[str | Path] = (),
+    start_options: RunOptions | None = None,
 ) -> FastAPI:
     """The console as an ASGI app over a connected Temporal client. `run_timeout` bounds each
     query and decision a page or a request sends a run; `site` names the addresses it answers to
@@ -67,6 +74,9 @@ def create_app(
         run_timeout=run_timeout,
         templates=page_templates(),
         slack=slack_app if slack_app is not None else SlackApp.from_env(),
+        task_queue=task_queue or os.environ.get("TEMPORAL_TASK_QUEUE") or DEFAULT_TASK_QUEUE,
+        process_folders=tuple(Path(folder).expanduser() for folder in process_folders),
+        start_options=start_options or RunOptions(),
     )
     app.mount("/static", StaticFiles(directory=str(files("stratagem.console") / "static")), name="static")
     app.add_middleware(Guard, site=site or Site())  # inside the one below, so its refusals carry the headers
@@ -74,7 +84,7 @@ def create_app(
     app.add_exception_handler(NotSignedIn, not_signed_in)
     app.add_exception_handler(RunUnresponsiveError, unresponsive)
     # In this order the API's paths are listed in /openapi.json as they always were (the new ones after).
-    for area in (inbox, runs, stream, decisions, sessions, email_links, slack, run_list):
+    for area in (inbox, runs, stream, decisions, sessions, email_links, slack, run_list, processes):
         app.include_router(area.router)
     return app
 

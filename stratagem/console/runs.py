@@ -74,6 +74,7 @@ async def render_run(
         "plan_yaml": edit if edit is not None else (dump_plan(plan.draft()) if plan else ""),
         "plan_problems": problems or [],
         "events": ledger.events[-200:],
+        "process": status.process,
         "error": error,
         "done": done,
     }
