@@ -53,6 +53,7 @@ from stratagem.schedules import (
     trigger_schedule,
     unpause_schedule,
 )
+from stratagem.standing_approvals import grant_standing, list_standing, revoke_standing
 from stratagem.tools import ToolContext, ToolRegistry, tool
 from stratagem.worker import build_worker, run_worker
 
@@ -84,10 +85,10 @@ __all__ = [
     "RepairInput",
     "ReviseInput",
     "Risk",
+    "RunAlreadyStartedError",
     "RunHandle",
     "RunInput",
     "RunOptions",
-    "RunAlreadyStartedError",
     "RunResult",
     "RunStatus",
     "RunUnresponsiveError",
@@ -109,10 +110,13 @@ __all__ = [
     "delete_schedule",
     "describe_schedule",
     "get_run",
+    "grant_standing",
     "list_schedules",
+    "list_standing",
     "load_plan_file",
     "load_process_file",
     "pause_schedule",
+    "revoke_standing",
     "run_worker",
     "start_process",
     "start_run",

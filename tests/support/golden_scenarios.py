@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from conftest import Harness
 
 from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.process import ProcessRun, ProcessSpec
 from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
@@ -444,6 +445,22 @@ async def escalation(h: Harness) -> list:
     return [run]
 
 
+async def process_run(h: Harness) -> list:
+    """A run of a process: its plan rendered at the start from typed inputs and the nominal time
+    (an activity), recorded in the ledger and the memo, then approved by a person (no grant)."""
+    spec = ProcessSpec(
+        name="payout",
+        inputs={"payee": {"type": "string"}, "month": {"type": "string", "default": "${nominal.previous_month}"}},
+        goal="Pay ${inputs.payee} for ${inputs.month}",
+        steps=[step("pay", "record", label="pay ${inputs.payee}")],
+    )
+    run = await h.start_input(RunInput(process=ProcessRun(spec=spec, inputs={"payee": "ada"})))
+    status = await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=status.revision))
+    await run.result()
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -465,4 +482,5 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "rejected_step": rejected_step,
     "quorum": quorum,
     "escalation": escalation,
+    "process_run": process_run,
 }
