@@ -92,3 +92,32 @@ async def test_a_monthly_schedule_with_a_standing_approval_runs_unreviewed_until
         status = await wait_started(harness, may)
         assert "approves monthly-spend v1; this run is v2" in (status.pending[0].standing or "")
         assert [c["label"] for c in harness.calls()] == ["report 2026-02: 100", "report 2026-03: 9000"]
+
+
+async def test_schedule_create_grants_the_standing_approval_in_the_same_command(cli_env, tmp_path):
+    env, harness = cli_env
+    path = write_plan(tmp_path / "spend.yaml", report("1"))
+    schedule_id = new_id("spend")
+    timing = ["--cron", "0 6 1 * *", "--input", "month=${nominal.previous_month}", "--input", "amount=100"]
+    async with schedules(harness) as made:
+        # A bound that cannot be is refused before anything is made: no schedule without its approval.
+        refused = await sched(
+            env, "create", schedule_id, "--plan", path, *TOOLS, *timing, "--by", "dana",
+            "--standing-approval", "--bound", "amount~5",
+        )  # fmt: skip
+        assert refused.returncode == 2 and "amount~5" in refused.stderr and "Traceback" not in refused.stderr
+        assert schedule_id not in (await sched(env, "list")).stdout
+
+        made.append(schedule_id)
+        created = await sched(
+            env, "create", schedule_id, "--plan", path, *TOOLS, *timing, "--by", "dana",
+            "--standing-approval", "--bound", "amount<=500",
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        assert "granted monthly-spend." in created.stdout + created.stderr
+        march = await month_run(harness, schedule_id, datetime(2026, 3, 1, 6, tzinfo=UTC))
+        assert (await march.result()).status is Phase.succeeded
+        [approval] = (await march.ledger()).decisions
+        assert (approval.by, approval.via) == ("dana", "standing")
+        listed = await acli("standing", "list", "monthly-spend", env=env)
+        assert f"schedule {schedule_id}" in listed.stdout or schedule_id in listed.stdout, listed.stdout

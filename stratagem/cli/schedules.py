@@ -32,9 +32,11 @@ from stratagem.cli.schedule_runs import (
     timing_of,
 )
 from stratagem.cli.session import background_worker, embedded, open_client, settings
+from stratagem.cli.standing import grant_for, standing_of
 from stratagem.cli.start import add_run_options, plan_folder_tools, run_options, scripted_folders
 from stratagem.common.config import Settings
 from stratagem.domain.schedule_rules import OVERLAP_POLICIES, describe_duration
+from stratagem.domain.standing import BOUND_SYNTAX
 from stratagem.models import load_model
 from stratagem.models.scripted import SCRIPTED_DIRS_ENV, allow_dirs
 from stratagem.schedules import (
@@ -127,6 +129,17 @@ def create_parser(sub: Any) -> argparse.ArgumentParser:
     create.add_argument("--paused", action="store_true", help="create it paused")
     add_run_options(create)
     create.add_argument("--by", metavar="NAME", help="your name: the runs' starter (four eyes) and the plan's author")
+    create.add_argument(
+        "--standing-approval",
+        action="store_true",
+        help="approve the process once, as --by: its runs go through unreviewed while unchanged and in --bound",
+    )
+    create.add_argument(
+        "--bound", action="append", default=[], metavar="EXPR", help=f"with --standing-approval: {BOUND_SYNTAX}"
+    )
+    create.add_argument(
+        "--approve-step", action="append", default=[], metavar="ID", help="with --standing-approval: a gated step too"
+    )
     return create
 
 
@@ -161,6 +174,7 @@ async def cmd_create(args: argparse.Namespace) -> int:
     timing = timing_of(args)
     config = settings()
     source = read_source(args.process, args.plan, args.version, args.processes)
+    standing = standing_of(args, source.spec)
     plan_folder_tools(args, source.folder_file)
     registry = ToolRegistry.from_modules(args.tools)
     try:
@@ -190,6 +204,9 @@ async def cmd_create(args: argparse.Namespace) -> int:
         )
         apply_policy(args, request)
         view = await create_schedule(client, request)
+        if standing:
+            granted = await grant_for(client, config, args, source.spec, schedule_id, by)
+            render.note(f"granted {granted.describe()}", json_mode=args.json)
         if hosted:  # the runs it starts need this home's background worker, with these tools
             done = await asyncio.to_thread(background_worker(config).ensure, args.tools, scripted_dirs=folders)
             if done:

@@ -7,16 +7,20 @@ import argparse
 from datetime import UTC, datetime
 from pathlib import Path
 
+from temporalio.client import Client
+
 from stratagem.cli import render
 from stratagem.cli.arguments import Commands
 from stratagem.cli.decisions import reviewer
 from stratagem.cli.errors import CliError
 from stratagem.cli.session import open_client, settings, workflow_host
-from stratagem.common.errors import PlanFileError
+from stratagem.common.config import Settings
+from stratagem.common.errors import ConfigError, DecisionRefusedError, PlanFileError
 from stratagem.domain.process import ProcessSpec
-from stratagem.domain.standing import BOUND_SYNTAX, Grant, Registry
+from stratagem.domain.standing import BOUND_SYNTAX, Grant, Registry, parse_bound
 from stratagem.io.plan_files import load_process_file
 from stratagem.io.process_library import ProcessLibrary, ProcessNotFound
+from stratagem.schedules import delete_schedule
 from stratagem.standing_approvals import grant_standing, list_standing, revoke_standing
 
 
@@ -159,3 +163,48 @@ async def cmd_revoke(args: argparse.Namespace) -> int:
     else:
         render.console.print(f"revoked {revocation.id}: later runs wait for a person", markup=False)
     return 0
+
+
+# ------------------------------------------------------------------ with `schedule create --standing-approval`
+
+
+def standing_of(args: argparse.Namespace, spec: ProcessSpec | None) -> bool:
+    """Whether create grants a standing approval; its bounds and steps checked before anything is made."""
+    if not args.standing_approval:
+        if args.bound or args.approve_step:
+            raise CliError("--bound and --approve-step go with --standing-approval")
+        return False
+    if spec is None:
+        raise CliError("a standing approval is for a process (a plan file with inputs:, or a library process)")
+    try:
+        for text in args.bound:
+            parse_bound(text, spec)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    steps = {step.id for step in spec.steps}
+    if unknown := [s for s in args.approve_step if s not in steps]:
+        raise CliError(f"{spec.label} has no step {', '.join(unknown)} (its steps: {', '.join(sorted(steps))})")
+    return True
+
+
+async def grant_for(
+    client: Client, config: Settings, args: argparse.Namespace, spec: ProcessSpec | None, schedule_id: str, by: str
+) -> Grant:
+    """The standing approval of a schedule just created. Refused (an untrusted key, say), the
+    schedule is deleted again: it was asked for as one thing, approved."""
+    assert spec is not None
+    try:
+        async with workflow_host(client, config.task_queue):
+            return await grant_standing(
+                client,
+                spec,
+                by=by,
+                bounds=args.bound,
+                steps=args.approve_step,
+                schedule=schedule_id,
+                comment=f"with schedule {schedule_id}",
+                task_queue=config.task_queue,
+            )
+    except (ValueError, DecisionRefusedError, ConfigError) as exc:
+        await delete_schedule(client, schedule_id)
+        raise CliError(f"{exc}; schedule {schedule_id} was not kept") from None
