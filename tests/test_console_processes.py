@@ -34,7 +34,7 @@ from stratagem.domain.process import ProcessRun
 from stratagem.domain.run_types import WORKFLOW_NAME, Phase, RunInput
 from stratagem.domain.schedule_rules import ScheduleSource
 from stratagem.io.plan_files import load_process_file
-from stratagem.schedules import ScheduleRequest, Timing, create_schedule, describe_schedule
+from stratagem.schedules import ScheduleRequest, ScheduleTiming, create_schedule, describe_schedule
 
 pytestmark = pytest.mark.system
 
@@ -140,7 +140,7 @@ async def test_the_processes_page_lists_the_library_its_problems_and_schedules_t
                 started_by="erin",
             ),
             source=ScheduleSource(cron=["0 9 1 * *"], process=spec.name, created_by="erin"),
-            timing=Timing(cron=["0 9 1 * *"], time_zone="Europe/Paris"),
+            timing=ScheduleTiming(cron=["0 9 1 * *"], time_zone="Europe/Paris"),
             task_queue=harness.task_queue,
         ),
     )

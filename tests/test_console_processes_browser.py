@@ -23,7 +23,7 @@ from stratagem.domain.process import ProcessRun
 from stratagem.domain.run_types import Phase, RunInput
 from stratagem.domain.schedule_rules import ScheduleSource
 from stratagem.io.plan_files import load_process_file
-from stratagem.schedules import ScheduleRequest, Timing, create_schedule
+from stratagem.schedules import ScheduleRequest, ScheduleTiming, create_schedule
 
 pytestmark = [
     pytest.mark.system,
@@ -54,7 +54,7 @@ async def test_a_person_starts_a_process_from_its_form_in_the_browser(dev_harnes
             schedule_id=schedule_id,
             run=RunInput(process=ProcessRun(spec=spec, inputs={"vendor": "Initech", "tier": "silver"})),
             source=ScheduleSource(cron=["0 9 1 * *"], process=spec.name),
-            timing=Timing(cron=["0 9 1 * *"], time_zone="Europe/Paris"),
+            timing=ScheduleTiming(cron=["0 9 1 * *"], time_zone="Europe/Paris"),
             task_queue=dev_harness.task_queue,
         ),
     )
