@@ -6,6 +6,7 @@ refused, and the registry holds nothing it did not check."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -111,9 +112,12 @@ async def test_a_signed_grant_is_listed_and_a_signed_revocation_ends_it(harness)
 
 async def test_the_registry_refuses_what_nobody_trusted_signed(harness):
     assert "accepts only signed decisions" in await _refused(harness, unsigned_grant())
-    mallory = Signer.generate("mallory")  # a key no worker trusts
+    # A name no key of the session's home has: another test's "mallory" made one there, which
+    # the worker trusts, and the forged grant was then refused for its signature instead.
+    name = f"mallory-{uuid.uuid4().hex[:6]}"
+    mallory = Signer.generate(name)  # a key no worker trusts
     rid = registry_id(harness.task_queue)
-    untrusted = mallory.sign(rid, GRANT_KIND, unsigned_grant(by="mallory"))
+    untrusted = mallory.sign(rid, GRANT_KIND, unsigned_grant(by=name))
     assert "a key this worker does not trust" in await _refused(harness, untrusted)
     # dana's own key, for a grant by somebody else: a key signs only for its own name.
     from stratagem.client import decision_signer
