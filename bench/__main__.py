@@ -29,6 +29,7 @@ MEASURES = [
     "long_horizon",
     "concurrency",
     "approval_latency",
+    "process_runs",
     "inbox_scale",
     "model_economics",
 ]
