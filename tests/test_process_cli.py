@@ -109,6 +109,11 @@ async def test_wrong_inputs_are_refused_in_one_line_before_anything_starts(cli_e
         await acli("run", "pay the vendor", "--planner", "scripted:x.yaml", "--input", "a=b", env=env),
         "a goal takes no inputs",
     )
+    # Nor does --time-zone, which only a process's nominal-time dates read: not silently ignored.
+    one_line_error(
+        await acli("run", *TOOLS, "--plan", plain, "--time-zone", "Europe/Berlin", env=env),
+        "a plain plan or a goal has none",
+    )
 
 
 def _process_key():

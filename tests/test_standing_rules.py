@@ -94,6 +94,8 @@ def test_a_number_bound_never_holds_for_a_value_that_is_not_a_number():
         ("country in DE", "write the values as [A,B]"),
         ("amount=much", "'amount' is a number"),
         ("__import__('os')", "is not one of"),
+        ("country=XX", "'country' is never XX (it takes one of DE, FR, US)"),
+        ("country in [DE,ZZ]", "'country' is never ZZ"),
     ],
 )
 def test_a_bound_that_cannot_be_is_refused_in_one_line(text, says):

@@ -53,7 +53,7 @@ def add_process_options(run: argparse.ArgumentParser) -> None:
     )
     process.add_argument("--version", metavar="V", help="the process's version (default: the highest)")
     process.add_argument(
-        "--time-zone", default="UTC", metavar="TZ", help="where ${nominal.X} dates are read (default: UTC)"
+        "--time-zone", metavar="TZ", help="where a process's ${nominal.X} dates are read (default: UTC)"
     )
     add_library_options(process)
 
@@ -124,6 +124,10 @@ def run_target(args: argparse.Namespace) -> ProcessSpec | None:
         raise CliError(f"--input and --inputs are for a process (a plan file with inputs:, or --process NAME); {what}")
     if version is not None:
         raise CliError("--version chooses a process's version: give --process NAME (or a process's name)")
+    if args.time_zone is not None:
+        raise CliError(
+            "--time-zone says where a process's ${nominal.X} dates are read; a plain plan or a goal has none"
+        )
     return None
 
 

@@ -303,6 +303,11 @@ def plan_folder_tools(args: argparse.Namespace, plan_file: Path | None) -> None:
 async def cmd_run(args: argparse.Namespace) -> int:
     config = settings()
     spec = run_target(args)
+    if spec is None and args.time_zone is not None:
+        raise CliError(
+            "--time-zone says where a process's ${nominal.X} dates are read; a plain plan or a goal has none"
+        )
+    args.time_zone = args.time_zone or "UTC"
     plan_file = Path(args.plan) if args.plan else (source_file(spec) if spec else None)
     plan_folder_tools(args, plan_file)
     bulk = spec is not None and is_bulk(args.inputs)

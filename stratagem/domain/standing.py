@@ -152,6 +152,14 @@ def bound_problem(bound: Bound, spec: ProcessSpec) -> str | None:
         return f"bound {bound}: 'in' needs a list of 1 to 100 values"
     if kind in ("number", "integer") and bound.op in ("=", "!=") and not _number(bound.value):
         return f"bound {bound}: '{bound.input}' is a number"
+    choices = field.get("enum")
+    if isinstance(choices, list) and bound.op in ("=", "in"):
+        # A value the input can never take: the grant would approve nothing, and say otherwise.
+        wanted = bound.value if isinstance(bound.value, list) else [bound.value]
+        never = [v for v in wanted if not any(_same(c, v) for c in choices)]
+        if never:
+            shown = ", ".join(str(c) for c in choices[:20])
+            return f"bound {bound}: '{bound.input}' is never {', '.join(str(v) for v in never[:5])} (it takes one of {shown})"
     return None
 
 
