@@ -230,7 +230,15 @@ class RunHandle:
         """A query. One that times out (nobody runs the workflow) raises RunUnresponsiveError;
         one the workflow cannot answer (a worker with another encryption key) StratagemError."""
         try:
-            return await self._ask(name, result_type, *args)
+            try:
+                return await self._ask(name, result_type, *args)
+            except RPCError as exc:
+                # "context canceled": the worker the query went to dropped it (its process going
+                # away; once, an SDK panic in a command's hosted worker). Asked again, another answers.
+                if exc.status is not RPCStatusCode.CANCELLED:
+                    raise
+                await asyncio.sleep(0.2)
+                return await self._ask(name, result_type, *args)
         except RunUnresponsiveError:
             # A query that reaches a worker just as the run ends can be dropped with the run's
             # cached state; asked again, a closed run answers from its history.
