@@ -4,17 +4,16 @@ come from the machine's zone database, which the workflow may not read."""
 
 from __future__ import annotations
 
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from temporalio import activity
 
 from stratagem.domain import activity_io
 from stratagem.domain.process import (
     ProcessRecord,
-    check_inputs,
-    expand_nominal,
     render_goal,
     render_plan,
+    run_values,
     spec_problems,
 )
 
@@ -24,17 +23,8 @@ async def prepare_process(request: activity_io.ProcessInput) -> activity_io.Prep
     process, spec = request.process, request.process.spec
     # The process is checked again here: a start through the plain Temporal client skipped the
     # checks the command line makes.
-    problems = spec_problems(spec)
-    try:
-        nominal = request.nominal.astimezone(ZoneInfo(process.time_zone))
-    except (ZoneInfoNotFoundError, ValueError):
-        return activity_io.PreparedProcess(
-            goal=spec.goal, problems=[*problems, f"'{process.time_zone[:64]}' is not a time zone this worker knows"]
-        )
-    values, more = expand_nominal(spec, process.inputs, nominal)
-    problems += more
-    final, more = check_inputs(spec, values)
-    problems += more
+    final, problems = run_values(spec, process.inputs, request.nominal, process.time_zone)
+    problems = spec_problems(spec) + problems
     if problems:
         return activity_io.PreparedProcess(goal=spec.goal, problems=problems)
     record = ProcessRecord(
@@ -43,7 +33,7 @@ async def prepare_process(request: activity_io.ProcessInput) -> activity_io.Prep
         digest=spec.digest,
         inputs=final,
         schedule=process.schedule,
-        nominal=nominal,
+        nominal=request.nominal.astimezone(ZoneInfo(process.time_zone)),
         time_zone=process.time_zone,
     )
     return activity_io.PreparedProcess(goal=render_goal(spec, final), plan=render_plan(spec, final), record=record)
