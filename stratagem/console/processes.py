@@ -22,23 +22,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import RPCError
 
-from stratagem.client import RunHandle, start_run
+from stratagem.client import RunHandle
 from stratagem.common.errors import StratagemError
 from stratagem.console.access import CheckedForm, Decider, Person, person
 from stratagem.console.process_schedules import NotOurs, act, process_schedules
 from stratagem.console.start_form import FIELD_PREFIX, StartDraft, read_start, shown, start_fields
 from stratagem.console.state import Console, ConsoleState
 from stratagem.console.views import WHOLE, field_label, one_line
-from stratagem.domain.process import (
-    ProcessRun,
-    ProcessSpec,
-    check_inputs,
-    expand_nominal,
-    inputs_schema,
-    render_goal,
-)
-from stratagem.domain.run_types import RunInput
+from stratagem.domain.process import ProcessSpec, inputs_schema, run_values
 from stratagem.io.process_library import ProcessLibrary, ProcessNotFound
+from stratagem.process_runs import start_process as start_process_run
 
 router = APIRouter(dependencies=[Depends(person)])
 
@@ -148,15 +141,12 @@ async def start_page(request: Request, who: Person, console: Console, name: str,
 async def start_process(console: ConsoleState, who: str, spec: ProcessSpec, given: dict[str, Any]) -> RunHandle:
     """Start a run of `spec` with checked inputs, recorded as started by `who`. ValueError (the
     run's own refusal, e.g. a process that plans its goal and no planner) or StratagemError."""
-    expanded, _ = expand_nominal(spec, given, _now())
-    final, _ = check_inputs(spec, expanded)
     try:
-        run = RunInput(process=ProcessRun(spec=spec, inputs=given), started_by=who, options=console.start_options)
+        handle = await start_process_run(
+            console.client, spec, given, task_queue=console.task_queue, options=console.start_options, started_by=who
+        )
     except ValidationError as exc:
         raise ValueError(str(exc.errors()[0]["msg"]).removeprefix("Value error, ")) from None
-    # As stratagem.client gives a process's runs (the goal rendered, the process named) for listings.
-    memo = {"goal": render_goal(spec, final), "process": {"name": spec.name, "version": spec.version}}
-    handle = await start_run(console.client, run, task_queue=console.task_queue, memo=memo)
     handle.signer, handle.store = console.issuer, console.store
     return handle
 
@@ -257,10 +247,9 @@ async def api_start(who: Decider, console: Console, name: str, body: Annotated[S
     spec = find(await library_of(console), name, body.version)
     if body.digest and body.digest != spec.digest:
         raise HTTPException(409, f"{spec.label} changed since its digest {body.digest[:16]}… was read")
-    expanded, problems = expand_nominal(spec, body.inputs, _now())
-    _, found = check_inputs(spec, expanded)
-    if problems or found:
-        raise HTTPException(422, "; ".join([*problems, *found]))
+    _, problems = run_values(spec, body.inputs, _now())
+    if problems:
+        raise HTTPException(422, "; ".join(problems))
     try:
         run = await start_process(console, who, spec, body.inputs)
     except ValueError as exc:
