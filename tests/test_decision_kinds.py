@@ -10,6 +10,7 @@ import typing
 import pytest
 
 from stratagem.cli import decisions as cli_decisions
+from stratagem.cli import effects as cli_effects
 from stratagem.cli import parser
 from stratagem.client import RunHandle
 from stratagem.domain import handlers
@@ -52,7 +53,8 @@ def test_each_cli_verb_is_a_command_with_the_kinds_help_and_a_deciding_handler()
             command = commands.choices[verb.name]
             assert command.description == verb.help
             handler = command.get_default("handler")
-            assert handler is getattr(cli_decisions, "cmd_" + verb.name.replace("-", "_"))
+            module = cli_effects if verb.name in cli_effects.EFFECTS else cli_decisions
+            assert handler is getattr(module, "cmd_" + verb.name.replace("-", "_"))
             assert kinds.BY_VERB[verb.name] is kind
 
 

@@ -72,7 +72,7 @@ def reviewer(args: argparse.Namespace) -> str:
     return signer.name
 
 
-async def _decide(args: argparse.Namespace, kind: Kind, decision: DecisionInput) -> int:
+async def decide(args: argparse.Namespace, kind: Kind, decision: DecisionInput) -> int:
     async with hosted_run(args.run_id) as run:
         outcome = await run.decide(kind, decision)
     return _done(args, run.id, outcome)
@@ -146,7 +146,7 @@ async def cmd_approve(args: argparse.Namespace) -> int:
     if isinstance(call, StepTarget):
         return await _approve_step(args, decision)
     if not isinstance(call, CallTarget):
-        return await _decide(args, kinds.APPROVE, decision)
+        return await decide(args, kinds.APPROVE, decision)
     async with hosted_run(args.run_id) as run:
         waiting = next(
             (
@@ -215,7 +215,7 @@ async def cmd_reject(args: argparse.Namespace) -> int:
     decision = RejectInput(
         by=reviewer(args), reason=args.reason, revision=args.revision, step_id=args.step, call_id=_call(args)
     )
-    return await _decide(args, kinds.REJECT, decision)
+    return await decide(args, kinds.REJECT, decision)
 
 
 def json_option(text: str, option: str) -> object:
@@ -246,7 +246,7 @@ async def cmd_retry(args: argparse.Namespace) -> int:
     decision = RepairInput(
         by=reviewer(args), action=RepairAction.retry, step_id=args.step_id, args=new_args, reason=args.reason
     )
-    return await _decide(args, kinds.REPAIR, decision)
+    return await decide(args, kinds.REPAIR, decision)
 
 
 def skip_options(skip: argparse.ArgumentParser) -> None:
@@ -262,7 +262,7 @@ async def cmd_skip(args: argparse.Namespace) -> int:
     decision = RepairInput(
         by=reviewer(args), action=RepairAction.skip, step_id=args.step_id, output=output, reason=args.reason
     )
-    return await _decide(args, kinds.REPAIR, decision)
+    return await decide(args, kinds.REPAIR, decision)
 
 
 def ask_again_options(again: argparse.ArgumentParser) -> None:
@@ -274,7 +274,7 @@ def ask_again_options(again: argparse.ArgumentParser) -> None:
 
 async def cmd_ask_again(args: argparse.Namespace) -> int:
     decision = RepairInput(by=reviewer(args), action=RepairAction.ask_again, step_id=args.step_id, reason=args.reason)
-    return await _decide(args, kinds.REPAIR, decision)
+    return await decide(args, kinds.REPAIR, decision)
 
 
 def stop_options(stop: argparse.ArgumentParser) -> None:
@@ -285,7 +285,7 @@ def stop_options(stop: argparse.ArgumentParser) -> None:
 
 async def cmd_stop(args: argparse.Namespace) -> int:
     decision = RepairInput(by=reviewer(args), action=RepairAction.stop, reason=args.reason)
-    return await _decide(args, kinds.REPAIR, decision)
+    return await decide(args, kinds.REPAIR, decision)
 
 
 def revise_options(revise: argparse.ArgumentParser) -> None:
@@ -299,7 +299,7 @@ def revise_options(revise: argparse.ArgumentParser) -> None:
 async def cmd_revise(args: argparse.Namespace) -> int:
     draft = load_plan_file(args.plan_file)
     decision = ReviseInput(by=reviewer(args), plan=draft, revision=args.revision, reason=args.reason)
-    return await _decide(args, kinds.REVISE, decision)
+    return await decide(args, kinds.REVISE, decision)
 
 
 def answer_options(answer: argparse.ArgumentParser) -> None:
@@ -317,7 +317,7 @@ async def cmd_answer(args: argparse.Namespace) -> int:
             answer = json.loads(args.text)
         except json.JSONDecodeError as exc:
             raise CliError(f"--json-value: the answer is not JSON: {json_problem(exc)}") from None
-    return await _decide(args, kinds.ANSWER, AnswerInput(step_id=args.step_id, answer=answer, by=reviewer(args)))
+    return await decide(args, kinds.ANSWER, AnswerInput(step_id=args.step_id, answer=answer, by=reviewer(args)))
 
 
 _LIMIT_NAMES = {"tokens": "tokens", "cost": "cost_usd", "calls": "model_calls", "seconds": "wall_clock_seconds"}
@@ -371,7 +371,7 @@ async def cmd_budget(args: argparse.Namespace) -> int:
         if not limits:
             raise CliError("give a limit to raise (--tokens, --cost, --calls, --seconds) or --stop")
         decision = BudgetInput.model_validate({"by": by, "reason": args.reason or "", **limits})
-    return await _decide(args, kinds.BUDGET, decision)
+    return await decide(args, kinds.BUDGET, decision)
 
 
 Options = Callable[[argparse.ArgumentParser], None]

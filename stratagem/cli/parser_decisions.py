@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from stratagem.cli.arguments import Commands
 from stratagem.cli.decisions import DECIDING, cmd_cancel, cmd_keygen
+from stratagem.cli.effects import EFFECTS
 from stratagem.domain.decisions import KINDS
 
 
@@ -18,7 +19,7 @@ def add_decisions(commands: Commands) -> None:
     person, a run's budget, and the repairs, each named and described by its kind's verb."""
     for kind in KINDS:
         for verb in kind.verbs:
-            handler, options = DECIDING[verb.name]
+            handler, options = DECIDING.get(verb.name) or EFFECTS[verb.name]
             options(commands.add(verb.name, handler, verb.help))
 
 

@@ -33,6 +33,16 @@ class ToolSpec(CompactModel):
     irreversible: bool = Field(
         default=False, description="Its effects cannot be undone: risk high, and every use needs approval."
     )
+    compensate: str | None = Field(
+        default=None,
+        description="The tool that undoes its effect (`@tool(compensate=...)`): called with the same arguments "
+        "(and the output, as `original_output`, if it takes one) when a run compensates.",
+    )
+    reconcile: bool = Field(
+        default=False,
+        description="It has a reconcile check (`@tool(reconcile=...)`): before retrying an attempt whose outcome is "
+        "unknown, the check says whether the effect happened, and its answer becomes the output if it did.",
+    )
 
     @property
     def floor(self) -> Risk | None:

@@ -152,6 +152,9 @@ class RepairAction(str, Enum):
     ask_again = "ask_again"
     """Ask a human step's question again: its answer is dropped, and the failed steps that used it
     run again with the new one."""
+    compensate = "compensate"
+    """Give up on the goal and undo the effects that ran: the compensation plan, reviewed like a
+    revision (level 10)."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,12 @@ class StopRepair:
     """End the run as failed."""
 
 
-Repair = RetryRepair | SkipRepair | AskAgainRepair | StopRepair
+@dataclass(frozen=True)
+class CompensateRepair:
+    """Give up on the goal and undo the effects that ran."""
+
+
+Repair = RetryRepair | SkipRepair | AskAgainRepair | StopRepair | CompensateRepair
 """A repair, each action with the fields it means something for."""
 
 
@@ -208,6 +216,8 @@ class RepairInput(DecisionInput):
         (DecisionRefusedError)."""
         if self.action is RepairAction.stop:
             return StopRepair()
+        if self.action is RepairAction.compensate:
+            return CompensateRepair()
         if self.step_id is None:
             if self.action is RepairAction.ask_again:
                 raise DecisionRefusedError("ask_again needs the human step whose question is asked again")
@@ -217,6 +227,16 @@ class RepairInput(DecisionInput):
         if self.action is RepairAction.skip:
             return SkipRepair(self.step_id, self.output)
         return RetryRepair(self.step_id, self.args)
+
+
+class ResolveInput(DecisionInput):
+    """A person's word on an in-doubt step (level 10): its effect happened (with the output it had,
+    if known) and the step succeeds, or it did not and the step runs again."""
+
+    step_id: str
+    happened: bool
+    output: Any = Field(default=None, description="happened: the step's output, if known (else null).")
+    reason: str = Field(default="", max_length=TEXT_LIMIT)
 
 
 class ReviseInput(DecisionInput):

@@ -29,6 +29,9 @@ class StepStatus(str, Enum):
     failed = "failed"
     skipped = "skipped"
     cancelled = "cancelled"
+    in_doubt = "in_doubt"
+    """An attempt ended without telling whether its effect happened (a lost worker, a timeout): the
+    step waits for a person to say (`resolve`), and is never retried blindly (level 10)."""
 
     @property
     def finished(self) -> bool:

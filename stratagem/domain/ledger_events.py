@@ -79,6 +79,18 @@ class EventKind(str, Enum):
     """An escalated decision waited past escalation_timeout: the run rejected it or stopped (data: then)."""
     process_rendered = "process_rendered"
     """A run of a process rendered its plan (or goal) from its inputs (data: the process, version, digest, inputs)."""
+    compensation_planned = "compensation_planned"
+    """The run ends without its goal: the undos of its effects became a revision (level 10)."""
+    run_compensated = "run_compensated"
+    """Every undo of the compensation succeeded: the run ended compensated."""
+    run_compensation_failed = "run_compensation_failed"
+    """The compensation did not finish (rejected, stopped, an undo failed for good): effects remain."""
+    step_in_doubt = "step_in_doubt"
+    """A step's attempt ended without telling whether its effect happened; a person decides (level 10)."""
+    step_reconciled = "step_reconciled"
+    """Before a retry, the tool's reconcile check found the effect had happened: its answer is the output."""
+    in_doubt_resolved = "in_doubt_resolved"
+    """A person said whether an in-doubt step's effect happened (data: happened)."""
 
 
 def _none(value: Any) -> bool:

@@ -46,6 +46,21 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+class Compensation(CompactModel):
+    """How a step's effect is undone, when a run that ends without its goal compensates
+    (stratagem.domain.compensation): a tool and its arguments. Arguments may reference the step's
+    own output (`${step_id}`, `${step_id.field}`) and its ancestors' outputs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(min_length=1, description="The registered tool that undoes the step's effect.")
+    args: dict[str, Any] | None = Field(
+        default=None,
+        description="The undo's arguments; None: the step's own arguments (and its output, if the undo takes "
+        "`original_output`).",
+    )
+
+
 class Step(CompactModel):
     """One node of the task graph."""
 
@@ -121,6 +136,11 @@ class Step(CompactModel):
         default=None,
         description="For human steps: what the answer must look like, as a JSON Schema (types, properties, "
         "required, enum, bounds). A wrong answer is refused and the step keeps waiting.",
+    )
+    compensate: Compensation | None = Field(
+        default=None,
+        description="How to undo this step's effect if the run ends without its goal: {tool, args}. Default: "
+        "the compensation its tool declares, if any.",
     )
 
     @property

@@ -23,7 +23,7 @@ from typing import Protocol
 
 # The level this code stamps on the runs it starts (stratagem.client.start_run) and the highest
 # it runs: a worker fails the workflow tasks of a run above it until a newer worker takes them.
-RUN_LEVEL = 9
+RUN_LEVEL = 10
 
 
 class Change(Enum):
@@ -83,6 +83,15 @@ class Change(Enum):
     # step's or the plan's first approval as enough: the level keeps such runs from it.
     QUORUM = 9, None, "an approval may need several different people (quorum), none of them its author (four eyes)"
     ESCALATION_GROUPS = 9, None, "a decision left past escalate_after goes to the escalate_to group, then expires"
+    # Level 10: effects that can be undone or reconciled (issue #41). An older worker would retry
+    # an irreversible tool's attempt of unknown outcome blindly, and know no compensation.
+    COMPENSATION = 10, None, "a run that ends without its goal may undo its effects (on_failure: compensate, a repair)"
+    IN_DOUBT = (
+        10,
+        None,
+        "an attempt of unknown outcome is reconciled (a tool's check) or waits for a person (irreversible), "
+        "never retried blindly",
+    )
 
 
 class Leveled(Protocol):

@@ -25,6 +25,9 @@ STATUS_SEARCH_ATTRIBUTE = "StratagemStatus"
 class ReviewTimeoutAction(str, Enum):
     fail = "fail"
     """End the run as failed."""
+    compensate = "compensate"
+    """Undo the effects that ran (the compensation plan, reviewed like a revision), then end the run
+    compensated (level 10)."""
     escalate = "escalate"
     """Record an escalation, flag the pending decision, and keep waiting."""
 
@@ -41,6 +44,9 @@ class FailureAction(str, Enum):
     """Wait for a person to retry the step, skip it with an output, revise the plan, or stop."""
     fail = "fail"
     """End the run as failed."""
+    compensate = "compensate"
+    """Undo the effects that ran (the compensation plan, reviewed like a revision), then end the run
+    compensated (level 10)."""
 
 
 class Mode(str, Enum):

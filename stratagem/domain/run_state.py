@@ -20,6 +20,19 @@ from stratagem.domain.run_options import RunOptions
 from stratagem.domain.step_preview import StepPreview
 
 
+class Compensating(CompactModel):
+    """A run that gave up on its goal and undoes its effects (level 10): why it gave up, the
+    revision that holds the undos, and the steps whose effects stay because nothing undoes them.
+    Set when the compensation plan is derived (stratagem.domain.compensation); the run then ends
+    compensated or compensation_failed, whatever the revision's steps do."""
+
+    reason: str = Field(description="Why the run gave up on its goal (the failure, the stop, the rejection).")
+    revision: int = Field(ge=1, description="The revision of undo steps.")
+    cannot_undo: list[str] = Field(
+        default_factory=list, description="Steps that ran with effects and have no compensation."
+    )
+
+
 class Fork(BaseModel):
     """Where a forked run comes from, and the outputs it carries over instead of running again."""
 
@@ -42,10 +55,21 @@ class Phase(str, Enum):
     failed = "failed"
     rejected = "rejected"
     cancelled = "cancelled"
+    compensated = "compensated"
+    """The run ended without its goal, and every effect that could be undone was (level 10)."""
+    compensation_failed = "compensation_failed"
+    """The run ended without its goal, and its compensation did not finish: effects remain (level 10)."""
 
     @property
     def finished(self) -> bool:
-        return self in (Phase.succeeded, Phase.failed, Phase.rejected, Phase.cancelled)
+        return self in (
+            Phase.succeeded,
+            Phase.failed,
+            Phase.rejected,
+            Phase.cancelled,
+            Phase.compensated,
+            Phase.compensation_failed,
+        )
 
 
 class DecisionKind(str, Enum):
@@ -55,6 +79,8 @@ class DecisionKind(str, Enum):
     budget = "budget"
     repair = "repair"
     tool_call_approval = "tool_call_approval"
+    in_doubt = "in_doubt"
+    """A step's attempt ended without telling whether its effect happened; a person says (level 10)."""
 
 
 class StandingUse(CompactModel):
@@ -182,6 +208,9 @@ class RunState(BaseModel):
     )
     started_by: str | None = Field(
         default=None, description="Who started the run (RunInput.started_by), whom four eyes keeps from approving."
+    )
+    compensation: Compensating | None = Field(
+        default=None, description="Level 10: the run gave up on its goal and undoes its effects."
     )
 
     @property

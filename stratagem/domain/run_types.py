@@ -25,6 +25,7 @@ from stratagem.domain.decision_inputs import (
     RejectInput,
     RepairAction,
     RepairInput,
+    ResolveInput,
     ReviseInput,
 )
 from stratagem.domain.plan import Author, PlanDraft
@@ -50,7 +51,7 @@ from stratagem.domain.run_reports import (
     progress_markdown,
     run_status,
 )
-from stratagem.domain.run_state import DecisionKind, Fork, PausedCall, PendingDecision, Phase, RunState
+from stratagem.domain.run_state import Compensating, DecisionKind, Fork, PausedCall, PendingDecision, Phase, RunState
 from stratagem.domain.usage import Budget  # callers import it from here, where RunOptions lived
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "Budget",
     "BudgetInput",
     "DecisionInput",
+    "Compensating",
     "DecisionKind",
     "DecisionOutcome",
     "EventPage",
@@ -82,6 +84,7 @@ __all__ = [
     "RepairAction",
     "RepairInput",
     "ReviewTimeoutAction",
+    "ResolveInput",
     "ReviseInput",
     "RunInput",
     "RunOptions",

@@ -80,6 +80,13 @@ class ToolDefinition:
     requires_approval: bool = False
     irreversible: bool = False
     parameters: dict[str, Any] | None = None
+    compensate: str | None = None
+    """The name of the tool that undoes this one's effect (a registered tool)."""
+    compensation: ToolDefinition | None = None
+    """That tool's definition, when it was given as a decorated function (the registry adds it)."""
+    reconcile: Callable[..., Any] | None = None
+    """The check that says whether an attempt of unknown outcome had its effect: called with the
+    same arguments and context; its answer (not None) becomes the output, None means it did not."""
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -106,6 +113,8 @@ class ToolDefinition:
             risk=self.risk,
             requires_approval=self.requires_approval,
             irreversible=self.irreversible,
+            compensate=self.compensate,
+            reconcile=self.reconcile is not None,
         )
 
 
@@ -119,6 +128,8 @@ def tool(
     risk: Risk | str | None = None,
     requires_approval: bool = False,
     irreversible: bool = False,
+    compensate: Callable[..., Any] | str | None = None,
+    reconcile: Callable[..., Any] | None = None,
 ) -> Any:
     """Register a function as a tool. Use bare (`@tool`) or with options (`@tool(name=...)`).
 
@@ -132,7 +143,15 @@ def tool(
     that cannot be undone) means both risk high and approval. A tool step that calls such a tool
     waits for its approval, however the plan marks it; an llm step's executor pauses before each
     call to it until a person approves or rejects that call (stratagem.io.executor). The worker's
-    own registration decides this, never a plan or a request."""
+    own registration decides this, never a plan or a request.
+
+    `compensate=undo` names the tool (a decorated function, or a registered tool's name) that
+    undoes this one's effect when a run that ends without its goal compensates: it is called with
+    this tool's arguments, and with its output as `original_output` if it takes that parameter.
+    `reconcile=check` is called before an attempt whose outcome is unknown (a lost worker, a
+    timeout) is retried, with the same arguments and context (the same idempotency key): an answer
+    other than None means the effect happened, and becomes the output without calling the tool
+    again. (docs/plans.md, "Effects that can be undone or reconciled".)"""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         definition = define_tool(
@@ -144,6 +163,8 @@ def tool(
             risk=risk,
             requires_approval=requires_approval,
             irreversible=irreversible,
+            compensate=compensate,
+            reconcile=reconcile,
         )
         setattr(fn, TOOL_MARK, definition)
         return fn
@@ -161,6 +182,8 @@ def define_tool(
     risk: Risk | str | None = None,
     requires_approval: bool = False,
     irreversible: bool = False,
+    compensate: Callable[..., Any] | str | None = None,
+    reconcile: Callable[..., Any] | None = None,
 ) -> ToolDefinition:
     tool_name = name or fn.__name__
     try:
@@ -204,7 +227,35 @@ def define_tool(
         risk=tool_risk,
         requires_approval=requires_approval,
         irreversible=irreversible,
+        **_undo(tool_name, compensate),
+        reconcile=_reconcile(tool_name, reconcile),
     )
+
+
+def _undo(tool_name: str, compensate: Callable[..., Any] | str | None) -> dict[str, Any]:
+    """The compensate= option as the definition holds it: the undo's name, and its definition
+    when it was given as a decorated function."""
+    if compensate is None:
+        return {}
+    if isinstance(compensate, str):
+        if not compensate:
+            raise ToolRegistrationError(f"tool '{tool_name}': compensate= names no tool")
+        return {"compensate": compensate}
+    undo = getattr(compensate, TOOL_MARK, None)
+    if not isinstance(undo, ToolDefinition):
+        raise ToolRegistrationError(
+            f"tool '{tool_name}': compensate= takes a @tool function or a tool's name, "
+            f"not {getattr(compensate, '__name__', compensate)!r}"
+        )
+    if undo.name == tool_name:
+        raise ToolRegistrationError(f"tool '{tool_name}' cannot be its own compensation")
+    return {"compensate": undo.name, "compensation": undo}
+
+
+def _reconcile(tool_name: str, reconcile: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    if reconcile is not None and not callable(reconcile):
+        raise ToolRegistrationError(f"tool '{tool_name}': reconcile= takes a function, not {reconcile!r}")
+    return reconcile
 
 
 def _return_schema(annotation: Any) -> dict[str, Any] | None:

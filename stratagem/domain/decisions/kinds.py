@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stratagem.domain import handlers
-from stratagem.domain.decisions import answer, budget, call_approval, plan_approval, repair, step_approval
+from stratagem.domain.decisions import answer, budget, call_approval, in_doubt, plan_approval, repair, step_approval
 from stratagem.domain.run_types import (
     AnswerInput,
     ApproveInput,
@@ -31,6 +31,7 @@ from stratagem.domain.run_types import (
     PendingDecision,
     RejectInput,
     RepairInput,
+    ResolveInput,
     ReviseInput,
 )
 
@@ -123,14 +124,24 @@ REPAIR = Kind(
         Verb("skip", "repair: count a failed step as done, with its output given by hand"),
         Verb("ask-again", "repair: ask a human step's question again; the failed steps using it rerun"),
         Verb("stop", "repair: end a run that waits for a repair, as failed"),
+        Verb("compensate", "repair: give up on the goal and undo the effects that ran"),
     ),
     answers=(DecisionKind.repair,),
     approver_list=True,
     description="Retry a failed step (with new arguments if given), skip it with an output, ask a human "
-    "step's question again, or stop the run.",
+    "step's question again, stop the run, or compensate (undo the effects that ran).",
+)
+RESOLVE = Kind(
+    name="resolve",
+    input=ResolveInput,
+    verbs=(Verb("resolve", "say whether an in-doubt step's effect happened (--happened or --not-happened)"),),
+    answers=(DecisionKind.in_doubt,),
+    approver_list=True,
+    description="Say whether the effect of an in-doubt step happened: it did (with its output, if known) and the "
+    "step succeeds, or it did not and the step runs again.",
 )
 
-KINDS: tuple[Kind, ...] = (APPROVE, REJECT, REVISE, ANSWER, BUDGET, REPAIR)
+KINDS: tuple[Kind, ...] = (APPROVE, REJECT, REVISE, ANSWER, BUDGET, REPAIR, RESOLVE)
 BY_UPDATE: dict[str, Kind] = {kind.update: kind for kind in KINDS}
 BY_SIGNAL: dict[str, Kind] = {kind.signal: kind for kind in KINDS}
 # The CLI commands that send decisions, each once (`stratagem stop` is a repair, `budget --stop` a budget).
@@ -162,6 +173,7 @@ WAITS: dict[DecisionKind, Wait] = {
         Wait(DecisionKind.human_answer, answer.waiting, answer.question),
         Wait(DecisionKind.budget, budget.waiting, budget.question),
         Wait(DecisionKind.repair, repair.waiting, repair.question),
+        Wait(DecisionKind.in_doubt, in_doubt.waiting, in_doubt.question),
     )
 }
 
