@@ -19,7 +19,7 @@ from stratagem.cli import render, show
 from stratagem.cli.arguments import Commands
 from stratagem.cli.attempts import LostAttempts
 from stratagem.cli.decisions import reviewer
-from stratagem.cli.errors import FAILED, CliError
+from stratagem.cli.errors import CliError, run_exit_status
 from stratagem.cli.prompting import Prompter, question, respond
 from stratagem.cli.session import (
     background_worker,
@@ -169,7 +169,16 @@ async def finish(run: RunHandle, *, json_mode: bool) -> int:
         render.emit_json(result.model_dump(mode="json"))
     else:
         render.result_view(result)
-    return 0 if result.status is Phase.succeeded else FAILED
+        if result.status in (Phase.compensated, Phase.compensation_failed):
+            await _compensation(run)
+    return run_exit_status(result.status)
+
+
+async def _compensation(run: RunHandle) -> None:
+    """A run that gave up on its goal ends saying what undid its effects and which stay."""
+    status = await run.status()
+    if status.compensation is not None:
+        render.console.print("\n".join(render.compensation_lines(status.compensation, await run.ledger())))
 
 
 def add_following(commands: Commands) -> None:
@@ -246,6 +255,6 @@ async def cmd_watch(args: argparse.Namespace) -> int:
                     render.console.print(Text.assemble(f"{event.seq:>5} ", render.event_line(event)))
                 after = event.seq
             if page.phase.finished and after >= page.last_seq:
-                return 0 if page.phase is Phase.succeeded else FAILED
+                return run_exit_status(page.phase)
             if after >= page.last_seq:
                 await asyncio.sleep(0.3)
