@@ -52,14 +52,21 @@ def plan_of(steps: list[dict[str, Any]], revision: int) -> Plan:
 CREATE = {"id": "create", "title": "Create the vendor", "tool": "create_vendor", "args": {"name": "acme"}}
 PAY = {"id": "pay", "title": "Pay", "tool": "pay", "args": {"amount": 1200}, "depends_on": ["create"]}
 MAIL = {"id": "mail", "title": "Mail them", "tool": "send_mail", "args": {"to": "acme"}}
-UNDO = {"id": "undo_create", "title": "Remove the vendor", "tool": "delete_vendor", "args": {"name": "acme"}}
+UNDO = {
+    "id": "undo_create",
+    "title": "Remove the vendor",
+    "tool": "delete_vendor",
+    "args": {"name": "acme"},
+    "depends_on": ["create"],
+}
 
 
 def compensating_ledger() -> tuple[Ledger, Compensating]:
-    """Revision 1 created a vendor, mailed it and failed to pay; revision 2 holds the undo."""
+    """Revision 1 created a vendor, mailed it and failed to pay; revision 2 keeps what ran (the
+    failed step leaves it) and adds the undo, after the step it undoes."""
     ledger = Ledger(run_id="r1")
     ledger.add_revision(plan_of([CREATE, PAY, MAIL], 1))
-    ledger.add_revision(plan_of([CREATE, PAY, MAIL, UNDO], 2))
+    ledger.add_revision(plan_of([CREATE, MAIL, UNDO], 2))
     ledger.steps["undo_create"] = StepRecord(step_id="undo_create", status=StepStatus.failed, error="vendor locked")
     return ledger, Compensating(reason="step 'pay' failed: card declined", revision=2, cannot_undo=["mail"])
 
@@ -119,7 +126,7 @@ def test_the_resolve_endpoint_takes_its_body_with_no_name_in_it():
 
 def test_the_undo_steps_are_those_the_compensation_revision_added():
     ledger, compensation = compensating_ledger()
-    assert [step.id for step in undo_steps(ledger, compensation)] == ["undo_create"]
+    assert [(step.id, undoes) for step, undoes in undo_steps(ledger, compensation)] == [("undo_create", ["create"])]
     view = compensation_view(compensation, ledger)
     assert view is not None
     assert [(u["step"].id, u["status"], u["error"]) for u in view["undo"]] == [
@@ -186,6 +193,7 @@ def test_the_run_page_shows_the_compensation_its_undo_steps_and_what_stays():
     page = run_page(status_of(Phase.awaiting_repair, [repair], compensation), ledger)
     assert 'id="compensation"' in page and "card declined" in page
     assert 'id="undo-undo_create"' in page and "delete_vendor(name=&#34;acme&#34;)" in page
+    assert "<b>undo_create</b> undoes create" in page
     assert "vendor locked" in page
     assert "These steps ran and nothing undoes them: mail" in page
     assert 'name="action" value="compensate"' in page  # a repair offers to give up and undo
@@ -283,7 +291,7 @@ def test_status_shows_the_in_doubt_step_the_compensation_and_the_commands():
     text = printed(lambda: render.status_view(status_of(Phase.running, [doubt()], compensation), ledger, None))
     assert "1 in doubt" in text
     assert "compensating (revision 2): step 'pay' failed: card declined" in text
-    assert 'undo undo_create: delete_vendor(name="acme") — failed' in text
+    assert 'undo undo_create (undoes create): delete_vendor(name="acme") — failed' in text
     assert "effects that stay (nothing undoes them): mail" in text
     assert "stratagem resolve r1 pay --happened [--output JSON]" in text
     assert "stratagem resolve r1 pay --not-happened" in text

@@ -351,10 +351,11 @@ def compensation_lines(compensation: Compensating, ledger: Ledger | None) -> lis
     revision) with their statuses, and the effects that stay because nothing undoes them."""
     lines = [f"compensating (revision {compensation.revision}): {compensation.reason}"]
     current = ledger is not None and ledger.revisions and ledger.revisions[-1].revision == compensation.revision
-    for step in undo_steps(ledger, compensation) if ledger is not None else []:
+    for step, undoes in undo_steps(ledger, compensation) if ledger is not None else []:
         record = ledger.steps.get(step.id) if ledger is not None and current else None
         what = f"{step.tool}({_args(step.args)})" if step.tool else step.title
-        lines.append(f"  undo {step.id}: {what} — {record.status.value if record else 'pending'}")
+        of = f" (undoes {', '.join(undoes)})" if undoes else ""
+        lines.append(f"  undo {step.id}{of}: {what} — {record.status.value if record else 'pending'}")
     if compensation.cannot_undo:
         lines.append(f"  effects that stay (nothing undoes them): {', '.join(compensation.cannot_undo)}")
     return lines

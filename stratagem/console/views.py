@@ -202,14 +202,22 @@ def compensation_view(compensation: Compensating | None, ledger: Ledger) -> dict
     if compensation is None:
         return None
     undo = []
-    for step in undo_steps(ledger, compensation):
+    for step, undoes in undo_steps(ledger, compensation):
         record = ledger.steps.get(step.id)
         status = (
             record.status.value
             if record is not None and ledger.revisions[-1].revision == compensation.revision
             else "pending"
         )
-        undo.append({"step": step, "does": does(step), "status": status, "error": record.error if record else None})
+        undo.append(
+            {
+                "step": step,
+                "undoes": undoes,
+                "does": does(step),
+                "status": status,
+                "error": record.error if record else None,
+            }
+        )
     return {
         "reason": compensation.reason,
         "revision": compensation.revision,

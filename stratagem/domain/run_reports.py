@@ -109,14 +109,15 @@ def progress_markdown(state: RunState, max_rows: int = 40) -> str:
     return "\n".join(lines)
 
 
-def undo_steps(ledger: Ledger, compensation: Compensating) -> list[Step]:
-    """The steps that undo a compensating run's effects, as people are shown them: those its
-    compensation revision added (ordinary steps, with their statuses in the ledger); the steps
-    carried over from the revision before it, if any, are what ran, not what undoes it."""
+def undo_steps(ledger: Ledger, compensation: Compensating) -> list[tuple[Step, list[str]]]:
+    """The steps that undo a compensating run's effects, as people are shown them, each with the
+    steps whose effects it undoes: those its compensation revision added (ordinary steps, with
+    their statuses in the ledger), each after the step it undoes; the steps carried over from the
+    revision before it are what ran, not what undoes it."""
     revisions = {plan.revision: plan for plan in ledger.revisions}
     undoing = revisions.get(compensation.revision)
     if undoing is None:
         return []
     before = revisions.get(compensation.revision - 1)
     ran = {step.id for step in before.steps} if before is not None else set()
-    return [step for step in undoing.steps if step.id not in ran]
+    return [(step, [d for d in step.depends_on if d in ran]) for step in undoing.steps if step.id not in ran]
