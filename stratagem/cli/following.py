@@ -155,7 +155,8 @@ async def finish(run: RunHandle, *, json_mode: bool) -> int:
         result = await run.result()
     except WorkflowFailureError as exc:
         cause = exc.cause
-        revision = (await run.status()).revision
+        status = await run.status()
+        revision = status.revision
         if isinstance(cause, CancelledError):
             result = RunResult(run_id=run.id, status=Phase.cancelled, revision=revision, reason="cancelled")
         elif isinstance(cause, TerminatedError):
@@ -164,7 +165,9 @@ async def finish(run: RunHandle, *, json_mode: bool) -> int:
             )
         else:
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause)
-            result = RunResult(run_id=run.id, status=Phase.failed, revision=revision, reason=reason)
+            # A run whose compensation failed ends as a failed workflow too: its status tells them apart.
+            phase = Phase.compensation_failed if status.phase is Phase.compensation_failed else Phase.failed
+            result = RunResult(run_id=run.id, status=phase, revision=revision, reason=reason)
     if json_mode:
         render.emit_json(result.model_dump(mode="json"))
     else:
