@@ -257,7 +257,7 @@ def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] 
     if pending.kind is DecisionKind.in_doubt:
         step = pending.step_id
         return (
-            f"step '{step}' is in doubt: {pending.prompt}\n"
+            f"in doubt: {pending.prompt}\n"
             f"  it happened:        stratagem resolve {run_id} {step} --happened [--output JSON]\n"
             f"  it did not happen:  stratagem resolve {run_id} {step} --not-happened  (the step runs again)"
         )
