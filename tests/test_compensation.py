@@ -8,11 +8,13 @@ ledger says what the run decided.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 import support
 from conftest import harness_for
+from support.signing import send_signed
 from temporalio.client import WorkflowFailureError
 
 from stratagem.domain.ledger import EventKind, StepStatus
@@ -155,9 +157,18 @@ async def test_a_person_compensates_at_a_repair_and_someone_not_on_the_list_cann
     # An attacker's compensate is refused, and nothing is undone.
     with pytest.raises(Exception, match="mallory"):
         await run.repair(RepairInput(by="mallory", action=RepairAction.compensate, reason="undo it all"))
-    await run.handle.signal("repair", RepairInput(by="mallory", action=RepairAction.compensate))
-    status = await comp.wait_for(run, lambda s: s.phase is Phase.awaiting_repair)
+    await send_signed(run, "repair_signal", RepairInput(by="mallory", action=RepairAction.compensate))
+    ignored = None
+    for _ in range(200):  # a signal is applied, or recorded as ignored, on the run's next task
+        ledger = await run.ledger()
+        ignored = next((e for e in ledger.events if e.kind is EventKind.signal_ignored), None)
+        if ignored is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert ignored is not None and ignored.actor == "mallory" and "mallory" in ignored.message
+    status = await run.status()
     assert status.revision == 1 and calls(comp, "unbook") == []
+    assert not any(e.kind is EventKind.compensation_planned for e in ledger.events)
 
     outcome = await run.repair(RepairInput(by="dana", action=RepairAction.compensate, reason="customer cancelled"))
     assert "revision 2 awaits approval" in outcome.message

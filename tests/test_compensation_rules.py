@@ -9,13 +9,20 @@ from typing import Any
 import pytest
 from support.states import NOW
 
-from stratagem.common.errors import ToolRegistrationError
-from stratagem.domain import compensation
+from stratagem.common.errors import DecisionRefusedError, ToolRegistrationError
+from stratagem.domain import compensation, repairs
 from stratagem.domain.catalog import ToolCatalog, ToolSpec
 from stratagem.domain.ledger import EventKind, Ledger, StepStatus, ToolCallRecord, ToolCallStatus
 from stratagem.domain.ledger_events import StepRepaired
 from stratagem.domain.plan import Author, AuthorKind, Plan, PlanDraft
-from stratagem.domain.run_types import RunOptions, RunState
+from stratagem.domain.run_types import (
+    Compensating,
+    Phase,
+    RepairAction,
+    RepairInput,
+    RunOptions,
+    RunState,
+)
 from stratagem.domain.validation import plan_problems
 from stratagem.tools import ToolContext, ToolRegistry, tool
 
@@ -56,7 +63,9 @@ def state_of(steps: list[dict[str, Any]], succeeded: set[str], failed: set[str] 
         record.status = (
             StepStatus.succeeded if sid in succeeded else StepStatus.failed if sid in failed else StepStatus.pending
         )
-    return RunState(run_id="r", execution_id="e", goal="g", options=RunOptions(), ledger=ledger, catalog=CATALOG)
+    return RunState(
+        run_id="r", execution_id="e", goal="g", options=RunOptions(), ledger=ledger, catalog=CATALOG, level=10
+    )
 
 
 def test_a_diamond_is_undone_leaves_first_and_what_nothing_undoes_is_named():
@@ -148,6 +157,20 @@ def test_a_plans_compensate_is_checked_like_a_step(compensate, kind, problem):
 def test_a_compensate_that_reads_its_own_output_and_its_ancestors_is_valid():
     step = book("a", "y", compensate={"tool": "cancel", "args": {"order": "${a.id}-${y.id}"}})
     assert plan_problems(PlanDraft.model_validate({"goal": "g", "steps": [book("y"), step]}), CATALOG) == []
+
+
+def test_a_compensate_repair_is_refused_below_level_10_and_while_compensating():
+    state = state_of([book("a"), book("d", "a")], succeeded={"a"}, failed={"d"})
+    state.phase = Phase.awaiting_repair
+    decision = RepairInput(by="dana", action=RepairAction.compensate)
+    repairs.check_repair(state, decision)  # a level-10 run waiting for a repair takes it
+    state.level = 9
+    with pytest.raises(DecisionRefusedError, match="before compensation"):
+        repairs.check_repair(state, decision)
+    state.level = 10
+    state.compensation = Compensating(reason="x", revision=2)
+    with pytest.raises(DecisionRefusedError, match="undoing its effects already"):
+        repairs.check_repair(state, decision)
 
 
 @tool

@@ -317,6 +317,8 @@ class Decider:
             return decisions.outcome(state, f"the run undoes what ran: {_undos(state)} awaits approval")
         if compensating:
             return decisions.outcome(state, "the compensation is stopped; effects remain")
+        if state.phase is Phase.compensation_failed:
+            return decisions.outcome(state, "nothing can undo what ran; the run ends with its effects")
         return decisions.outcome(state, "the run is stopped")
 
     def _retry_with(self, decision: RepairInput, step_id: str, args: dict[str, Any], *, via: str) -> None:
