@@ -164,7 +164,7 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
                 choices
                 or "Retry it, skip it with an output, "
                 + "".join(f"ask '{h}' again, " for h in askable(state, sid))
-                + "revise the plan, or stop the run"
+                + _last_choices(state)
             ),
             ask_again=askable(state, sid),
         )
@@ -174,7 +174,7 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
             kind=DecisionKind.repair,
             revision=revision,
             since=now,
-            prompt=f"{why}. " + (choices or "Revise the plan or stop the run"),
+            prompt=f"{why}. " + (choices or _no_step_choices(state)),
         )
     ]
     state.pending = calls + repairs
@@ -188,6 +188,20 @@ def _choices(state: RunState) -> str:
     if state.compensation is None:
         return ""
     return "Retry it, skip it with an output (its effect counts as undone), or stop (the compensation fails: effects remain)"
+
+
+def _last_choices(state: RunState) -> str:
+    """How a repair's choices end: from level 10 a person may also give up and undo what ran."""
+    if reached(state, Change.COMPENSATION):
+        return "revise the plan, stop the run, or compensate (undo what ran)"
+    return "revise the plan, or stop the run"
+
+
+def _no_step_choices(state: RunState) -> str:
+    """A repair asked with no failed step to name (a planner that failed): its choices."""
+    if reached(state, Change.COMPENSATION):
+        return "Revise the plan, stop the run, or compensate (undo what ran)"
+    return "Revise the plan or stop the run"
 
 
 def _what_happened(state: RunState, step_id: str, why: str) -> str:
