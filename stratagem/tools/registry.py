@@ -195,8 +195,8 @@ def _check_undo(definition: ToolDefinition, undo: ToolDefinition) -> None:
         if name not in takes and name != ORIGINAL_OUTPUT:
             raise ToolRegistrationError(
                 f"tool '{definition.name}': its compensation '{undo.name}' requires parameter '{name}', which "
-                f"'{definition.name}' does not take; give '{name}' a default, or declare a parameter "
-                f"'{ORIGINAL_OUTPUT}' to receive '{definition.name}''s output"
+                f"'{definition.name}' does not take; give '{name}' a default, or read it from "
+                f"'{definition.name}''s output: declare a parameter '{ORIGINAL_OUTPUT}' instead"
             )
 
 
