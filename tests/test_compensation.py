@@ -213,6 +213,24 @@ async def test_a_rejected_revision_after_effects_ran_is_undone_and_a_rejected_fi
     assert [c["slot"] for c in calls(comp, "book")] == ["a"]
 
 
+async def test_a_person_who_sends_a_step_back_in_a_run_that_compensates_has_what_ran_undone(comp):
+    # No planner, no repair waits (on_failure: compensate): a person's "no" to the next step ends
+    # the goal, and what ran before it is undone instead of left standing.
+    gated = {**booking("b", ["a"]), "requires_approval": True}
+    run = await comp.start({"goal": "book", "steps": [booking("a"), gated]}, on_failure="compensate")
+    await comp.wait_for(run, lambda s: s.phase is Phase.awaiting_approval)
+    await run.approve(ApproveInput(by="dana", revision=1))
+    await comp.wait_for(run, waits_for(DecisionKind.step_approval, "b"))
+    await run.reject(RejectInput(by="dana", step_id="b", reason="too dear"))
+    status = await comp.wait_for(run, lambda s: s.phase is Phase.awaiting_approval and s.revision == 2)
+    assert "rejected by dana: too dear" in status.pending[0].prompt
+    await run.approve(ApproveInput(by="dana", revision=2))
+    result = await run.result()
+    assert result.status is Phase.compensated
+    assert [c["slot"] for c in calls(comp, "book")] == ["a"]
+    assert [c["booking"] for c in calls(comp, "unbook")] == ["B-a"]
+
+
 async def test_an_undo_that_fails_waits_for_a_repair_a_retry_undoes_it_and_a_stop_leaves_it(comp):
     plan = {"goal": "book", "steps": [booking("shaky-1"), booking("stuck-1"), failing("d", ["shaky-1", "stuck-1"])]}
     run = await comp.start(plan, on_failure="compensate", auto_approve=True)

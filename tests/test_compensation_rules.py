@@ -96,6 +96,13 @@ def test_a_diamond_is_undone_leaves_first_and_what_nothing_undoes_is_named():
     )
 
 
+def test_a_step_in_doubt_counts_as_an_effect_but_is_never_undone():
+    state = state_of([book("a"), book("b")], succeeded={"a"})
+    state.ledger.steps["b"].status = StepStatus.in_doubt
+    derived = compensation.derive(state, "x")
+    assert derived.effects == ["a", "b"] and derived.cannot_undo == ["b"] and list(derived.undos) == ["a"]
+
+
 def test_no_effect_and_effects_by_hand_or_a_fork_are_not_undone():
     steps = [book("a"), book("b"), {"id": "peek", "title": "peek", "tool": "look", "args": {"slot": "a"}}]
     state = state_of(steps, succeeded={"a", "b", "peek"})

@@ -114,7 +114,8 @@ def had_effect(step: Step, record: StepRecord, catalog: ToolCatalog) -> bool:
 
 
 def effects(state: RunState) -> list[str]:
-    """The steps of the current plan that ran here with an effect, in plan order."""
+    """The steps of the current plan that ran here with an effect, in plan order; a step whose
+    outcome is in doubt may have had its effect, and counts (it is never undone: `derive`)."""
     if state.plan is None:
         return []
     by_hand = _by_hand(state)
@@ -122,9 +123,12 @@ def effects(state: RunState) -> list[str]:
     return [
         s.id
         for s in state.plan.steps
-        if records[s.id].status is StepStatus.succeeded
-        and s.id not in by_hand
-        and had_effect(s, records[s.id], state.catalog)
+        if records[s.id].status is StepStatus.in_doubt
+        or (
+            records[s.id].status is StepStatus.succeeded
+            and s.id not in by_hand
+            and had_effect(s, records[s.id], state.catalog)
+        )
     ]
 
 
@@ -146,7 +150,10 @@ def derive(state: RunState, reason: str) -> Derived:
     derived = Derived(effects=effects(state))
     if plan is None or not derived.effects:
         return derived
-    compensable = {sid: undo for sid in derived.effects if (undo := undo_of(plan.step(sid), state.catalog))}
+    # An undo of an effect that may not have happened could do harm of its own (a refund of a
+    # charge never made): a step in doubt stays, named, for a person to settle.
+    certain = [sid for sid in derived.effects if state.ledger.steps[sid].status is StepStatus.succeeded]
+    compensable = {sid: undo for sid in certain if (undo := undo_of(plan.step(sid), state.catalog))}
     derived.cannot_undo = [sid for sid in derived.effects if sid not in compensable]
     if not compensable:
         return derived
