@@ -161,6 +161,18 @@ def test_a_plans_compensate_is_checked_like_a_step(compensate, kind, problem):
     assert any(p.startswith(problem) or problem in p for p in problems), problems
 
 
+def test_a_compensate_may_not_carry_a_literal_credential():
+    catalog = ToolCatalog(
+        tools=[*CATALOG.tools, ToolSpec(name="http", parameters={"type": "object", "properties": {}})]
+    )
+    undo = {"tool": "http", "args": {"url": "https://x.test", "headers": {"Authorization": "Bearer abc"}}}
+    draft = PlanDraft.model_validate({"goal": "g", "steps": [book("a", compensate=undo)]})
+    assert any(
+        p.startswith("step 'a': compensate: header 'Authorization' holds a literal credential")
+        for p in plan_problems(draft, catalog)
+    )
+
+
 def test_a_compensate_that_reads_its_own_output_and_its_ancestors_is_valid():
     step = book("a", "y", compensate={"tool": "cancel", "args": {"order": "${a.id}-${y.id}"}})
     assert plan_problems(PlanDraft.model_validate({"goal": "g", "steps": [book("y"), step]}), CATALOG) == []

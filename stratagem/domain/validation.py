@@ -56,7 +56,7 @@ def plan_problems(
         problems.extend(_kind_problems(step, catalog))
         problems.extend(_executor_problems(step, catalog, tiers))
         if step.compensate is not None:
-            problems.extend(_compensation_problems(step, catalog))
+            problems.extend(_compensation_problems(step, catalog, credentials=credentials))
         if step.answer_schema is not None:
             if step.kind is not StepKind.human:
                 problems.append(f"step '{step.id}' has an answer_schema, but only human steps are answered")
@@ -236,9 +236,10 @@ def _kind_problems(step: Step, catalog: ToolCatalog) -> list[str]:
     return problems
 
 
-def _compensation_problems(step: Step, catalog: ToolCatalog) -> list[str]:
+def _compensation_problems(step: Step, catalog: ToolCatalog, *, credentials: bool) -> list[str]:
     """A step's own compensation is checked like a step: only tool and llm steps have effects to
-    undo, its tool must exist, and its arguments (the step's own when it gives none) must fit."""
+    undo, its tool must exist, its arguments (the step's own when it gives none) must fit, and
+    they may hold no literal credential nor send a secret where it is not bound."""
     assert step.compensate is not None
     if step.kind is StepKind.human:
         return [f"step '{step.id}' is a human step, which has no effect to undo; remove its compensate"]
@@ -251,7 +252,13 @@ def _compensation_problems(step: Step, catalog: ToolCatalog) -> list[str]:
             f"(available: {available})"
         ]
     args = undo_args(step, step.compensate, catalog)
-    return [f"step '{step.id}': compensate: {p}" for p in argument_problems(args, spec.parameters, tool=tool)]
+    problems = argument_problems(args, spec.parameters, tool=tool)
+    undo = Step(id=step.id, title=step.title, tool=tool, args=args)
+    if credentials:
+        problems += [p.removeprefix(f"step '{step.id}': ") for p in _credential_problems(undo)]
+    if catalog.secrets is not None:
+        problems += [p.removeprefix(f"step '{step.id}': ") for p in _secret_problems(undo, catalog.secrets)]
+    return [f"step '{step.id}': compensate: {p}" for p in problems]
 
 
 def _compensation_references(step: Step, known: Collection[str], is_ancestor: Any) -> list[str]:
