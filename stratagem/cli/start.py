@@ -162,7 +162,7 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
         "--on-failure",
         choices=[action.value for action in FailureAction],
         help="when a failed step cannot be replanned: wait for a person to repair it (default), fail (the default "
-        "with --auto-approve), or compensate: undo the effects that ran, then end compensated",
+        "with --auto-approve), or compensate (undo the effects that ran: docs/plans.md)",
     )
     run.add_argument(
         "--whole-plan-approval",
