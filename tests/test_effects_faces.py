@@ -290,7 +290,7 @@ def test_status_shows_the_in_doubt_step_the_compensation_and_the_commands():
     ledger, compensation = compensating_ledger()
     text = printed(lambda: render.status_view(status_of(Phase.running, [doubt()], compensation), ledger, None))
     assert "1 in doubt" in text
-    assert "compensating (revision 2): step 'pay' failed: card declined" in text
+    assert "compensation (revision 2): step 'pay' failed: card declined" in text
     assert 'undo undo_create (undoes create): delete_vendor(name="acme") — failed' in text
     assert "effects that stay (nothing undoes them): mail" in text
     assert "stratagem resolve r1 pay --happened [--output JSON]" in text

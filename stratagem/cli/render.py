@@ -349,7 +349,7 @@ def status_view(
 def compensation_lines(compensation: Compensating, ledger: Ledger | None) -> list[str]:
     """A run that gave up on its goal: why, its undo steps (ordinary steps of its compensation
     revision) with their statuses, and the effects that stay because nothing undoes them."""
-    lines = [f"compensating (revision {compensation.revision}): {compensation.reason}"]
+    lines = [f"compensation (revision {compensation.revision}): {compensation.reason}"]
     current = ledger is not None and ledger.revisions and ledger.revisions[-1].revision == compensation.revision
     for step, undoes in undo_steps(ledger, compensation) if ledger is not None else []:
         record = ledger.steps.get(step.id) if ledger is not None and current else None
