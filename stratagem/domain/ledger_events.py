@@ -277,6 +277,15 @@ class EscalationExpired(EventData):
     then: str = Field(description="What the run did: reject or stop.")
 
 
+class StepInDoubt(EventData):
+    attempts: int = Field(description="The attempts the step made, the last of which ended of unknown outcome.")
+
+
+class InDoubtResolved(Decided):
+    happened: bool = Field(description="Whether the person said the step's effect happened.")
+    signed_by: str | None = Field(default=None, exclude_if=_empty, description="The key that signed the word.")
+
+
 EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.run_started: RunStarted,
     EventKind.planning_attempt_invalid: PlanningAttemptInvalid,
@@ -308,6 +317,8 @@ EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.decision_escalated: DecisionEscalated,
     EventKind.escalation_expired: EscalationExpired,
     EventKind.process_rendered: ProcessRendered,
+    EventKind.step_in_doubt: StepInDoubt,
+    EventKind.in_doubt_resolved: InDoubtResolved,
 }
 """Each kind that carries data, and its model; the other kinds carry none (`EventData`)."""
 
