@@ -7,6 +7,7 @@ decides what may run next. Workflow code: deterministic, no I/O.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -21,6 +22,8 @@ from .attempts import InDoubt
 from .control import RunControl
 from .waits import Waits
 
+ASK_AFTER = timedelta(seconds=1)
+
 
 class Doubts:
     def __init__(self, state: RunState, control: RunControl, waits: Waits) -> None:
@@ -28,8 +31,16 @@ class Doubts:
         self._control = control
         self._waits = waits
 
-    def begin(self, step: Step, record: StepRecord, args: dict[str, Any], doubt: InDoubt) -> None:
-        """The step's attempt ended of unknown outcome: it is in doubt, and a person is asked."""
+    async def begin(self, step: Step, record: StepRecord, args: dict[str, Any], doubt: InDoubt) -> None:
+        """The step's attempt ended of unknown outcome: it is in doubt, and a person is asked.
+
+        Asked in a workflow task of its own, after a timer: an attempt of unknown outcome is most
+        often a lost worker, whose workflow task waits on its dead sticky queue for a while. A
+        query meanwhile is answered by another worker from the whole history, the attempt's end
+        included; had that state shown the question, a word sent at once would reach the run in
+        the same workflow task as the attempt's end, and a replay (which applies a decision
+        before an activity's result in one task) would find the run's commands in another order."""
+        await workflow.sleep(ASK_AFTER)
         in_doubt.doubt(self._state, record, step, args, doubt.why, doubt.attempts, workflow.now())
 
     async def settle(self, step: Step) -> bool:

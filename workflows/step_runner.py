@@ -195,7 +195,7 @@ class StepRunner:
         except AttemptsFailed as failed:
             return self._failed(step, record, revision, failed.error, attempts=failed.attempts)
         except InDoubt as doubt:
-            self._doubts.begin(step, record, inputs.args, doubt)
+            await self._doubts.begin(step, record, inputs.args, doubt)
             return True  # it waits for a person's word (_once)
         return self._succeeded(step, record, revision, result, paused)
 

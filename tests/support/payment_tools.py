@@ -16,6 +16,7 @@ taken in order (none left: `ok`):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -101,3 +102,10 @@ def note(text: str, ctx: ToolContext) -> str:
     with (ctx.workspace / "notes.txt").open("a") as f:
         f.write(text + "\n")
     return text
+
+
+@tool
+async def pause(seconds: float) -> float:
+    """Wait a while (a step beside the payment, which ends after it)."""
+    await asyncio.sleep(seconds)
+    return seconds
