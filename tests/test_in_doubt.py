@@ -232,3 +232,18 @@ async def test_a_level_9_run_retries_an_unknown_outcome_blindly_as_it_always_did
     result = await run.result()
     assert result.status is Phase.succeeded
     assert len(payments(bank.workspace)) == 2  # why level 10 exists
+
+
+async def test_a_run_cancelled_while_a_step_is_in_doubt_leaves_it_in_doubt_and_pays_nothing_more(bank):
+    script(bank, "unknown")
+    run = await approved(bank, "pay_blind")
+    await bank.wait_for(run, in_doubt)
+    await run.cancel()
+    with pytest.raises(WorkflowFailureError):
+        await run.result()
+    ledger = await run.ledger()
+    # Nobody said whether it happened: the ledger does not pretend to know.
+    assert ledger.steps["pay"].status is StepStatus.in_doubt
+    assert ledger.steps["note"].status is StepStatus.cancelled
+    assert ledger.events[-1].kind is EventKind.run_cancelled
+    assert len(payments(bank.workspace)) == 1
