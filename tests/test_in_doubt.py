@@ -247,3 +247,21 @@ async def test_a_run_cancelled_while_a_step_is_in_doubt_leaves_it_in_doubt_and_p
     assert ledger.steps["note"].status is StepStatus.cancelled
     assert ledger.events[-1].kind is EventKind.run_cancelled
     assert len(payments(bank.workspace)) == 1
+
+
+async def test_a_check_that_cannot_tell_with_no_attempt_left_puts_the_step_in_doubt(bank):
+    script(bank, "unknown", check=("raise",))
+    plan = {
+        "goal": "g",
+        "steps": [{"id": "pay", "title": "Pay", "tool": "pay_checked", "args": INVOICE, "max_attempts": 1}],
+    }
+    run = await bank.start(plan, auto_approve=True)
+    status = await bank.wait_for(run, in_doubt)
+    [pending] = status.pending
+    assert "OutcomeUnknown: the connection dropped after the payment was sent" in pending.prompt
+    assert "its reconcile check could not tell: ConnectionError: the bank's lookup is down" in pending.prompt
+    [paid] = payments(bank.workspace)
+    await resolve(run, by="ops", happened=True, output={k: paid[k] for k in ("invoice", "amount", "key")})
+    result = await run.result()
+    assert result.status is Phase.succeeded and result.outputs["pay"]["key"] == paid["key"]
+    assert len(payments(bank.workspace)) == 1
