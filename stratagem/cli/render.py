@@ -71,6 +71,7 @@ STATUS_STYLE = {
     StepStatus.failed: "red",
     StepStatus.skipped: "yellow",
     StepStatus.cancelled: "yellow",
+    StepStatus.in_doubt: "bold magenta",
 }
 
 _EVENT_MARK = {
@@ -253,6 +254,12 @@ def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] 
             f"  raise it with: stratagem budget {run_id} --tokens N --cost USD --calls N --seconds N  (any of them)\n"
             f"  or stop with:  stratagem budget {run_id} --stop --reason TEXT"
         )
+    if pending.kind.value == "in_doubt":
+        return (
+            f"in doubt: {pending.prompt}\n"
+            f"  it happened: stratagem resolve {run_id} {pending.step_id} --happened [--output JSON]\n"
+            f"  it did not:  stratagem resolve {run_id} {pending.step_id} --not-happened   (it runs again)"
+        )
     asks = f"step '{pending.step_id}' asks: {pending.prompt}\n"
     fields = answer_fields(schema)
     if not fields:
@@ -305,7 +312,9 @@ def status_view(
     counts = status.steps
     console.print(
         f"steps: {counts.succeeded} succeeded, {counts.running} running, {counts.pending} pending, "
-        f"{counts.failed} failed, {counts.skipped} skipped, {counts.cancelled} cancelled; "
+        f"{counts.failed} failed, {counts.skipped} skipped, {counts.cancelled} cancelled"
+        + (f", {counts.in_doubt} in doubt" if counts.in_doubt else "")
+        + "; "
         f"replans {status.replans}/{status.max_replans}"
     )
     if status.phase.value == "planning" and status.revision is None:

@@ -42,6 +42,7 @@ class StepCounts(BaseModel):
     failed: int = 0
     skipped: int = 0
     cancelled: int = 0
+    in_doubt: int = 0
 
 
 class RunStatus(BaseModel):
