@@ -27,6 +27,7 @@ from stratagem.io.verifier import Verifier
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.tools import ToolContext, ToolRegistry
+from stratagem.tools.outcome import outcome_unknown
 
 from .checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, request_timeout
 from .errors import as_application_error
@@ -63,12 +64,17 @@ class ExecutionActivities:
 
     async def _run_tool(self, request: activity_io.ToolStepInput) -> activity_io.StepOutput:
         info = activity.info()
+        # Level 10 counts a reconcilable or irreversible tool's attempts in the workflow, one per
+        # activity; the tool sees that count, as it saw Temporal's.
+        attempt = request.attempt or info.attempt
+        # Until the check has said "no effect", a failure leaves the earlier attempt's outcome unknown.
+        checking = request.reconcile_first
         try:
             context = ToolContext(
                 run_id=request.run_id,
                 step_id=request.step_id,
                 revision=request.revision,
-                attempt=info.attempt,
+                attempt=attempt,
                 workspace=self._workspace_of(request.workspace),
                 execution_id=request.execution_id,
             )
@@ -77,13 +83,26 @@ class ExecutionActivities:
                     args = hydrate(self._store, values)
                 case activity_io.TemplateArgs(templates, outputs):
                     args, _ = resolve_step(hydrate(self._store, templates), "", hydrate(self._store, outputs))
-            output = await Checkpoint(self._heartbeat_every).run(self._registry.invoke(request.tool, args, context))
+            checkpoint = Checkpoint(self._heartbeat_every)
+            if request.reconcile_first:
+                # An earlier attempt may have had its effect: the check says, with the same
+                # arguments and key, before the tool may run again.
+                found = await checkpoint.run(self._registry.reconcile(request.tool, args, context))
+                if found is not None:
+                    found = externalize(self._store, _key(request.run_id, request.step_id), found)
+                    return activity_io.StepOutput(output=found, attempt=attempt, reconciled=True)
+                if request.check_only:
+                    return activity_io.StepOutput(attempt=attempt)
+                checking = False  # no effect: from here on, the tool's own attempt
+            output = await checkpoint.run(self._registry.invoke(request.tool, args, context))
             output = externalize(self._store, _key(request.run_id, request.step_id), output)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise as_application_error(exc)  # its cause is a redacted copy (activities/errors.py)
-        return activity_io.StepOutput(output=output, attempt=info.attempt)
+            # What the workflow needs to tell "it did not happen" from "it may have" (level 10).
+            said = {"reconcile_failed": True} if checking else {"outcome_unknown": True} if outcome_unknown(exc) else {}
+            raise as_application_error(exc, **said)  # its cause is a redacted copy (activities/errors.py)
+        return activity_io.StepOutput(output=output, attempt=attempt)
 
     @activity.defn(name=activity_io.RUN_LLM)
     async def run_llm(self, request: activity_io.LlmStepInput) -> activity_io.StepOutput:

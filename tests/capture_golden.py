@@ -26,13 +26,15 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from conftest import SESSION_HOME, harness_for  # noqa: E402
-from support.golden_scenarios import SCENARIOS  # noqa: E402
+from support import FIXTURE_TOOLS  # noqa: E402
+from support.golden_scenarios import EXTRA_TOOLS, SCENARIOS  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from stratagem.client import execution_histories  # noqa: E402
 from stratagem.common.signing import Keyring, Signer  # noqa: E402
 from stratagem.io.binaries import temporal_test_server  # noqa: E402
 from stratagem.io.payloads import stratagem_data_converter  # noqa: E402
+from stratagem.tools import ToolRegistry  # noqa: E402
 
 GOLDEN = HERE / "golden"
 # The generation today's code writes: `<date>-level<RUN_LEVEL>`, named anew when RUN_LEVEL is raised.
@@ -55,7 +57,9 @@ async def capture(names: list[str], force: bool, generation: str = GENERATION) -
                 print(f"{name}: kept (use --force to capture it again)")
                 continue
             with tempfile.TemporaryDirectory() as tmp:
-                async with harness_for(env, Path(tmp)) as harness:
+                extra = EXTRA_TOOLS.get(name)
+                registry = ToolRegistry.from_modules([FIXTURE_TOOLS, *extra]) if extra else None
+                async with harness_for(env, Path(tmp), registry) as harness:
                     runs = await SCENARIOS[name](harness)
                     histories = []
                     for run in runs:

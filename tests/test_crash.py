@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import CRASH_TOOLS
+from conftest import harness_for
+from support import CRASH_TOOLS, PAYMENT_TOOLS
 from support.cli import cli, one_line_error, write_plan
+from support.payment_tools import payments
 from support.ports import free_port_pair, wait_listening
 from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -34,11 +36,21 @@ from temporalio.client import WorkflowFailureError
 from temporalio.worker import Replayer
 
 from stratagem.client import RunHandle, start_run
+from stratagem.domain.decisions import kinds
 from stratagem.domain.ledger import EventKind, StepStatus
 from stratagem.domain.plan import Author, AuthorKind, PlanDraft
-from stratagem.domain.run_types import ApproveInput, Phase, RepairAction, RepairInput, RunInput, RunOptions
+from stratagem.domain.run_types import (
+    ApproveInput,
+    Phase,
+    RepairAction,
+    RepairInput,
+    ResolveInput,
+    RunInput,
+    RunOptions,
+)
 from stratagem.io.payloads import stratagem_data_converter
 from stratagem.temporal.plugin import StratagemPlugin
+from stratagem.tools import ToolRegistry
 from stratagem.workflows import StratagemRun
 
 pytestmark = pytest.mark.system
@@ -129,9 +141,10 @@ def branching_plan(index: int, rng: random.Random) -> tuple[PlanDraft, dict[str,
 class Workers:
     """`python worker.py` processes on one task queue, started and SIGKILLed by the test."""
 
-    def __init__(self, env: dict[str, str], logs: Path):
+    def __init__(self, env: dict[str, str], logs: Path, tools: str = CRASH_TOOLS):
         self.env = env
         self.logs = logs
+        self.tools = tools
         self.alive: list[subprocess.Popen[bytes]] = []
         self.killed: list[subprocess.Popen[bytes]] = []
         self.started = 0
@@ -140,7 +153,7 @@ class Workers:
         self.started += 1
         with (self.logs / f"worker-{self.started}.log").open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "worker.py", "--tools", CRASH_TOOLS],
+                [sys.executable, "worker.py", "--tools", self.tools],
                 cwd=ROOT,
                 env=self.env,
                 stdout=log,
@@ -619,3 +632,126 @@ async def test_a_worker_killed_while_a_call_approval_and_a_repair_wait(dev_env, 
     replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
     for run in (wire, repair):
         await replayer.replay_workflow(await run.handle.fetch_history())
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. A payment in flight when its worker is killed (issue #41): exactly once, or in doubt
+
+
+def _payment_plan(tool: str) -> PlanDraft:
+    return PlanDraft.model_validate(
+        {
+            "goal": "pay invoice INV-7",
+            "steps": [
+                {"id": "pay", "title": "Pay INV-7", "tool": tool, "args": {"invoice": "INV-7", "amount": 1200}},
+                {
+                    "id": "note",
+                    "title": "Note",
+                    "tool": "note",
+                    "args": {"text": "paid ${pay.key}"},
+                    "depends_on": ["pay"],
+                },
+            ],
+        }
+    )
+
+
+async def _killed_mid_payment(dev_env: Any, tmp_path: Path, tool: str) -> tuple[RunHandle, Workers, Path]:
+    """A run whose payment step is in flight (the payment made, no answer given) when its worker
+    process is SIGKILLed; a new worker is started. The payment system keeps one line per payment."""
+    client = dev_env.client
+    task_queue = f"crash-pay-{uuid.uuid4().hex[:8]}"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "payment_script").write_text("block")  # the first call pays, then hangs; later ones pay
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": "default",
+        "TEMPORAL_TASK_QUEUE": task_queue,
+        "STRATAGEM_WORKSPACE": str(workspace),
+    }
+    workers = Workers(env, tmp_path, tools=PAYMENT_TOOLS)
+    try:
+        await wait_for_pollers(client, task_queue, {workers.start().pid})
+        # A short time limit: the heartbeat timeout (never longer) notices the lost worker within it.
+        options = RunOptions(auto_approve=True, step_timeout_seconds=6, approvers=["ops"])
+        run = await start_run(
+            client,
+            RunInput(plan=_payment_plan(tool), author=Author(kind=AuthorKind.human, name="alice"), options=options),
+            task_queue=task_queue,
+        )
+        wait_until("the payment in flight", lambda: (workspace / "blocked").exists(), seconds=60)
+        [victim] = workers.alive
+        workers.sigkill(victim)
+        await wait_for_pollers(client, task_queue, {workers.start().pid})
+    except BaseException:
+        workers.close()
+        raise
+    return run, workers, workspace
+
+
+async def test_a_payment_in_flight_when_its_worker_is_killed_happens_once(dev_env, tmp_path):
+    run, workers, workspace = await _killed_mid_payment(dev_env, tmp_path, "pay_invoice")
+    try:
+        result = await asyncio.wait_for(run.result(), timeout=90)
+        ledger = await run.ledger()
+    finally:
+        workers.close()
+    assert result.status is Phase.succeeded
+    [paid] = payments(workspace)  # the reconcile check found it: the tool did not run again
+    assert ledger.steps["pay"].output == {"invoice": "INV-7", "amount": 1200, "key": paid["key"]}
+    assert ledger.steps["pay"].attempts == 2
+    [reconciled] = [e for e in ledger.events if e.kind is EventKind.step_reconciled]
+    assert reconciled.step_id == "pay"
+    assert (workspace / "notes.txt").read_text() == f"paid {paid['key']}\n"
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
+    await replayer.replay_workflow(await run.handle.fetch_history())
+
+
+async def test_a_blind_payment_in_flight_when_its_worker_is_killed_waits_in_doubt(dev_env, tmp_path):
+    run, workers, workspace = await _killed_mid_payment(dev_env, tmp_path, "pay_blind")
+    try:
+        status = await _until(run, _pending("in_doubt"), seconds=90)
+        [pending] = [p for p in status.pending if p.kind.value == "in_doubt"]
+        assert "its outcome is unknown (timed out" in pending.prompt, pending.prompt
+        assert status.steps.in_doubt == 1
+        [paid] = payments(workspace)
+        await run.decide(
+            kinds.RESOLVE,
+            ResolveInput(
+                by="ops", step_id="pay", happened=True, output={k: paid[k] for k in ("invoice", "amount", "key")}
+            ),
+        )
+        result = await asyncio.wait_for(run.result(), timeout=60)
+        ledger = await run.ledger()
+    finally:
+        workers.close()
+    assert result.status is Phase.succeeded
+    assert len(payments(workspace)) == 1  # never paid twice
+    assert ledger.steps["pay"].attempts == 1
+    assert (workspace / "notes.txt").read_text() == f"paid {paid['key']}\n"
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
+    await replayer.replay_workflow(await run.handle.fetch_history())
+
+
+async def test_a_continue_as_new_carries_a_step_in_doubt(dev_env, tmp_path):
+    async with harness_for(dev_env, tmp_path, ToolRegistry.from_modules([PAYMENT_TOOLS])) as harness:
+        harness.workspace.mkdir(parents=True)
+        (harness.workspace / "payment_script").write_text("unknown")
+        plan = _payment_plan("pay_blind").model_dump(mode="json")
+        plan["steps"].append({"id": "beside", "title": "Beside", "tool": "pause", "args": {"seconds": 1.5}})
+        run = await harness.start(plan, auto_approve=True, continue_as_new_after_events=20)
+        # (A continued execution answers with the state it let go of: no revision, no steps.)
+        status = await harness.wait_for(
+            run, lambda s: s.continued >= 1 and s.revision is not None and _pending("in_doubt")(s), timeout=60
+        )
+        assert status.steps.in_doubt == 1
+        await run.decide(kinds.RESOLVE, ResolveInput(by="ops", step_id="pay", happened=False))
+        result = await asyncio.wait_for(run.result(), timeout=60)
+        ledger = await run.ledger()
+    assert result.status is Phase.succeeded
+    assert len(payments(harness.workspace)) == 2  # the lost one, and the one a person asked for
+    asked = [e for e in ledger.events if e.kind is EventKind.step_in_doubt]
+    assert len(asked) == 1  # carried, not asked again
+    assert ledger.steps["pay"].attempts == 2

@@ -59,24 +59,44 @@ def max_attempts(step: Step, options: RunOptions) -> int:
     return step.max_attempts or options.step_max_attempts
 
 
+STEP_RETRY_INITIAL = timedelta(seconds=1)
+STEP_RETRY_MAXIMUM = timedelta(seconds=30)
+
+
 @functools.lru_cache(maxsize=32)
 def step_retry(attempts: int) -> RetryPolicy:
     """A step attempt's retry policy (one per attempt count: it is read-only)."""
     return RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        maximum_interval=timedelta(seconds=30),
+        initial_interval=STEP_RETRY_INITIAL,
+        maximum_interval=STEP_RETRY_MAXIMUM,
         maximum_attempts=attempts,
         non_retryable_error_types=NON_RETRYABLE_ERRORS,
     )
 
 
-def step_activity_options(step: Step, options: RunOptions, *, local: bool = False) -> dict[str, Any]:
-    """The options of the activity that runs `step`: a local one (`local`) sends no heartbeats."""
+# One attempt per activity: the workflow counts a reconcilable or irreversible tool's attempts
+# itself (workflows/attempts.py), so it learns how each one ended before another starts.
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+
+
+def step_backoff(failed: int) -> timedelta:
+    """How long the workflow waits before the attempt after `failed` ones: step_retry's intervals."""
+    interval = STEP_RETRY_INITIAL * (2 ** (failed - 1))
+    return min(interval, STEP_RETRY_MAXIMUM)
+
+
+def step_activity_options(
+    step: Step, options: RunOptions, *, local: bool = False, one_attempt: bool = False
+) -> dict[str, Any]:
+    """The options of the activity that runs `step`: a local one (`local`) sends no heartbeats;
+    `one_attempt` leaves retrying to the workflow. A non-local one always has a heartbeat timeout,
+    by which a lost worker's attempt ends (an attempt of unknown outcome, level 10) in at most
+    HEARTBEAT_TIMEOUT rather than the step's whole time limit."""
     timeout = timedelta(seconds=step.timeout_seconds or options.step_timeout_seconds)
     common: dict[str, Any] = dict(
         result_type=activity_io.StepOutput,
         start_to_close_timeout=timeout,
-        retry_policy=step_retry(max_attempts(step, options)),
+        retry_policy=ONE_ATTEMPT if one_attempt else step_retry(max_attempts(step, options)),
         # On cancel, wait for the activity to stop, so the ledger never says "cancelled" about
         # a tool that is still running (the activity learns of it through its heartbeats).
         cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,

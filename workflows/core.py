@@ -16,7 +16,9 @@ holds parts, each an object with a small interface and the only writer of its ow
     Continuation  continue-as-new and the archive of routine events (continuation.py)
     Waits         a step waiting on a person: approvals, questions, paused calls (waits.py)
     Escalation    a wait on a person that escalates at its deadlines (escalation.py)
-    StepRunner    one step: its gates, its slot, its activity and what its outcome records (step_runner.py)
+    StepRunner    one step: its gates, its slot, its activity and what its outcome records (step_runner.py);
+                  a reconcilable or irreversible tool's attempts counted by the workflow (attempts.py)
+    Doubts        a step whose effect is unknown, waiting for a person's word (doubts.py)
     Execution     scheduling ready steps and ending the execution (execution.py)
     Finishing     the final check and the synthesis (finishing.py)
     Review        the review gate of a revision (review.py)

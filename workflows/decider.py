@@ -20,7 +20,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from stratagem.common.errors import DecisionRefusedError
     from stratagem.common.workflow_errors import DecisionRefused
-    from stratagem.domain import decisions, repairs
+    from stratagem.domain import decisions, in_doubt, repairs
     from stratagem.domain.decision_inputs import (
         CallTarget,
         CompensateRepair,
@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         RejectInput,
         RepairAction,
         RepairInput,
+        ResolveInput,
         ReviseInput,
         RunState,
     )
@@ -350,6 +351,20 @@ class Decider:
             self._control.reject(stop)
             return decisions.outcome(self._state, "the run stops once running steps finish")
         return decisions.outcome(self._state, "budget changed")
+
+    @decision(kinds.RESOLVE, check=in_doubt.check_resolve)
+    def resolve(self, decision: ResolveInput, *, via: str) -> DecisionOutcome:
+        """A person's word on a step in doubt (level 10): its effect happened, and it succeeds with
+        the output given; or it did not, and it runs again. The step's task, parked on the word
+        (workflows/doubts.py), goes on from what its record now says."""
+        state, step_id = self._state, decision.step_id
+        record = in_doubt.apply_resolve(state, decision, via=via, now=workflow.now())
+        if not decision.happened:
+            return decisions.outcome(state, f"step '{step_id}' runs again")
+        self._steps.close(record, StepStatus.succeeded, None)
+        revision = state.plan.revision if state.plan else None
+        state.ledger.record(EventKind.step_succeeded, workflow.now(), revision=revision, step_id=step_id)
+        return decisions.outcome(state, f"step '{step_id}' succeeded with the output given; the run goes on")
 
 
 def _undos(state: RunState) -> str:

@@ -66,12 +66,13 @@ class Execution:
         self._runner.forget_references()
         revision = state.plan.revision
         # Steps already out waiting on a person when a continue-as-new (or a repair) carried them
-        # here: a human step's question, an llm step's paused tool call. The waiting resumes.
+        # here: a human step's question, an llm step's paused tool call, a step in doubt (level
+        # 10: no older run has one). The waiting resumes.
         self._resumed = [
             s
             for s in state.plan.steps
-            if state.ledger.steps[s.id].status is StepStatus.running
-            and (s.kind is StepKind.human or s.id in state.paused_calls)
+            if (status := state.ledger.steps[s.id].status) is StepStatus.in_doubt
+            or (status is StepStatus.running and (s.kind is StepKind.human or s.id in state.paused_calls))
         ]
         if await self._run_ready_steps():
             return False  # only steps waiting on people remain; the state carries them

@@ -48,16 +48,16 @@ def cause_error(exc: ActivityError) -> type[StratagemError] | None:
 
 def cause_detail(exc: ActivityError, key: str, model: Any) -> list[Any]:
     """Records an activity reported with its failure (`key` of its details), as `model`s."""
-    return [model.model_validate(item) for item in _failure_details(exc).get(key) or []]
+    return [model.model_validate(item) for item in failure_details(exc).get(key) or []]
 
 
 def cause_attempts(exc: ActivityError, max_attempts: int) -> int:
     """How many attempts the failed activity made, as it reported; `max_attempts` if it could not say."""
-    attempt = _failure_details(exc).get("attempt")
+    attempt = failure_details(exc).get("attempt")
     return attempt if isinstance(attempt, int) else max_attempts
 
 
-def _failure_details(exc: ActivityError) -> dict[str, Any]:
+def failure_details(exc: ActivityError) -> dict[str, Any]:
     """What the failed activity reported (activities/errors.py), or, if it timed out, its last checkpoint."""
     cause = exc.cause
     details: Any = None

@@ -28,9 +28,11 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.domain.usage import CallUsage, may_cross, price_for
 
 from .activity_options import max_attempts, step_activity_options
+from .attempts import AttemptsFailed, InDoubt, counted_here, run_attempts
 from .budgets import Budgets
 from .control import RunControl
 from .core import queue
+from .doubts import Doubts
 from .failures import cause_attempts, cause_detail, cause_error, cause_message
 from .observe import Observer, mark
 from .steps import Steps
@@ -61,6 +63,7 @@ class StepRunner:
         self._budgets = budgets
         self._waits = waits
         self._observe = observe
+        self._doubts = Doubts(state, control, waits)
         self._busy_slots = 0
         # Per revision, the steps each step refers to (a step's references never change).
         self._references: dict[str, frozenset[str]] = {}
@@ -98,6 +101,8 @@ class StepRunner:
         assert state.plan is not None
         revision = state.plan.revision  # the revision the step runs under, whatever is revised meanwhile
         record = state.ledger.steps[step.id]
+        if record.status is StepStatus.in_doubt and not await self._doubts.settle(step):
+            return False  # it happened (the step succeeded), or the state carries the question on
         paused = state.paused_calls.get(step.id)
         if not await self._waits.cleared(step, paused):
             return False
@@ -187,6 +192,11 @@ class StepRunner:
             result = await self._dispatch(step, revision, inputs, paused)
         except ActivityError as exc:
             return self._failed(step, record, revision, exc)
+        except AttemptsFailed as failed:
+            return self._failed(step, record, revision, failed.error, attempts=failed.attempts)
+        except InDoubt as doubt:
+            await self._doubts.begin(step, record, inputs.args, doubt)
+            return True  # it waits for a person's word (_once)
         return self._succeeded(step, record, revision, result, paused)
 
     def _inputs(self, step: Step, record: StepRecord, revision: int) -> _Inputs | None:
@@ -229,6 +239,10 @@ class StepRunner:
                 workspace=options.workspace,
             )
             spec = state.catalog.get(step.tool)
+            if counted_here(state, spec):
+                # Never a local activity: a lost worker's local attempt is re-run on replay, unseen.
+                assert spec is not None
+                return await run_attempts(state, step, spec, request, state.ledger.steps[step.id].attempts)
             if spec is not None and spec.local:
                 # The fast path: no task-queue round trip, and no heartbeats (the tool is quick).
                 local = step_activity_options(step, options, local=True)
@@ -263,7 +277,9 @@ class StepRunner:
 
     # ------------------------------------------------------------------ outcomes
 
-    def _failed(self, step: Step, record: StepRecord, revision: int, exc: ActivityError) -> bool:
+    def _failed(
+        self, step: Step, record: StepRecord, revision: int, exc: ActivityError, attempts: int | None = None
+    ) -> bool:
         """The activity failed. True when the step runs again (at the budget, or escalated)."""
         self._state.paused_calls.pop(step.id, None)
         if isinstance(exc.cause, TemporalCancelledError):
@@ -276,7 +292,8 @@ class StepRunner:
             return self._stopped_at_budget(step, record, revision, cause_message(exc))
         if self._escalated(step, cause_message(exc)):
             return True  # it runs again, on the stronger model
-        attempts = cause_attempts(exc, max_attempts(step, self._state.options))
+        if attempts is None:
+            attempts = cause_attempts(exc, max_attempts(step, self._state.options))
         trigger = TRIGGERS.get(error, "step_failed") if error is not None else "step_failed"
         self._steps.failed(record, cause_message(exc), attempts=attempts, trigger=trigger)
         return False
@@ -328,6 +345,13 @@ class StepRunner:
         state.paused_calls.pop(step.id, None)
         record.output = result.output
         record.transcript = result.transcript
+        if result.reconciled:
+            message = (
+                f"its reconcile check found the effect of an attempt of unknown outcome; {step.tool} did not run again"
+            )
+            state.ledger.record(
+                EventKind.step_reconciled, workflow.now(), revision=revision, step_id=step.id, message=message
+            )
         self._steps.close(record, StepStatus.succeeded, None)
         state.ledger.record(
             EventKind.step_succeeded,

@@ -123,6 +123,17 @@ class ToolStepInput(CompactModel):
         "which the activity loads and resolves the references with.",
     )
     workspace: str | None = Field(default=None, description="The run's own workspace (RunOptions.workspace).")
+    # Level 10: a tool that declares `reconcile` or is `irreversible` runs one attempt per
+    # activity, the workflow counting them (workflows/attempts.py), so it knows how each ended.
+    attempt: int | None = Field(default=None, description="The attempt's number when the workflow counts them.")
+    reconcile_first: bool = Field(
+        default=False,
+        description="An earlier attempt's outcome is unknown: run the tool's reconcile check first, and the "
+        "tool only if it finds no effect.",
+    )
+    check_only: bool = Field(
+        default=False, description="With reconcile_first, no attempt is left: run the check, never the tool."
+    )
 
     @property
     def arguments(self) -> ToolArgs:
@@ -219,6 +230,9 @@ class StepOutput(CompactModel):
     resume: dict[str, Any] | None = Field(default=None, description="The paused executor's progress, in the store.")
     negotiated: list[str] = Field(default_factory=list, description="How the models' endpoints were found to work.")
     failovers: list[str] = Field(default_factory=list, description="Models passed over, and why.")
+    reconciled: bool = Field(
+        default=False, description="The reconcile check found the effect: `output` is its answer; the tool did not run."
+    )
 
 
 class SynthesisInput(BaseModel):

@@ -287,6 +287,15 @@ class CompensationPlanned(EventData):
     )
 
 
+class StepInDoubt(EventData):
+    attempts: int = Field(description="The attempts the step made, the last of which ended of unknown outcome.")
+
+
+class InDoubtResolved(Decided):
+    happened: bool = Field(description="Whether the person said the step's effect happened.")
+    signed_by: str | None = Field(default=None, exclude_if=_empty, description="The key that signed the word.")
+
+
 EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.run_started: RunStarted,
     EventKind.planning_attempt_invalid: PlanningAttemptInvalid,
@@ -319,6 +328,8 @@ EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.escalation_expired: EscalationExpired,
     EventKind.process_rendered: ProcessRendered,
     EventKind.compensation_planned: CompensationPlanned,
+    EventKind.step_in_doubt: StepInDoubt,
+    EventKind.in_doubt_resolved: InDoubtResolved,
 }
 """Each kind that carries data, and its model; the other kinds carry none (`EventData`)."""
 

@@ -228,7 +228,7 @@ def define_tool(
         requires_approval=requires_approval,
         irreversible=irreversible,
         **_undo(tool_name, compensate),
-        reconcile=_reconcile(tool_name, reconcile),
+        reconcile=_reconcile(tool_name, reconcile, set(fields)),
     )
 
 
@@ -252,9 +252,33 @@ def _undo(tool_name: str, compensate: Callable[..., Any] | str | None) -> dict[s
     return {"compensate": undo.name, "compensation": undo}
 
 
-def _reconcile(tool_name: str, reconcile: Callable[..., Any] | None) -> Callable[..., Any] | None:
-    if reconcile is not None and not callable(reconcile):
+def _reconcile(tool_name: str, reconcile: Callable[..., Any] | None, parameters: set[str]) -> Callable[..., Any] | None:
+    """The reconcile= check, whose parameters must be the tool's own (it is called with the same
+    arguments, filtered to those it names) or a ToolContext (the same idempotency key)."""
+    if reconcile is None:
+        return None
+    if not callable(reconcile):
         raise ToolRegistrationError(f"tool '{tool_name}': reconcile= takes a function, not {reconcile!r}")
+    check = getattr(reconcile, "__name__", "the check")
+    try:
+        signature = inspect.signature(reconcile)
+        hints = get_type_hints(reconcile, include_extras=True)
+    except Exception as exc:  # a builtin without a signature, an annotation that does not evaluate
+        raise ToolRegistrationError(
+            f"tool '{tool_name}': cannot read reconcile check {check}'s parameters ({exc})"
+        ) from None
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise ToolRegistrationError(
+                f"tool '{tool_name}': reconcile check {check} must name each parameter it takes (no *args, "
+                "**kwargs or positional-only ones): it is called with the tool's arguments by name"
+            )
+        if param.name not in parameters and not _is_context(hints.get(param.name)):
+            known = ", ".join(sorted(parameters)) or "none"
+            raise ToolRegistrationError(
+                f"tool '{tool_name}': reconcile check {check} takes '{param.name}', which is not a parameter of the "
+                f"tool ({known}) nor a ToolContext"
+            )
     return reconcile
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -154,6 +155,33 @@ class ToolRegistry:
             name, step_id=context.step_id, attempt=context.attempt, key=context.idempotency_key, call=context.call
         ):
             return await self._invoke(name, args, context)
+
+    async def reconcile(self, name: str, args: dict[str, Any], context: ToolContext) -> Any:
+        """Run the tool's reconcile check with the call's arguments (those it names) and context:
+        its answer, JSON-ready, if the effect of an earlier attempt happened; None if it did not.
+        The tool must have a check (ToolDefinition.reconcile)."""
+        definition = self.get(name)
+        check = definition.reconcile
+        assert check is not None, f"tool '{name}' has no reconcile check"
+        assert definition.arguments is not None, "only Python tools take reconcile="
+        try:
+            parsed = definition.arguments.model_validate(args)
+        except ValidationError as exc:
+            raise ToolArgumentsError(f"tool '{name}': {_validation_summary(exc)}") from None
+        values = {field: getattr(parsed, field) for field in type(parsed).model_fields}
+        kwargs = {p: values[p] if p in values else context for p in inspect.signature(check).parameters}
+        with tool_call_span(
+            f"{name} reconcile",
+            step_id=context.step_id,
+            attempt=context.attempt,
+            key=context.idempotency_key,
+            call=context.call,
+        ):
+            if inspect.iscoroutinefunction(check):
+                found = await check(**kwargs)
+            else:
+                found = await asyncio.to_thread(check, **kwargs)
+        return None if found is None else to_jsonable_python(found)
 
     async def _invoke(self, name: str, args: dict[str, Any], context: ToolContext) -> Any:
         definition = self.get(name)

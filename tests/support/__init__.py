@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CRASH_TOOLS", "FIXTURE_TOOLS"]
+__all__ = ["CRASH_TOOLS", "FIXTURE_TOOLS", "PAYMENT_TOOLS"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -23,3 +23,6 @@ FIXTURE_TOOLS = str(_HERE / "fixture_tools.py")
 
 CRASH_TOOLS = str(_HERE / "crash_tools.py")
 """The tools of the crash tests (tests/test_crash.py)."""
+
+PAYMENT_TOOLS = str(_HERE / "payment_tools.py")
+"""A payment system that is not idempotent, scripted per call (tests/test_in_doubt.py, tests/test_crash.py)."""

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from conftest import Harness
 
+from stratagem.domain.decisions import kinds
 from stratagem.domain.plan import Author, AuthorKind, PlanDraft
 from stratagem.domain.process import ProcessRun, ProcessSpec
 from stratagem.domain.run_types import (
@@ -22,10 +23,12 @@ from stratagem.domain.run_types import (
     RejectInput,
     RepairAction,
     RepairInput,
+    ResolveInput,
     ReviseInput,
     RunInput,
     RunOptions,
 )
+from support import PAYMENT_TOOLS
 from support.plans import GREETING, SIDE_EFFECT, awaiting, diamond, step
 from support.signing import send_signed
 
@@ -488,6 +491,33 @@ async def compensated_after_failure(h: Harness) -> list:
     return [run]
 
 
+def _payment(h: Harness, tool: str, *script: str) -> dict:
+    """A payment step of tests/support/payment_tools.py, its calls scripted, and a note after it."""
+    h.workspace.mkdir(parents=True, exist_ok=True)
+    (h.workspace / "payment_script").write_text("\n".join(script))
+    return {
+        "goal": "pay invoice INV-7",
+        "steps": [
+            {"id": "pay", "title": "Pay INV-7", "tool": tool, "args": {"invoice": "INV-7", "amount": 1200}},
+            {
+                "id": "note",
+                "title": "Note it",
+                "tool": "note",
+                "args": {"text": "paid ${pay.key}"},
+                "depends_on": ["pay"],
+            },
+        ],
+    }
+
+
+async def reconciled(h: Harness) -> list:
+    """Level 10: a reconcilable payment's answer is lost (OutcomeUnknown); before any retry its check
+    finds the payment, which becomes the step's output, and the tool does not run again."""
+    run = await h.start(_payment(h, "pay_invoice", "unknown"), auto_approve=True)
+    await run.result()
+    return [run]
+
+
 async def compensation_failed(h: Harness) -> list:
     """Level 10: an auto-approved compensation whose undo fails for good waits for a repair; a
     person stops it and the run ends compensation_failed, naming the effect that remains."""
@@ -504,6 +534,20 @@ async def compensation_failed(h: Harness) -> list:
     await h.wait_for(run, lambda s: s.phase.finished)
     return [run]
 
+
+async def in_doubt(h: Harness) -> list:
+    """Level 10: an irreversible payment without a check loses its answer and waits in doubt; a
+    person says it did not happen (it runs again), then, lost again, that it happened, with its output."""
+    run = await h.start(_payment(h, "pay_blind", "unpaid", "unknown"), auto_approve=True)
+    for happened, output in ((False, None), (True, {"invoice": "INV-7", "amount": 1200, "key": "from the bank"})):
+        await h.wait_for(run, lambda s: any(p.kind is DecisionKind.in_doubt for p in s.pending))
+        await run.decide(kinds.RESOLVE, ResolveInput(by="alice", step_id="pay", happened=happened, output=output))
+    await run.result()
+    return [run]
+
+
+# Scenarios that run tools besides the fixture tools: their modules, as `--tools` takes them.
+EXTRA_TOOLS: dict[str, list[str]] = {"reconciled": [PAYMENT_TOOLS], "in_doubt": [PAYMENT_TOOLS]}
 
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
@@ -529,4 +573,6 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "process_run": process_run,
     "compensated_after_failure": compensated_after_failure,
     "compensation_failed": compensation_failed,
+    "reconciled": reconciled,
+    "in_doubt": in_doubt,
 }

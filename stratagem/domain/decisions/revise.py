@@ -64,7 +64,8 @@ def running_problems(state: RunState, draft: PlanDraft) -> None:
     in_draft = {s.id: s for s in draft.steps}
     for step in state.plan.steps:
         record = state.ledger.steps[step.id]
-        if record.status is not StepStatus.running or step.kind is StepKind.human:
+        # A step in doubt (level 10) may have had its effect: like a running one, it is kept as it is.
+        if record.status not in (StepStatus.running, StepStatus.in_doubt) or step.kind is StepKind.human:
             continue
         if step.id not in in_draft:
             raise DecisionRefusedError(f"step '{step.id}' is running and cannot be dropped until it finishes")
