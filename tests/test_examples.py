@@ -460,6 +460,52 @@ def test_payments_are_scheduled_once_per_idempotency_key(tmp_path):
 
 
 @pytest.mark.unit
+def test_the_undos_remove_only_what_this_onboarding_added(tmp_path):
+    tools = Example("vendor_onboarding").module()
+    registry = Example("vendor_onboarding").registry()
+    assert registry.catalog().get("create_vendor_record").compensate == "remove_vendor"  # type: ignore[union-attr]
+    args = ("Brightwater Components GmbH", "DE", "DE276814405", "DE47100700000532470611", "ap@b.example")
+    created = tools.create_vendor_record(*args, ctx=context(tmp_path, "register"))
+    record = tmp_path / created["path"]
+    # An earlier onboarding's vendor is not this run's to remove.
+    earlier = tools.create_vendor_record(*args, ctx=context(tmp_path, "register", run_id="run-2"))
+    assert tools.remove_vendor("DE276814405", earlier, ctx=context(tmp_path, "undo"))["removed"] is False
+    assert record.exists()
+    # Arguments that name another file than the VAT id's record (a plan can write them) remove nothing.
+    for forged in ({**created, "vendor_id": "V-00000000"}, {**created, "vendor_id": "../payments/ledger"}):
+        with pytest.raises(ToolError, match="is not the vendor id of VAT id") as refused:
+            tools.remove_vendor("DE276814405", forged, ctx=context(tmp_path, "undo"))
+        assert refused.value.retryable is False
+    assert record.exists()
+    removed = tools.remove_vendor("DE 276 814 405", created, ctx=context(tmp_path, "undo"))
+    again = tools.remove_vendor("DE276814405", created, ctx=context(tmp_path, "undo"))
+    assert (removed["removed"], again["removed"], again["kept_because"]) == (True, False, "already removed")
+    assert not record.exists()
+
+    letter = tmp_path / "letters" / "V-813BAAB1-welcome.txt"
+    letter.parent.mkdir()
+    letter.write_text("Dear new partner")
+    with pytest.raises(ToolError, match="is not a welcome letter's path"):
+        tools.discard_letter("payments/ledger.csv", ctx=context(tmp_path, "undo"))
+    assert tools.discard_letter("letters/V-813BAAB1-welcome.txt", ctx=context(tmp_path, "undo"))["discarded"]
+    assert not letter.exists()
+
+
+@pytest.mark.unit
+def test_the_bank_refuses_a_closed_account_for_good_and_nothing_is_paid(tmp_path):
+    tools = Example("vendor_onboarding").module()
+    inputs = yaml.safe_load((EXAMPLES / "vendor_onboarding" / "closed_account.yaml").read_text())
+    # Every check passes: only the bank, when asked to pay, knows the account is closed.
+    assert tools.check_sanctions(inputs["vendor"], inputs["country"])["clear"]
+    assert tools.validate_vat(inputs["vat_id"])["checksum_verified"]
+    assert tools.verify_bank_details(inputs["iban"], inputs["vendor"], inputs["country"])["verified"]
+    with pytest.raises(ToolError, match=r"the bank refused the payment .* \(AC04: the account is closed\)") as refused:
+        tools.schedule_payment(inputs["vendor"], 3400, inputs["iban"], ctx=context(tmp_path, "pay"))
+    assert refused.value.retryable is False
+    assert not (tmp_path / "payments" / "ledger.csv").exists()
+
+
+@pytest.mark.unit
 def test_report_kpis_refuse_paths_outside_the_data_folder():
     tools = Example("monthly_report").module()
     with pytest.raises(ToolError, match="outside the data folder"):
