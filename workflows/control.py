@@ -23,6 +23,7 @@ class RunControl:
         self._winding_down = False
         self._rejection: str | None = None
         self._halt: str | None = None
+        self._give_up: str | None = None
         # Steps that ended (or stopped waiting on a person) in this execution: a continue-as-new
         # is started only after one, so every execution makes progress.
         self._returned = 0
@@ -44,6 +45,11 @@ class RunControl:
         return self._halt
 
     @property
+    def gave_up(self) -> str | None:
+        """Why the run gave up on its goal and undoes what ran, once running steps finish (level 10)."""
+        return self._give_up
+
+    @property
     def returned(self) -> int:
         return self._returned
 
@@ -53,6 +59,7 @@ class RunControl:
         self._winding_down = False
         self._rejection = None
         self._halt = None
+        self._give_up = None
 
     def stop(self) -> None:
         self._stopping = True
@@ -65,6 +72,11 @@ class RunControl:
         """Stop the run for good (level 9: an escalation's deadline said so): it ends failed once
         running steps finish."""
         self._halt = reason
+        self._stopping = True
+
+    def give_up(self, reason: str) -> None:
+        """A revision was rejected in a run that compensates: it undoes what ran once running steps finish."""
+        self._give_up = reason
         self._stopping = True
 
     def wind_down(self) -> None:

@@ -10,6 +10,7 @@ holds parts, each an object with a small interface and the only writer of its ow
     Progress      the step table, memo, status search attribute and notifications (progress.py)
     Steps         a step's record as it moves, which steps may start, the run's end (steps.py)
     Budgets       model usage, budgets and the waits on them (budgets.py)
+    Compensation  a run that gives up on its goal undoes its effects: the undos' revision (compensation.py)
     Planning      the tool catalogue, planner calls, adopting a revision, replans (planning.py)
     processes     a run of a process: its nominal time, its rendered plan, the ledger's record (processes.py)
     Continuation  continue-as-new and the archive of routine events (continuation.py)
@@ -21,7 +22,7 @@ holds parts, each an object with a small interface and the only writer of its ow
     Review        the review gate of a revision (review.py)
     Decider       what the decisions people send do (decider.py)
     Messages      every update, signal and query, on the class as Temporal requires (messages.py)
-    StratagemRun  the phase loop: plan -> review -> execute -> replan -> finish (stratagem_run.py)
+    StratagemRun  the phase loop: plan -> review -> execute -> replan (or compensate) -> finish (stratagem_run.py)
 
 A part is handed the parts it uses when it is built, so what each one may touch is in its
 constructor. Workflow code: deterministic, no I/O.

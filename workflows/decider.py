@@ -21,7 +21,14 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.common.errors import DecisionRefusedError
     from stratagem.common.workflow_errors import DecisionRefused
     from stratagem.domain import decisions, repairs
-    from stratagem.domain.decision_inputs import CallTarget, PlanTarget, RetryRepair, StepTarget
+    from stratagem.domain.decision_inputs import (
+        CallTarget,
+        CompensateRepair,
+        PlanTarget,
+        RetryRepair,
+        StepTarget,
+        StopRepair,
+    )
     from stratagem.domain.decisions import Kind, kinds, quorum
     from stratagem.domain.ledger import EventKind, StepStatus
     from stratagem.domain.plan import Author, AuthorKind
@@ -41,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.domain.scheduling import reconcile
 
 from .budgets import Budgets
+from .compensation import Compensation
 from .control import RunControl
 from .core import has
 from .execution import Execution
@@ -100,8 +108,10 @@ class Decider:
         budgets: Budgets,
         planning: Planning,
         execution: Execution,
+        compensation: Compensation,
     ) -> None:
         self._state = state
+        self._compensation = compensation
         self._control = control
         self._progress = progress
         self._steps = steps
@@ -220,6 +230,8 @@ class Decider:
     def _reject_plan(self, decision: RejectInput, *, via: str) -> DecisionOutcome:
         state = self._state
         reason = decisions.record_plan_rejection(state, decision, via=via, now=workflow.now())
+        if self._compensation.wanted():
+            return self._give_up(reason)
         if self._execution.busy:
             # A revision made while the run ran was rejected: its running steps finish first, and
             # the execution loop then ends the run, so no step records an end after the run's.
@@ -228,6 +240,22 @@ class Decider:
         self._steps.close_open(StepStatus.skipped, "plan rejected")
         self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
         return decisions.outcome(state, "rejected")
+
+    def _give_up(self, reason: str) -> DecisionOutcome:
+        """A revision rejected in a run that compensates (level 10): what ran is undone, once the
+        running steps finish; a rejected revision that ran nothing ends the run rejected."""
+        state = self._state
+        if self._execution.busy:
+            self._control.give_up(reason)
+            return decisions.outcome(state, "rejected; the run undoes what ran once running steps finish")
+        self._compensation.begin(reason, self._rejected)
+        if state.phase is Phase.awaiting_approval:
+            return decisions.outcome(state, f"rejected; the run undoes what ran: {_undos(state)} awaits approval")
+        return decisions.outcome(state, "rejected")
+
+    def _rejected(self, reason: str) -> None:
+        self._steps.close_open(StepStatus.skipped, "plan rejected")
+        self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
 
     @decision(kinds.REVISE, check=decisions.check_revise)
     def revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:
@@ -261,8 +289,7 @@ class Decider:
                 self._retry_with(decision, step_id, args, via=via)
         stop = repairs.apply_repair(state, decision, via=via, now=workflow.now())
         if stop is not None:
-            self._steps.fail_run(stop)
-            return decisions.outcome(state, "the run is stopped")
+            return self._stopped(decision, stop)
         done = {RepairAction.retry: "retried", RepairAction.skip: "skipped"}.get(decision.action, "asked again")
         if decision.action is RepairAction.retry and repairs.asks_again(state, decision.step_id):
             done += " (its approval is asked again before it runs)"
@@ -274,6 +301,25 @@ class Decider:
             )
         left = ", ".join(repairs.failed_steps(state))
         return decisions.outcome(state, f"step '{decision.step_id}' {done}; still failed: {left}")
+
+    def _stopped(self, decision: RepairInput, stop: str) -> DecisionOutcome:
+        """A stop ends the run (or, with on_failure: compensate, undoes what ran first); a
+        compensate repair undoes what ran; a stop while undoing ends the compensation."""
+        state = self._state
+        compensating = self._compensation.active
+        if isinstance(decision.repair, CompensateRepair) or (
+            isinstance(decision.repair, StopRepair) and self._compensation.wanted()
+        ):
+            self._compensation.begin(stop, self._steps.fail_run)
+        else:
+            self._steps.fail_run(stop)
+        if state.phase is Phase.awaiting_approval:
+            return decisions.outcome(state, f"the run undoes what ran: {_undos(state)} awaits approval")
+        if compensating:
+            return decisions.outcome(state, "the compensation is stopped; effects remain")
+        if state.phase is Phase.compensation_failed:
+            return decisions.outcome(state, "nothing can undo what ran; the run ends with its effects")
+        return decisions.outcome(state, "the run is stopped")
 
     def _retry_with(self, decision: RepairInput, step_id: str, args: dict[str, Any], *, via: str) -> None:
         """A retry with new arguments: a new revision that runs this step again."""
@@ -304,6 +350,11 @@ class Decider:
             self._control.reject(stop)
             return decisions.outcome(self._state, "the run stops once running steps finish")
         return decisions.outcome(self._state, "budget changed")
+
+
+def _undos(state: RunState) -> str:
+    """The compensation's revision, as a decision's outcome names it."""
+    return f"revision {state.compensation.revision}" if state.compensation else "the compensation"
 
 
 def _mark(decision: Any) -> str:

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from stratagem.domain.run_types import DecisionKind, Phase, RunState
     from stratagem.domain.scheduling import all_succeeded
 
+from .compensation import Compensation
 from .continuation import Continuation
 from .control import RunControl
 from .finishing import Finishing
@@ -35,8 +36,10 @@ class Execution:
         runner: StepRunner,
         continuation: Continuation,
         finishing: Finishing,
+        compensation: Compensation,
     ) -> None:
         self._state = state
+        self._compensation = compensation
         self._control = control
         self._progress = progress
         self._steps = steps
@@ -124,6 +127,8 @@ class Execution:
         assert state.plan is not None
         if control.halt_reason is not None:
             self._steps.fail_run(control.halt_reason)
+        elif control.gave_up is not None:
+            self._compensation.begin(control.gave_up, self._rejected)
         elif control.rejection is not None:
             self._steps.close_open(StepStatus.skipped, "run rejected")
             self._steps.end(Phase.rejected, control.rejection, EventKind.run_rejected)
@@ -134,7 +139,8 @@ class Execution:
         elif state.plan.revision != revision:
             return False  # revised while running: its review (or the carried approval) says what next
         elif all_succeeded(state.plan, state.ledger):
-            if state.options.final_check and not await self._finishing.goal_reached():
+            # A compensation has no goal to check: every undo succeeded is its end.
+            if state.options.final_check and not self._compensation.active and not await self._finishing.goal_reached():
                 state.phase = Phase.replanning
                 return False
             return True
@@ -142,6 +148,10 @@ class Execution:
             blocked = [s.id for s in state.plan.steps if state.ledger.steps[s.id].status is StepStatus.pending]
             self._steps.fail_run(f"no step can run: {', '.join(blocked)} wait on steps that did not succeed")
         return False
+
+    def _rejected(self, reason: str) -> None:
+        self._steps.close_open(StepStatus.skipped, "run rejected")
+        self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
 
     async def cancel(self) -> None:
         """The run is cancelled: every step task is, and each marks its own record cancelled as the

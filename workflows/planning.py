@@ -46,6 +46,7 @@ from .activity_options import (
     PLANNING_TIMEOUT,
 )
 from .budgets import Budgets
+from .compensation import Compensation
 from .core import has, queue
 from .failures import cause_detail, cause_message
 from .observe import Observer, mark
@@ -53,8 +54,11 @@ from .steps import Steps
 
 
 class Planning:
-    def __init__(self, state: RunState, steps: Steps, budgets: Budgets, observe: Observer) -> None:
+    def __init__(
+        self, state: RunState, steps: Steps, budgets: Budgets, observe: Observer, compensation: Compensation
+    ) -> None:
         self._state = state
+        self._compensation = compensation
         self._steps = steps
         self._budgets = budgets
         self._observe = observe
@@ -109,6 +113,9 @@ class Planning:
         state = self._state
         assert state.plan is not None
         failure = state.failure or "a step failed"
+        if self._compensation.active:
+            # An undo that failed for good: no planner rewrites a compensation, a person repairs it.
+            return repairs.request_repair(state, failure, workflow.now())
         if state.ledger.replans >= state.options.max_replans:
             state.ledger.record(
                 EventKind.replan_cap_reached,
@@ -208,11 +215,19 @@ class Planning:
 
     def cannot_replan(self, why: str) -> None:
         """No replan can answer a failure: a person repairs it (level 4, unless the options say to
-        fail, as they do by default for auto_approve runs), or the run fails (from level 9, a step
-        a person rejected ends it rejected)."""
+        fail, as they do by default for auto_approve runs), the run undoes its effects (level 10,
+        on_failure: compensate), or the run fails (from level 9, a step a person rejected ends it
+        rejected)."""
         if self._state.options.repairs and has(self._state, Change.REPAIRS):
             repairs.request_repair(self._state, why, workflow.now())
-        elif has(self._state, Change.REJECTED_STEP_REPAIRS) and self._trigger() == "step_rejected":
+        elif self._compensation.wanted():
+            self._compensation.begin(why, self._give_up)
+        else:
+            self._give_up(why)
+
+    def _give_up(self, why: str) -> None:
+        """The run ends without its goal, and without compensating."""
+        if has(self._state, Change.REJECTED_STEP_REPAIRS) and self._trigger() == "step_rejected":
             # A person's no that no replan can answer, in a run that waits for nobody: it ends
             # rejected, as a rejected step's run always did before level 9.
             self._steps.close_open(StepStatus.skipped, "run rejected")

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from .activity_options import STANDING_RETRY, STANDING_TIMEOUT
+from .compensation import Compensation
 from .core import has
 from .escalation import Escalation
 from .failures import cause_message
@@ -39,9 +40,16 @@ SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
 
 class Review:
     def __init__(
-        self, state: RunState, progress: Progress, steps: Steps, observe: Observer, escalation: Escalation
+        self,
+        state: RunState,
+        progress: Progress,
+        steps: Steps,
+        observe: Observer,
+        escalation: Escalation,
+        compensation: Compensation,
     ) -> None:
         self._state = state
+        self._compensation = compensation
         self._progress = progress
         self._steps = steps
         self._observe = observe
@@ -175,9 +183,17 @@ class Review:
                     action, reason = expired
                     if action is EscalationTimeoutAction.stop:
                         return self._steps.fail_run(reason)
-                    self._steps.close_open(StepStatus.skipped, "plan rejected")
-                    return self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
+                    if self._compensation.wanted():  # a revision rejected after effects ran: undone (level 10)
+                        return self._compensation.begin(reason, self._rejected)
+                    return self._rejected(reason)
             except TimeoutError:
+                undo = state.options.on_review_timeout is ReviewTimeoutAction.compensate
+                if undo and timeout and has(state, Change.COMPENSATION):
+                    self._timed_out(revision, timeout)
+                    why = f"no decision on revision {revision} within {timeout:g} seconds"
+                    if self._compensation.active:  # the compensation's own review: it ends, effects remain
+                        return self._steps.fail_run(why)
+                    return self._compensation.begin(why, self._steps.fail_run)
                 if state.options.on_review_timeout is ReviewTimeoutAction.fail:
                     state.ledger.record(
                         EventKind.review_timed_out,
@@ -196,3 +212,12 @@ class Review:
                     message=f"no decision within {timeout:g} s; escalated, still waiting",
                 )
                 timeout = None
+
+    def _timed_out(self, revision: int, timeout: float) -> None:
+        self._state.ledger.record(
+            EventKind.review_timed_out, workflow.now(), revision=revision, message=f"no decision within {timeout:g} s"
+        )
+
+    def _rejected(self, reason: str) -> None:
+        self._steps.close_open(StepStatus.skipped, "plan rejected")
+        self._steps.end(Phase.rejected, reason, EventKind.run_rejected)

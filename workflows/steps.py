@@ -11,7 +11,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from opentelemetry import trace
 
-    from stratagem.domain import transitions
+    from stratagem.domain import compensation, transitions
     from stratagem.domain.ledger import EventKind, StepRecord, StepStatus
     from stratagem.domain.plan import Plan
     from stratagem.domain.run_types import Phase, RunState
@@ -95,6 +95,11 @@ class Steps:
 
     def end(self, phase: Phase, reason: str | None, kind: EventKind) -> None:
         state = self._state
+        if state.compensation is not None and phase in (Phase.failed, Phase.rejected):
+            # Whatever ends a compensation before its last undo (a stop, a rejection, a deadline)
+            # leaves effects standing: the run says which (level 10; never set below it).
+            reason = compensation.failed_reason(state, reason or phase.value)
+            phase, kind = Phase.compensation_failed, EventKind.run_compensation_failed
         state.phase = phase
         state.reason = reason
         state.pending = []

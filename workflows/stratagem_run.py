@@ -16,6 +16,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 
 with workflow.unsafe.imports_passed_through():
     from stratagem.common.workflow_errors import RunFailed
+    from stratagem.domain import compensation
     from stratagem.domain.ledger import EventKind, Ledger, StepStatus
     from stratagem.domain.ledger_events import RunStarted
     from stratagem.domain.plan import Author, AuthorKind
@@ -32,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
 
 from . import processes
 from .budgets import Budgets
+from .compensation import Compensation
 from .continuation import Continuation
 from .control import RunControl
 from .core import has, outcome_attributes
@@ -96,15 +98,25 @@ class StratagemRun(Messages):
         self._progress = progress = Progress(state, observe)
         self._steps = steps = Steps(state, control, progress, observe)
         self._budgets = budgets = Budgets(state, control, progress, steps, observe)
-        self._planning = planning = Planning(state, steps, budgets, observe)
+        # Planning's adopt and problems make the compensation revision as every other; Planning,
+        # built next, asks this part when no replan can follow (the lambdas read it at call time).
+        compensation = Compensation(
+            state,
+            steps,
+            lambda merged, author, reason: planning.adopt(merged, author, reason),
+            lambda d: planning.problems(d),
+        )
+        self._planning = planning = Planning(state, steps, budgets, observe, compensation)
         self._continuation = continuation = Continuation(state, progress)
         self._finishing = finishing = Finishing(state, steps, budgets, observe)
         escalation = Escalation(state, progress)
-        self._review = Review(state, progress, steps, observe, escalation)
+        self._review = Review(state, progress, steps, observe, escalation, compensation)
         waits = Waits(state, control, progress, steps, budgets, escalation)
         self._runner = runner = StepRunner(state, control, steps, budgets, waits, observe)
-        self._execution = execution = Execution(state, control, progress, steps, waits, runner, continuation, finishing)
-        self._decider = Decider(state, control, progress, steps, budgets, planning, execution)
+        self._execution = execution = Execution(
+            state, control, progress, steps, waits, runner, continuation, finishing, compensation
+        )
+        self._decider = Decider(state, control, progress, steps, budgets, planning, execution, compensation)
         self.signed_decisions = reached(carried, Change.SIGNED_DECISIONS)
         # Whether this execution took its state from its own continue-as-new (VerifyDecisions
         # checks a start's auto_approve otherwise).
@@ -247,6 +259,8 @@ class StratagemRun(Messages):
 
     async def _finish(self) -> RunResult:
         state = self.state
+        if state.phase is Phase.running and state.compensation is not None:
+            return await self._compensated()
         if state.phase is Phase.running and state.plan is not None:
             outputs = {sid: state.ledger.steps[sid].output for sid in sink_steps(state.plan)}
             synthesis = await self._finishing.synthesis(outputs)
@@ -274,6 +288,22 @@ class StratagemRun(Messages):
             )
         # A failed business process is a failed workflow, so the Temporal UI tells the truth.
         raise RunFailed(state.reason or "the run failed")
+
+    async def _compensated(self) -> RunResult:
+        """Every undo succeeded: the run ends compensated, a completed workflow (as a rejected
+        one is), its result saying what was undone and what stays."""
+        state = self.state
+        reason = compensation.compensated_reason(state)
+        self._steps.end(Phase.compensated, reason, EventKind.run_compensated)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._progress.write_memo(final=True)
+        return RunResult(
+            run_id=state.run_id,
+            status=Phase.compensated,
+            revision=state.plan.revision if state.plan else None,
+            reason=reason,
+            replans=state.ledger.replans,
+        )
 
     async def _on_cancel(self) -> None:
         # Each step task marks its own record cancelled as the cancellation reaches it.

@@ -160,9 +160,9 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--on-failure",
-        choices=["repair", "fail"],
-        help="when a failed step cannot be replanned: wait for a person to repair it (default), or fail "
-        "(the default with --auto-approve)",
+        choices=[action.value for action in FailureAction],
+        help="when a failed step cannot be replanned: wait for a person to repair it (default), fail (the default "
+        "with --auto-approve), or compensate (undo the effects that ran: docs/plans.md)",
     )
     run.add_argument(
         "--whole-plan-approval",

@@ -82,6 +82,7 @@ class DecisionAction(str, Enum):
     skip = "skip"
     stop = "stop"
     ask_again = "ask_again"
+    compensate = "compensate"
 
 
 class Decision(CompactModel):

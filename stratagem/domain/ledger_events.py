@@ -277,6 +277,16 @@ class EscalationExpired(EventData):
     then: str = Field(description="What the run did: reject or stop.")
 
 
+class CompensationPlanned(EventData):
+    """The undos a run that gave up on its goal runs (stratagem.domain.compensation), level 10."""
+
+    reason: str = Field(description="Why the run gave up on its goal.")
+    undos: dict[str, str] = Field(description="Each undo step's id, and the step whose effect it undoes.")
+    cannot_undo: list[str] = Field(
+        default_factory=list, exclude_if=_empty, description="Steps that ran with effects nothing undoes."
+    )
+
+
 EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.run_started: RunStarted,
     EventKind.planning_attempt_invalid: PlanningAttemptInvalid,
@@ -308,6 +318,7 @@ EVENT_DATA: dict[EventKind, type[EventData]] = {
     EventKind.decision_escalated: DecisionEscalated,
     EventKind.escalation_expired: EscalationExpired,
     EventKind.process_rendered: ProcessRendered,
+    EventKind.compensation_planned: CompensationPlanned,
 }
 """Each kind that carries data, and its model; the other kinds carry none (`EventData`)."""
 

@@ -14,7 +14,14 @@ from typing import Any
 
 from stratagem.common.errors import DecisionRefusedError
 from stratagem.domain.answers import answer_problem
-from stratagem.domain.decision_inputs import AskAgainRepair, RetryRepair, SkipRepair, Stop, StopRepair
+from stratagem.domain.decision_inputs import (
+    AskAgainRepair,
+    CompensateRepair,
+    RetryRepair,
+    SkipRepair,
+    Stop,
+    StopRepair,
+)
 from stratagem.domain.decisions import (
     check_approver,
     check_open,
@@ -52,6 +59,8 @@ def check_repair(state: RunState, decision: RepairInput) -> None:
     match decision.repair:
         case StopRepair():
             pass
+        case CompensateRepair():
+            _check_compensate(state)
         case AskAgainRepair(step_id):
             _check_ask_again(state, decision, step_id)
         case RetryRepair(step_id, args):
@@ -72,6 +81,19 @@ def check_repair(state: RunState, decision: RepairInput) -> None:
                 raise DecisionRefusedError(
                     f"step '{step.id}' refused the output, which does not match {what}: {problem}"
                 )
+
+
+def _check_compensate(state: RunState) -> None:
+    """Compensating is giving up on the goal, once, in a run that knows how (level 10)."""
+    if not reached(state, Change.COMPENSATION):
+        raise DecisionRefusedError(
+            f"this run was started at level {state.level}, before compensation (level {Change.COMPENSATION.level}); "
+            "stop it instead"
+        )
+    if state.compensation is not None:
+        raise DecisionRefusedError(
+            "the run is undoing its effects already; retry or skip the failed undo, or stop (the effects remain)"
+        )
 
 
 def _failed_step(state: RunState, by: str, step_id: str) -> Step:
@@ -130,27 +152,56 @@ def request_repair(state: RunState, why: str, now: datetime) -> None:
     state.phase = Phase.awaiting_repair
     # A tool call a paused step waits on stays open: a person may decide it while repairing.
     calls = [p for p in state.pending if p.kind is DecisionKind.tool_call_approval]
+    choices = _choices(state)
     repairs = [
         PendingDecision(
             kind=DecisionKind.repair,
             revision=revision,
             since=now,
             step_id=sid,
-            prompt=f"{_what_happened(state, sid, why)}. Retry it, skip it with an output, "
-            + "".join(f"ask '{h}' again, " for h in askable(state, sid))
-            + "revise the plan, or stop the run",
+            prompt=f"{_what_happened(state, sid, why)}. "
+            + (
+                choices
+                or "Retry it, skip it with an output, "
+                + "".join(f"ask '{h}' again, " for h in askable(state, sid))
+                + _last_choices(state)
+            ),
             ask_again=askable(state, sid),
         )
         for sid in failed
     ] or [
         PendingDecision(
-            kind=DecisionKind.repair, revision=revision, since=now, prompt=f"{why}. Revise the plan or stop the run"
+            kind=DecisionKind.repair,
+            revision=revision,
+            since=now,
+            prompt=f"{why}. " + (choices or _no_step_choices(state)),
         )
     ]
     state.pending = calls + repairs
     state.ledger.record(
         EventKind.repair_requested, now, revision=revision, message=why, data=RepairRequested(steps=failed)
     )
+
+
+def _choices(state: RunState) -> str:
+    """What a person may do about a failed undo (level 10; "" otherwise): no replan, no revision."""
+    if state.compensation is None:
+        return ""
+    return "Retry it, skip it with an output (its effect counts as undone), or stop (the compensation fails: effects remain)"
+
+
+def _last_choices(state: RunState) -> str:
+    """How a repair's choices end: from level 10 a person may also give up and undo what ran."""
+    if reached(state, Change.COMPENSATION):
+        return "revise the plan, stop the run, or compensate (undo what ran)"
+    return "revise the plan, or stop the run"
+
+
+def _no_step_choices(state: RunState) -> str:
+    """A repair asked with no failed step to name (a planner that failed): its choices."""
+    if reached(state, Change.COMPENSATION):
+        return "Revise the plan, stop the run, or compensate (undo what ran)"
+    return "Revise the plan or stop the run"
 
 
 def _what_happened(state: RunState, step_id: str, why: str) -> str:
@@ -184,6 +235,18 @@ def apply_repair(state: RunState, decision: RepairInput, *, via: str, now: datet
         return Stop(
             f"stopped by {decision.by} instead of a repair" + (f": {decision.reason}" if decision.reason else "")
         )
+    if isinstance(repair, CompensateRepair):
+        state.ledger.record(
+            EventKind.step_repaired,
+            now,
+            revision=revision,
+            actor=decision.by,
+            message="gave up on the goal: the effects that ran are undone",
+            data=StepRepaired(action="compensate", via=via),
+        )
+        failure = state.failure or "; ".join(state.ledger.steps[s].error or s for s in failed_steps(state))
+        why = f"{failure}; {decision.by} chose to undo what ran" if failure else f"{decision.by} chose to undo what ran"
+        return Stop(why + (f": {decision.reason}" if decision.reason else ""))
     match repair:
         case AskAgainRepair(step_id):
             return _ask_again(state, decision, step_id, via=via, now=now)

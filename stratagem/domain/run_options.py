@@ -163,7 +163,8 @@ class RunOptions(CompactModel):
     on_failure: FailureAction | None = Field(
         default=None,
         description="When a step fails for good and no replan can follow (no planner, the replan limit, the "
-        "planner failed): repair waits for a person, fail ends the run. None: repair, or fail when auto_approve.",
+        "planner failed): repair waits for a person, fail ends the run, compensate undoes the effects that ran "
+        "(level 10). None: repair, or fail when auto_approve.",
     )
     whole_plan_approval: bool = Field(
         default=False,

@@ -18,6 +18,7 @@ from jsonschema.exceptions import SchemaError
 from stratagem.common.errors import PlanValidationError
 from stratagem.domain.answers import path_problem, schema_problems
 from stratagem.domain.catalog import ToolCatalog
+from stratagem.domain.compensation import undo_args
 from stratagem.domain.graph import ancestry, find_cycles
 from stratagem.domain.identity_cache import ByIdentity
 from stratagem.domain.plan import PlanDraft, Step, StepKind
@@ -54,6 +55,8 @@ def plan_problems(
     for step in plan.steps:
         problems.extend(_kind_problems(step, catalog))
         problems.extend(_executor_problems(step, catalog, tiers))
+        if step.compensate is not None:
+            problems.extend(_compensation_problems(step, catalog, credentials=credentials))
         if step.answer_schema is not None:
             if step.kind is not StepKind.human:
                 problems.append(f"step '{step.id}' has an answer_schema, but only human steps are answered")
@@ -128,6 +131,8 @@ def plan_problems(
                     problem := path_problem(shape[0], [str(p) for p in ref.path], shape[1])
                 ):
                     problems.append(f"step '{step.id}' references {ref}, but {problem}")
+            if step.compensate is not None and step.compensate.args:
+                problems.extend(_compensation_references(step, known, is_ancestor))
     return problems
 
 
@@ -228,6 +233,51 @@ def _kind_problems(step: Step, catalog: ToolCatalog) -> list[str]:
     if not step.instructions.strip():
         what = "the question to ask" if step.kind is StepKind.human else "what the executor should do"
         problems.append(f"step '{step.id}' is {kind} step with no instructions; say {what}")
+    return problems
+
+
+def _compensation_problems(step: Step, catalog: ToolCatalog, *, credentials: bool) -> list[str]:
+    """A step's own compensation is checked like a step: only tool and llm steps have effects to
+    undo, its tool must exist, its arguments (the step's own when it gives none) must fit, and
+    they may hold no literal credential nor send a secret where it is not bound."""
+    assert step.compensate is not None
+    if step.kind is StepKind.human:
+        return [f"step '{step.id}' is a human step, which has no effect to undo; remove its compensate"]
+    tool = step.compensate.tool
+    spec = catalog.get(tool)
+    if spec is None:
+        available = ", ".join(sorted(catalog.names)) or "none"
+        return [
+            f"step '{step.id}': compensate uses unknown tool '{tool}'{_did_you_mean(tool, catalog.names)} "
+            f"(available: {available})"
+        ]
+    args = undo_args(step, step.compensate, catalog)
+    problems = argument_problems(args, spec.parameters, tool=tool)
+    undo = Step(id=step.id, title=step.title, tool=tool, args=args)
+    if credentials:
+        problems += [p.removeprefix(f"step '{step.id}': ") for p in _credential_problems(undo)]
+    if catalog.secrets is not None:
+        problems += [p.removeprefix(f"step '{step.id}': ") for p in _secret_problems(undo, catalog.secrets)]
+    return [f"step '{step.id}': compensate: {p}" for p in problems]
+
+
+def _compensation_references(step: Step, known: Collection[str], is_ancestor: Any) -> list[str]:
+    """The undo runs after the step: it may read the step's own output and its ancestors'."""
+    assert step.compensate is not None
+    problems = []
+    for ref in references_in("", step.compensate.args or {}):
+        if ref.step_id == step.id:
+            continue
+        if ref.step_id not in known:
+            problems.append(
+                f"step '{step.id}': compensate references {ref}, but there is no step '{ref.step_id}'"
+                f"{_did_you_mean(ref.step_id, known)}"
+            )
+        elif not is_ancestor(step.id, ref.step_id):
+            problems.append(
+                f"step '{step.id}': compensate references {ref}, but '{ref.step_id}' is neither the step itself "
+                "nor among its dependencies"
+            )
     return problems
 
 

@@ -19,6 +19,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from stratagem.common.errors import ToolArgumentsError, ToolError, ToolRegistrationError, UnknownToolError
 from stratagem.common.telemetry import tool_call_span
 from stratagem.domain.catalog import ToolCatalog
+from stratagem.domain.compensation import ORIGINAL_OUTPUT
 from stratagem.tools.definition import TOOL_MARK, ToolContext, ToolDefinition, define_tool, telling_schema
 from stratagem.tools.mcp_sources import canonical_source, is_mcp_source, parse_source
 
@@ -47,6 +48,7 @@ class ToolRegistry:
             registry.load_module("stratagem.tools.builtin")
         for module in dict.fromkeys(modules):  # the same source twice is one source
             registry.load_module(module)
+        registry.check_compensations()
         return registry
 
     def register(self, fn: Callable[..., Any] | ToolDefinition, *, origin: str = "") -> ToolDefinition:
@@ -62,7 +64,30 @@ class ToolRegistry:
         self._tools[definition.name] = definition
         self._origins[definition.name] = origin or getattr(definition.function, "__module__", "?")
         self._catalog = None
+        if definition.compensation is not None:
+            # An undo given as a decorated function comes with its tool, even from a module that
+            # does not export it; one given by name must be registered too (check_compensations).
+            undo = definition.compensation
+            if undo.name not in self._tools:
+                self.register(undo, origin=origin)
+            _check_undo(definition, self._tools[undo.name])
         return definition
+
+    def check_compensations(self) -> None:
+        """Every tool's compensation is a registered tool that can be called with the tool's own
+        arguments (and its output, as `original_output`): refused when the registry is built,
+        not when a run that gives up on its goal needs it."""
+        for definition in self._tools.values():
+            if definition.compensate is None:
+                continue
+            undo = self._tools.get(definition.compensate)
+            if undo is None:
+                available = ", ".join(sorted(self._tools)) or "none"
+                raise ToolRegistrationError(
+                    f"tool '{definition.name}': compensate= names tool '{definition.compensate}', which this "
+                    f"worker does not register (it has: {available}); register it, or give the @tool function"
+                )
+            _check_undo(definition, undo)
 
     def load_module(self, module: str) -> list[str]:
         """Import a module by dotted name or file path and register every `@tool` in it; or, for
@@ -115,6 +140,7 @@ class ToolRegistry:
         """The tools' schemas. Built once (pydantic schema generation costs milliseconds per
         tool, and every run asks) and again only after a registration; treat it as read-only."""
         if self._catalog is None:
+            self.check_compensations()  # a registry built tool by tool (register) is checked here
             self._catalog = ToolCatalog(tools=[t.spec() for t in sorted(self._tools.values(), key=lambda t: t.name)])
         return self._catalog
 
@@ -159,6 +185,19 @@ class ToolRegistry:
                 f"tool '{name}' returned a {type(result).__name__}, which is not JSON-serializable: {exc}",
                 retryable=False,
             ) from None
+
+
+def _check_undo(definition: ToolDefinition, undo: ToolDefinition) -> None:
+    """An undo is called with the original's arguments and its output: each parameter it requires
+    must be one of the original's, or `original_output`."""
+    takes = set(definition.spec().parameters.get("properties") or {})
+    for name in undo.spec().parameters.get("required") or []:
+        if name not in takes and name != ORIGINAL_OUTPUT:
+            raise ToolRegistrationError(
+                f"tool '{definition.name}': its compensation '{undo.name}' requires parameter '{name}', which "
+                f"'{definition.name}' does not take; give '{name}' a default, or read it from "
+                f"'{definition.name}''s output: declare a parameter '{ORIGINAL_OUTPUT}' instead"
+            )
 
 
 def _mcp_definition(server: McpServer, mcp_tool: McpTool) -> ToolDefinition:

@@ -461,6 +461,50 @@ async def process_run(h: Harness) -> list:
     return [run]
 
 
+def _undone(sid: str, tool: str, depends_on: list[str], undo: dict, **args: object) -> dict:
+    """A step with its own compensation (the fixture tools declare none)."""
+    return {**step(sid, tool, depends_on, **args), "compensate": undo}
+
+
+async def compensated_after_failure(h: Harness) -> list:
+    """Level 10: a diamond whose last step fails for good (on_failure: compensate, no planner):
+    the undos of its two branches run side by side, then the first step's, after a person
+    approves the compensation; the run ends compensated."""
+    plan = {
+        "goal": "compensate",
+        "steps": [
+            _undone("a", "record", [], {"tool": "record", "args": {"label": "undo ${a}"}}, label="A"),
+            _undone("b", "record", ["a"], {"tool": "record", "args": {"label": "undo ${b}"}}, label="B"),
+            _undone("c", "record", ["a"], {"tool": "record", "args": {"label": "undo ${c}"}}, label="C"),
+            step("d", "broken", ["b", "c"], reason="down"),
+        ],
+    }
+    run = await h.start(plan, on_failure="compensate")
+    await h.wait_for(run, awaiting)
+    await run.approve(ApproveInput(by="alice", revision=1))
+    await h.wait_for(run, lambda s: awaiting(s) and s.revision == 2)
+    await run.approve(ApproveInput(by="alice", revision=2))
+    await run.result()
+    return [run]
+
+
+async def compensation_failed(h: Harness) -> list:
+    """Level 10: an auto-approved compensation whose undo fails for good waits for a repair; a
+    person stops it and the run ends compensation_failed, naming the effect that remains."""
+    plan = {
+        "goal": "compensate",
+        "steps": [
+            _undone("a", "record", [], {"tool": "broken", "args": {"reason": "cannot undo ${a}"}}, label="A"),
+            step("d", "broken", ["a"], reason="down"),
+        ],
+    }
+    run = await h.start(plan, on_failure="compensate", auto_approve=True)
+    await h.wait_for(run, lambda s: any(p.kind is DecisionKind.repair for p in s.pending))
+    await run.repair(RepairInput(by="alice", action=RepairAction.stop, reason="call them"))
+    await h.wait_for(run, lambda s: s.phase.finished)
+    return [run]
+
+
 SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "approval": approval,
     "revise": revise,
@@ -483,4 +527,6 @@ SCENARIOS: dict[str, Callable[[Harness], Awaitable[list]]] = {
     "quorum": quorum,
     "escalation": escalation,
     "process_run": process_run,
+    "compensated_after_failure": compensated_after_failure,
+    "compensation_failed": compensation_failed,
 }

@@ -34,6 +34,11 @@ def check_revise(state: RunState, decision: ReviseInput) -> None:
     repair in it, so that phase takes a revise at any level.)"""
     check_open(state)
     check_approver(state, decision.by)
+    if state.compensation is not None:
+        raise DecisionRefusedError(
+            "the run is undoing its effects (compensating): approve or reject the undos, or retry, skip or stop "
+            "a failed one; its plan is not revised"
+        )
     revisable = [Phase.awaiting_approval, Phase.awaiting_repair]
     while_running = reached(state, Change.REVISE_WHILE_RUNNING)
     if while_running:
