@@ -38,7 +38,7 @@ from stratagem.tools import ToolRegistry  # noqa: E402
 
 GOLDEN = HERE / "golden"
 # The generation today's code writes: `<date>-level<RUN_LEVEL>`, named anew when RUN_LEVEL is raised.
-GENERATION = "2026-11-27-level9"
+GENERATION = "2026-11-27-level10"
 # From level 7 decisions are signed (stratagem.common.signing): the public keys of the home a scenario's
 # capture signed with are kept beside its histories (<scenario>.keys), and its replays trust
 # exactly those. Each capture signs with keys of its own, so a scenario captured again keeps its own.

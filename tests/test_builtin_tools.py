@@ -176,11 +176,31 @@ async def test_post_sends_the_steps_idempotency_key_and_json_body(registry, ctx,
     assert json.loads(request.body) == {"amount": 12}
 
 
-async def test_callers_own_idempotency_key_is_kept(registry, ctx, server, monkeypatch):
+async def test_a_plan_cannot_choose_the_idempotency_key(registry, ctx, server, monkeypatch):
+    """The attack: a plan (or a model writing an executor's call) sends another run's key, or one
+    key for every revision, or a new one at every attempt. The server sees the step's key, once."""
     monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
-    args = {"method": "PUT", "url": server.url("/echo"), "headers": {"idempotency-key": "mine"}, "body": "1"}
-    await registry.invoke("http_request", args, ctx)
-    assert server.received[0].headers["idempotency-key"] == ["mine"]
+    other_run = "run-0/e0/step-a/r1"
+    headers = {"Idempotency-Key": other_run, "IDEMPOTENCY-KEY": "pay-once", " idempotency-key": "x", "X-Trace": "t"}
+    for method in ("PUT", "POST", "DELETE"):
+        await registry.invoke("http_request", {"method": method, "url": server.url("/echo"), "headers": headers}, ctx)
+    for request in server.received:
+        assert request.headers["idempotency-key"] == [ctx.idempotency_key]
+        assert request.headers["x-trace"] == ["t"]
+    # A GET carries no key, and none a plan wrote either.
+    await registry.invoke("http_request", {"method": "GET", "url": server.url("/json"), "headers": headers}, ctx)
+    assert "idempotency-key" not in server.received[-1].headers
+
+
+async def test_a_run_id_that_is_not_ascii_still_makes_one_key_per_step(registry, tmp_path, server, monkeypatch):
+    """A header is ASCII; `--id` takes any name. Once the request failed at sending (a traceback,
+    retried to no end); now the key goes percent-encoded, '%' too, so no two run ids share one."""
+    monkeypatch.setenv(ALLOWLIST, f"127.0.0.1:{server.port}")
+    for run_id in ("rechnung-müller", "rechnung-m%C3%BCller"):
+        ctx = ToolContext(run_id=run_id, step_id="pay", revision=1, attempt=1, workspace=tmp_path, execution_id="e1")
+        await registry.invoke("http_request", {"method": "POST", "url": server.url("/echo")}, ctx)
+    sent = [r.headers["idempotency-key"] for r in server.received]
+    assert sent == [["rechnung-m%C3%BCller/e1/pay/r1"], ["rechnung-m%25C3%25BCller/e1/pay/r1"]]
 
 
 async def test_long_text_is_truncated_and_non_json_has_no_json(registry, ctx, server, monkeypatch):

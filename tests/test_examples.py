@@ -1,7 +1,9 @@
 """The examples in examples/: each plan validates against its own tools, runs end to end on a real
 Temporal server with its scripted model and answers, and leaves the expected records behind.
 The quickstart script runs each of them as a newcomer would. The goal example (order_shipping)
-runs word for word as its README says, at a terminal: planned, failed, replanned, succeeded."""
+runs word for word as its README says, at a terminal: planned, failed, replanned, succeeded; so
+does vendor onboarding's compensating run: the bank refuses the payment, the record and the letter
+are undone, the run ends compensated."""
 
 from __future__ import annotations
 
@@ -296,6 +298,90 @@ async def test_vendor_onboarding_stops_before_paying_when_a_check_fails(time_env
     assert not (harness.workspace / "payments").exists()
 
 
+def closed_account_plan():
+    """The vendor whose bank refuses the first payment, as `--inputs closed_account.yaml` renders it."""
+    inputs = yaml.safe_load((EXAMPLES / "vendor_onboarding" / "closed_account.yaml").read_text())
+    plan = preview(load_process_file(EXAMPLES / "vendor_onboarding" / "plan.yaml"), inputs)[1]
+    assert plan is not None
+    return plan
+
+
+@pytest.mark.workflow
+async def test_vendor_onboarding_compensates_when_the_bank_refuses_the_payment(time_env, tmp_path):
+    example = Example("vendor_onboarding")
+    async with example_harness(time_env, tmp_path, example) as harness:
+        run = await harness.start(
+            closed_account_plan(), by="ops", executor=f"scripted:{example.models}", on_failure="compensate"
+        )
+        status, decisions = await drive(run, example.answers)
+        ledger = await run.ledger()
+
+    assert status.phase is Phase.compensated, status.reason
+    # The plan, the payment, then the compensation plan: reviewed like a revision.
+    assert [(kind, step) for kind, step, _ in decisions] == [
+        ("plan_approval", None),
+        ("step_approval", "first_payment"),
+        ("plan_approval", None),
+    ]
+    payment = ledger.steps["first_payment"]
+    assert (payment.status, payment.attempts) == (StepStatus.failed, 1)  # the bank's answer is final
+    assert "the bank refused the payment to DE47100700000532470611 (AC04: the account is closed)" in payment.error
+    # The letter first (it was built on the record), then the record; nothing else had an effect.
+    undone = [e.step_id for e in ledger.events if e.kind is EventKind.step_succeeded and e.revision == 2]
+    assert undone == ["undo-file_letter", "undo-register"]
+    assert ledger.steps["undo-register"].output == {"vendor_id": "V-813BAAB1", "removed": True, "kept_because": None}
+    assert ledger.steps["undo-file_letter"].output == {"path": "letters/V-813BAAB1-welcome.txt", "discarded": True}
+    kinds = [e.kind for e in ledger.events]
+    assert kinds.index(EventKind.step_failed) < kinds.index(EventKind.compensation_planned)
+    assert kinds.count(EventKind.run_compensated) == 1
+
+    ws = harness.workspace
+    assert not (ws / "vendors" / "V-813BAAB1.json").exists()
+    assert not (ws / "letters" / "V-813BAAB1-welcome.txt").exists()
+    assert not (ws / "payments").exists()
+
+
+@pytest.mark.system
+async def test_vendor_onboarding_compensates_as_its_readme_says(dev_env, tmp_path):
+    """The README's compensating command, word for word, at a terminal, approving as it says."""
+    from support.terminal import Terminal, terminal_run_id
+
+    readme = (EXAMPLES / "vendor_onboarding" / "README.md").read_text()
+    [command] = [line for line in readme.splitlines() if line.startswith("stratagem run ") and "compensate" in line]
+    example = Example("vendor_onboarding")
+    async with harness_for(dev_env, tmp_path, example.registry()) as harness:
+        env = {**cli_environment(dev_env, harness, tmp_path / "home"), "COLUMNS": "200"}
+        for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"):
+            env.pop(name, None)
+        terminal = Terminal(shlex.split(command)[1:], env, ROOT)
+        try:
+            await terminal.expect("approve revision 1?")
+            terminal.type("a\n")
+            await terminal.expect("approve step 'first_payment'")
+            terminal.type("y\n")
+            await terminal.expect(
+                "the bank refused the payment to DE47100700000532470611 (AC04: the account is closed)"
+            )
+            await terminal.expect("approve revision 2?")
+            review = terminal.text.rsplit("approve revision 1?", 1)[1]
+            assert "undo-register" in review and "undo-file_letter" in review
+            terminal.type("a\n")
+            await terminal.expect("compensated")
+            assert await terminal.exit_status() == 1  # the goal was not reached, though nothing stays
+            assert "Traceback" not in terminal.text
+        finally:
+            terminal.close()
+        run = get_run(harness.client, terminal_run_id(terminal.text))
+        harness.runs.append(run)  # its history is replayed when the harness closes
+        status = await run.status()
+
+    assert status.phase is Phase.compensated
+    ws = harness.workspace
+    assert not (ws / "vendors" / "V-813BAAB1.json").exists()
+    assert not (ws / "letters" / "V-813BAAB1-welcome.txt").exists()
+    assert not (ws / "payments").exists()
+
+
 @pytest.mark.workflow
 async def test_expense_claim_refuses_a_free_text_answer_and_is_repaired(time_env, tmp_path):
     """The example's README, as a person at the terminal would live it."""
@@ -457,6 +543,52 @@ def test_payments_are_scheduled_once_per_idempotency_key(tmp_path):
     assert [r["amount_eur"] for r in read_csv(tmp_path / "payments" / "ledger.csv")] == ["1200.00", "99.50"]
     with pytest.raises(ToolError, match="outside"):
         tools.schedule_payment("ACME", 0, "DE89370400440532013000", ctx=context(tmp_path, "zero"))
+
+
+@pytest.mark.unit
+def test_the_undos_remove_only_what_this_onboarding_added(tmp_path):
+    tools = Example("vendor_onboarding").module()
+    registry = Example("vendor_onboarding").registry()
+    assert registry.catalog().get("create_vendor_record").compensate == "remove_vendor"  # type: ignore[union-attr]
+    args = ("Brightwater Components GmbH", "DE", "DE276814405", "DE47100700000532470611", "ap@b.example")
+    created = tools.create_vendor_record(*args, ctx=context(tmp_path, "register"))
+    record = tmp_path / created["path"]
+    # An earlier onboarding's vendor is not this run's to remove.
+    earlier = tools.create_vendor_record(*args, ctx=context(tmp_path, "register", run_id="run-2"))
+    assert tools.remove_vendor("DE276814405", earlier, ctx=context(tmp_path, "undo"))["removed"] is False
+    assert record.exists()
+    # Arguments that name another file than the VAT id's record (a plan can write them) remove nothing.
+    for forged in ({**created, "vendor_id": "V-00000000"}, {**created, "vendor_id": "../payments/ledger"}):
+        with pytest.raises(ToolError, match="is not the vendor id of VAT id") as refused:
+            tools.remove_vendor("DE276814405", forged, ctx=context(tmp_path, "undo"))
+        assert refused.value.retryable is False
+    assert record.exists()
+    removed = tools.remove_vendor("DE 276 814 405", created, ctx=context(tmp_path, "undo"))
+    again = tools.remove_vendor("DE276814405", created, ctx=context(tmp_path, "undo"))
+    assert (removed["removed"], again["removed"], again["kept_because"]) == (True, False, "already removed")
+    assert not record.exists()
+
+    letter = tmp_path / "letters" / "V-813BAAB1-welcome.txt"
+    letter.parent.mkdir()
+    letter.write_text("Dear new partner")
+    with pytest.raises(ToolError, match="is not a welcome letter's path"):
+        tools.discard_letter("payments/ledger.csv", ctx=context(tmp_path, "undo"))
+    assert tools.discard_letter("letters/V-813BAAB1-welcome.txt", ctx=context(tmp_path, "undo"))["discarded"]
+    assert not letter.exists()
+
+
+@pytest.mark.unit
+def test_the_bank_refuses_a_closed_account_for_good_and_nothing_is_paid(tmp_path):
+    tools = Example("vendor_onboarding").module()
+    inputs = yaml.safe_load((EXAMPLES / "vendor_onboarding" / "closed_account.yaml").read_text())
+    # Every check passes: only the bank, when asked to pay, knows the account is closed.
+    assert tools.check_sanctions(inputs["vendor"], inputs["country"])["clear"]
+    assert tools.validate_vat(inputs["vat_id"])["checksum_verified"]
+    assert tools.verify_bank_details(inputs["iban"], inputs["vendor"], inputs["country"])["verified"]
+    with pytest.raises(ToolError, match=r"the bank refused the payment .* \(AC04: the account is closed\)") as refused:
+        tools.schedule_payment(inputs["vendor"], 3400, inputs["iban"], ctx=context(tmp_path, "pay"))
+    assert refused.value.retryable is False
+    assert not (tmp_path / "payments" / "ledger.csv").exists()
 
 
 @pytest.mark.unit

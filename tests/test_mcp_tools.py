@@ -235,6 +235,25 @@ async def test_the_idempotency_key_reaches_the_server_in_meta(time_env, tmp_path
     assert by_text["hello"]["meta"][IDEMPOTENCY_META] == step_key
 
 
+@pytest.mark.workflow
+async def test_a_retried_step_sends_the_same_key_and_the_server_acts_once(time_env, tmp_path, http_server):
+    """The server answers the first call with a protocol error (as a payment service that timed
+    out would), the step is retried by Temporal, and the second attempt carries the first's key:
+    the key a server needs to recognise the call it may already have carried out."""
+    registry = ToolRegistry.from_modules([f"mcp:http:{http_server.url}"])
+    async with harness_for(time_env, tmp_path, registry) as harness:
+        run = await harness.start(
+            {"goal": "g", "steps": [step("pay", "charge", amount=120)]}, auto_approve=True, step_max_attempts=3
+        )
+        assert (await run.result()).outputs["pay"]["charged"] == 120
+        record = (await run.ledger()).steps["pay"]
+    await registry.aclose()
+    calls = [c for c in http_server.calls if c["tool"] == "charge" and c["key"].startswith(f"{run.id}/")]
+    assert record.attempts == 2 and len(calls) == 2
+    assert calls[0]["key"] == calls[1]["key"] == f"{run.id}/{run.handle.first_execution_run_id}/pay/r1"
+    assert record.output == {"charged": 120, "key": calls[0]["key"]}
+
+
 @pytest.mark.unit
 async def test_annotations_raise_risk_and_the_operator_has_the_last_word(http_server):
     plain = ToolRegistry.from_modules([f"mcp:http:{http_server.url}"], builtins=False).catalog()

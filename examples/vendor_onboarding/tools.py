@@ -6,7 +6,9 @@ files in the run's workspace. Tools with side effects use the step's idempotency
 retried step never registers a vendor or schedules a payment twice.
 
 A check that finds a problem fails its step (a ToolError that retrying cannot fix), so nothing
-that depends on it (the welcome letter, the payment) runs.
+that depends on it (the welcome letter, the payment) runs. The vendor record and the letter can
+be undone (`remove_vendor`, `discard_letter`): a run with `--on-failure compensate` whose payment
+the bank refuses removes them again.
 """
 
 from __future__ import annotations
@@ -236,7 +238,36 @@ def vendor_id_for(vat_id: str) -> str:
     return "V-" + hashlib.sha256(vat_id.encode()).hexdigest()[:8].upper()
 
 
+VENDOR_ID = re.compile(r"V-[0-9A-F]{8}")
+
+
 @tool
+def remove_vendor(vat_id: str, original_output: dict[str, Any], *, ctx: ToolContext) -> dict[str, Any]:
+    """Undo `create_vendor_record`: remove the vendor record this onboarding created.
+
+    Takes the record's VAT id and what creating it returned. A vendor that an earlier onboarding
+    registered ("created" and "repeated" both false) is kept: this run did not add it. Removing
+    a record that is already gone does nothing, so a retried undo is harmless. Returns
+    {"vendor_id", "removed", "kept_because"}.
+    """
+    vendor_id = str(original_output.get("vendor_id", ""))
+    normalized_vat = re.sub(r"[\s.\-]", "", vat_id).upper()
+    # The output and the VAT id must name the same record: a plan's arguments reach no other file.
+    if not VENDOR_ID.fullmatch(vendor_id) or vendor_id != vendor_id_for(normalized_vat):
+        raise ToolError(
+            f"remove_vendor: '{vendor_id}' is not the vendor id of VAT id '{vat_id}'; nothing removed", retryable=False
+        )
+    if not (original_output.get("created") or original_output.get("repeated")):
+        return {"vendor_id": vendor_id, "removed": False, "kept_because": "registered before this onboarding"}
+    target = ctx.workspace / "vendors" / f"{vendor_id}.json"
+    with _lock:
+        if not target.exists():
+            return {"vendor_id": vendor_id, "removed": False, "kept_because": "already removed"}
+        target.unlink()
+    return {"vendor_id": vendor_id, "removed": True, "kept_because": None}
+
+
+@tool(compensate=remove_vendor)
 def create_vendor_record(
     name: str, country: str, vat_id: str, iban: str, contact_email: str, *, ctx: ToolContext
 ) -> dict[str, Any]:
@@ -245,7 +276,7 @@ def create_vendor_record(
     The vendor id is derived from the VAT id. A retried step returns the record it created
     ("created": false, "repeated": true); a vendor that was already registered by an earlier
     onboarding is returned as it is ("created": false). Returns {"vendor_id", "path", "created",
-    "repeated"}.
+    "repeated"}. Undone by `remove_vendor` when a run compensates.
     """
     if "@" not in contact_email:
         raise ToolError(f"create_vendor_record: '{contact_email}' is not an email address", retryable=False)
@@ -275,11 +306,36 @@ def create_vendor_record(
     return {"vendor_id": vendor_id, "path": relative, "created": True, "repeated": False}
 
 
+# --- Letters ------------------------------------------------------------------------------------
+
+LETTER_PATH = re.compile(r"letters/V-[0-9A-F]{8}-welcome\.txt")
+
+
+@tool
+def discard_letter(path: str, *, ctx: ToolContext) -> dict[str, Any]:
+    """Undo filing a welcome letter: delete letters/<vendor_id>-welcome.txt from the workspace.
+
+    Only a welcome letter's path is taken. A letter already gone is no error, so a retried undo
+    is harmless. Returns {"path", "discarded"}.
+    """
+    if not LETTER_PATH.fullmatch(path):
+        raise ToolError(f"discard_letter: '{path}' is not a welcome letter's path", retryable=False)
+    target = ctx.workspace / path
+    with _lock:
+        if not target.exists():
+            return {"path": path, "discarded": False}
+        target.unlink()
+    return {"path": path, "discarded": True}
+
+
 # --- Payments -----------------------------------------------------------------------------------
 
 PAYMENTS_LEDGER = "payments/ledger.csv"
 LEDGER_COLUMNS = ["payment_id", "vendor", "amount_eur", "iban", "reference", "scheduled_on", "idempotency_key"]
 MAX_FIRST_PAYMENT_EUR = 50_000
+
+# What the bank says when it refuses a payment, by IBAN (example data): SEPA reason codes.
+BANK_REFUSALS = {"DE47100700000532470611": "AC04: the account is closed"}
 
 
 @tool
@@ -290,7 +346,8 @@ def schedule_payment(
 
     Exactly once per step: a retried step finds its row (by idempotency key) and returns it with
     "repeated": true. Amounts must be positive and at most 50000 EUR for a first payment; the IBAN
-    must pass its checksum. Returns {"payment_id", "amount_eur", "ledger", "repeated"}.
+    must pass its checksum. A payment the bank refuses (a closed account) fails the step for good.
+    Returns {"payment_id", "amount_eur", "ledger", "repeated"}.
     """
     if not 0 < amount_eur <= MAX_FIRST_PAYMENT_EUR:
         raise ToolError(
@@ -300,6 +357,9 @@ def schedule_payment(
     normalized = normalize_iban(iban)
     if len(normalized) < 15 or not iban_checksum_ok(normalized):
         raise ToolError(f"schedule_payment: '{iban}' is not a valid IBAN", retryable=False)
+    if refusal := BANK_REFUSALS.get(normalized):
+        # An answer, not an outage: trying again gets the same one.
+        raise ToolError(f"schedule_payment: the bank refused the payment to {normalized} ({refusal})", retryable=False)
     target = ctx.workspace / PAYMENTS_LEDGER
     payment_id = "PAY-" + hashlib.sha256(ctx.idempotency_key.encode()).hexdigest()[:10].upper()
     with _lock:

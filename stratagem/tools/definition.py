@@ -151,7 +151,7 @@ def tool(
     `reconcile=check` is called before an attempt whose outcome is unknown (a lost worker, a
     timeout) is retried, with the same arguments and context (the same idempotency key): an answer
     other than None means the effect happened, and becomes the output without calling the tool
-    again. (docs/plans.md, "Effects that can be undone or reconciled".)"""
+    again. (docs/plans.md: "Undoing effects: compensation" and "Attempts of unknown outcome".)"""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         definition = define_tool(

@@ -1,6 +1,6 @@
 """Whether a failed tool call may have had its effect: the difference between "it did not
 happen" (retried as any failure) and "it may have happened" (an unknown outcome, reconciled or
-decided by a person before any retry: docs/plans.md, "Effects that can be undone or reconciled").
+decided by a person before any retry: docs/plans.md, "Attempts of unknown outcome").
 
 A tool says so itself by raising `OutcomeUnknown` ("I sent it and the connection dropped"). A few
 errors of Python and of httpx say so too, because they happen only after a request went out: a

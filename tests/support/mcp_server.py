@@ -1,6 +1,7 @@
 """A small MCP server built with the `mcp` package's own server (`MCPServer`, formerly FastMCP),
 for what the real `mcp-server-time` cannot show: that the idempotency key reaches the server
-in `_meta`, how annotations map to risk, failures, large outputs and a server that goes away.
+in `_meta` (the same for a retried step), how annotations map to risk, failures, large outputs
+and a server that goes away.
 
     with serving_http() as server:            # Streamable HTTP, in a thread of this process
         registry = ToolRegistry.from_modules([f"mcp:http:{server.url}"])
@@ -27,7 +28,8 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR, ToolAnnotations
 from pydantic import Field
 
 SCRIPT = os.path.abspath(__file__)
@@ -72,6 +74,15 @@ def build(calls: list[dict[str, Any]], *, odd: bool = False, hidden: bool = Fals
         meta = dict(ctx.request_context.meta or {})
         calls.append({"tool": "add_note", "note": note, "key": meta.get("stratagem/idempotency_key")})
         return f"noted: {note}"
+
+    @server.tool(description="Charge an amount; the first call with a key fails as a lost upstream would.")
+    def charge(amount: int, ctx: Context) -> dict[str, Any]:
+        key = dict(ctx.request_context.meta or {}).get("stratagem/idempotency_key")
+        calls.append({"tool": "charge", "amount": amount, "key": key})
+        if [c["key"] for c in calls if c["tool"] == "charge"].count(key) == 1:
+            # A protocol error, not a tool's `isError`: the caller may try again (stratagem retries the step).
+            raise MCPError(code=INTERNAL_ERROR, message="the payment service did not answer; try again")
+        return {"charged": amount, "key": key}
 
     @server.tool(description="Delete everything. No annotations: MCP's defaults say it may destroy.")
     def wipe(confirm: bool = False) -> str:

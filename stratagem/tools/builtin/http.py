@@ -7,6 +7,7 @@ Which hosts are allowed lives in allowlist.py, where a connection may go in guar
 import json
 import time
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
@@ -23,6 +24,9 @@ MAX_RESPONSE_BYTES = 10 * 1024 * 1024
 
 _ERROR_EXCERPT_CHARS = 300
 _KEPT_RESPONSE_HEADERS = ("content-type",)
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+# What of a key is sent as it is: ASCII that means nothing special in a header value (not '%').
+_KEY_SAFE = "/:@!$&'()*+,;=-._~"
 
 
 @tool
@@ -41,7 +45,7 @@ def http_request(
     Only http and https URLs on hosts the operator allowed may be called. Pass `json_body` to send
     JSON, or `body` to send raw text (not both). Requests other than GET carry an
     `Idempotency-Key` header unique to this step, so a retried request can be recognised by the
-    server. Redirects are followed only to allowed hosts. A header value may name a credential the
+    server; an `Idempotency-Key` in `headers` is replaced by it. Redirects are followed only to allowed hosts. A header value may name a credential the
     worker holds as `${secret:NAME}` (for example "Authorization": "Bearer ${secret:CRM_TOKEN}");
     plans never contain the credential itself, and the worker sends it only to the hosts it is
     bound to.
@@ -62,9 +66,7 @@ def http_request(
     check_allowed(target, allowlist)
 
     filled = fill_secrets(headers, target)
-    request_headers = filled.headers
-    if method != "GET" and not any(name.lower() == "idempotency-key" for name in request_headers):
-        request_headers["Idempotency-Key"] = ctx.idempotency_key
+    request_headers = with_step_key(filled.headers, method, ctx.idempotency_key)
 
     def check_each_request(request: httpx.Request) -> None:
         # Runs for the first request and for every redirect, so a redirect can neither leave the
@@ -124,6 +126,23 @@ def http_request(
         "json": _parse_json(raw) if _is_json(content_type) else None,
         "text": text[:MAX_RESPONSE_TEXT_CHARS],
     }
+
+
+def with_step_key(headers: dict[str, str], method: str, key: str) -> dict[str, str]:
+    """The headers with the step's idempotency key as the only `Idempotency-Key` (none on a GET).
+
+    The header is the worker's, whoever wrote the request: a key a plan or an executor model
+    chose could be another run's (a server that replays the stored response of a known key would
+    hand that run's answer to this one, or take this payment for one already made), the same in
+    every revision (a deliberate new payment would be swallowed), or new at every attempt (a
+    retry would pay twice). Only the step's key is the same for exactly the attempts that must
+    have one effect."""
+    kept = {name: value for name, value in headers.items() if name.strip().lower() != IDEMPOTENCY_HEADER.lower()}
+    if method != "GET":
+        # A header is ASCII, and a run id chosen with --id need not be: percent-encoded (as UTF-8,
+        # and '%' itself too, so two keys never become one), an ASCII key is sent as it is.
+        kept[IDEMPOTENCY_HEADER] = quote(key, safe=_KEY_SAFE)
+    return kept
 
 
 def _read_capped(response: httpx.Response) -> bytes:
