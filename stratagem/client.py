@@ -52,6 +52,7 @@ from stratagem.domain.run_types import (
     RunStatus,
     start_digest,
 )
+from stratagem.effect_decisions import EffectDecisions
 from stratagem.event_stream import POLL_SECONDS, stream_events
 from stratagem.io.store import OutputStore, default_store, load_value
 
@@ -110,7 +111,7 @@ def new_run_id() -> str:
     return f"run-{uuid.uuid4().hex[:12]}"
 
 
-class RunHandle:
+class RunHandle(EffectDecisions):
     """A handle on one run, with typed decisions and queries. `rpc_timeout` bounds each
     decision and query (None: the SDK's defaults). `store` is where a long run's archived
     events are read from (default: the configured output store, as workers use)."""

@@ -33,7 +33,14 @@ class NoPlan:
 
 @pytest.mark.parametrize("waiting", list(DecisionKind))
 async def test_each_wait_has_a_form_that_sends_a_kind_answering_it(waiting: DecisionKind):
-    form: dict[str, Any] = {"kind": waiting.value, "step_id": "s1", "answer": "yes", "action": "retry"}
+    # Each wait's own field among them: an in-doubt step's form says whether its effect happened.
+    form: dict[str, Any] = {
+        "kind": waiting.value,
+        "step_id": "s1",
+        "answer": "yes",
+        "action": "retry",
+        "happened": "yes",
+    }
     kind, decision = await decisions.FORMS[waiting](NoPlan(), decisions.Posted.of(FormPost("ops", form)))  # type: ignore[arg-type]
     assert kind in kinds.answered_by(waiting)
     assert isinstance(decision, kind.input)

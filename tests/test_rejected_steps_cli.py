@@ -136,7 +136,7 @@ async def test_at_a_terminal_no_sends_the_step_back_and_the_repair_is_asked_ther
         await terminal.expect("reason: ")
         terminal.type("wrong cost centre\n")
         # The run is not over: the same terminal is asked for the repair.
-        await terminal.expect("s[t]op the run / [l]ater:")
+        await terminal.expect("s[t]op the run / [c]ompensate (undo what ran) / [l]ater:")
         assert "step 'pay' was sent back, rejected by" in terminal.text
         assert [c["label"] for c in harness.calls()] == ["filed"]
         terminal.type("a\n")

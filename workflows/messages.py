@@ -117,6 +117,7 @@ class Messages:
             mode=state.options.mode,
             workspace=state.options.workspace,
             process=state.process,
+            compensation=state.compensation,
         )
 
     @workflow.query(name=handlers.PLAN)

@@ -19,7 +19,7 @@ from stratagem.cli import render, show
 from stratagem.cli.arguments import Commands
 from stratagem.cli.attempts import LostAttempts
 from stratagem.cli.decisions import reviewer
-from stratagem.cli.errors import FAILED, CliError
+from stratagem.cli.errors import CliError, run_exit_status
 from stratagem.cli.prompting import Prompter, question, respond
 from stratagem.cli.session import (
     background_worker,
@@ -155,7 +155,8 @@ async def finish(run: RunHandle, *, json_mode: bool) -> int:
         result = await run.result()
     except WorkflowFailureError as exc:
         cause = exc.cause
-        revision = (await run.status()).revision
+        status = await run.status()
+        revision = status.revision
         if isinstance(cause, CancelledError):
             result = RunResult(run_id=run.id, status=Phase.cancelled, revision=revision, reason="cancelled")
         elif isinstance(cause, TerminatedError):
@@ -164,12 +165,23 @@ async def finish(run: RunHandle, *, json_mode: bool) -> int:
             )
         else:
             reason = cause.message if isinstance(cause, ApplicationError) else str(cause)
-            result = RunResult(run_id=run.id, status=Phase.failed, revision=revision, reason=reason)
+            # A run whose compensation failed ends as a failed workflow too: its status tells them apart.
+            phase = Phase.compensation_failed if status.phase is Phase.compensation_failed else Phase.failed
+            result = RunResult(run_id=run.id, status=phase, revision=revision, reason=reason)
     if json_mode:
         render.emit_json(result.model_dump(mode="json"))
     else:
         render.result_view(result)
-    return 0 if result.status is Phase.succeeded else FAILED
+        if result.status in (Phase.compensated, Phase.compensation_failed):
+            await _compensation(run)
+    return run_exit_status(result.status)
+
+
+async def _compensation(run: RunHandle) -> None:
+    """A run that gave up on its goal ends saying what undid its effects and which stay."""
+    status = await run.status()
+    if status.compensation is not None:
+        render.console.print("\n".join(render.compensation_lines(status.compensation, await run.ledger())))
 
 
 def add_following(commands: Commands) -> None:
@@ -246,6 +258,6 @@ async def cmd_watch(args: argparse.Namespace) -> int:
                     render.console.print(Text.assemble(f"{event.seq:>5} ", render.event_line(event)))
                 after = event.seq
             if page.phase.finished and after >= page.last_seq:
-                return 0 if page.phase is Phase.succeeded else FAILED
+                return run_exit_status(page.phase)
             if after >= page.last_seq:
                 await asyncio.sleep(0.3)

@@ -114,6 +114,8 @@ async def cmd_show(args: argparse.Namespace) -> int:
         render.emit_json(show.plan_json(plan, ledger))
     else:
         render.console.print(show.plan_view(plan, ledger, phase=status.phase.value if status else None))
+        if status is not None and status.compensation is not None:  # what undoes the run's effects, what stays
+            render.console.print("\n".join(render.compensation_lines(status.compensation, ledger)), markup=False)
         for pending in status.pending if status is not None else []:
             if pending.standing:  # why the run's standing approval did not approve this plan, and what differs
                 render.console.print(render.plain(pending.standing), markup=False)

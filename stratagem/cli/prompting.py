@@ -30,6 +30,7 @@ from stratagem.domain.run_types import (
     RejectInput,
     RepairAction,
     RepairInput,
+    ResolveInput,
     ReviseInput,
 )
 from stratagem.io.plan_files import dump_plan, load_plan_file
@@ -87,12 +88,15 @@ def question(pending: PendingDecision, schema: dict[str, Any] | None = None, kep
         return f"{asked} [y]es / [n]o (the step is told) / [l]ater: "
     if pending.kind is DecisionKind.repair:
         if pending.step_id is None:
-            return f"{asked}\n[e]dit the plan / [s]top the run / [l]ater: "
+            return f"{asked}\n[e]dit the plan / [s]top the run / [c]ompensate (undo what ran) / [l]ater: "
         again = "".join(f"ask {h} a[g]ain / " for h in pending.ask_again[:1])
         return (
             f"{asked}\n[r]etry / retry with new [a]rguments / [s]kip with an output / {again}[e]dit the plan / "
-            "s[t]op the run / [l]ater: "
+            "s[t]op the run / [c]ompensate (undo what ran) / [l]ater: "
         )
+    if pending.kind is DecisionKind.in_doubt:
+        # Neither answer is the default: one counts the step done, the other runs it again.
+        return f"{asked}\nits effect [h]appened / did [n]ot happen (it runs again) / [l]ater: "
     if pending.kind is DecisionKind.budget:
         return f"{asked}\nraise it (for example: tokens=200000 cost=5 calls=100 seconds=3600), [s]top, or [l]ater: "
     fields = answer_fields(schema)
@@ -219,6 +223,8 @@ async def respond(
                 render.console.print("please answer y, n or l")
         elif pending.kind is DecisionKind.repair:
             return await _repair(run, pending, choice, by, prompter, drafts)
+        elif pending.kind is DecisionKind.in_doubt:
+            return await _resolve(run, pending, choice, by, prompter)
         elif pending.kind is DecisionKind.budget:
             if choice in ("", "l", "later"):
                 return "later"
@@ -288,10 +294,14 @@ async def _repair(
         return "later"
     if choice.startswith("e"):
         await edit_plan(run, pending.revision, by, drafts)
+    elif choice.startswith("c"):
+        render.console.print("why give up and undo what ran (empty: no reason): ", end="", markup=False)
+        reason = await prompter.line(timeout=None) or ""
+        await run.repair(RepairInput(by=by, action=RepairAction.compensate, reason=reason))
     elif choice.startswith("t") or (choice.startswith("s") and step is None):
         await run.repair(RepairInput(by=by, action=RepairAction.stop, reason=await _reason(prompter)))
     elif step is None:
-        render.console.print("please answer e, s or l")
+        render.console.print("please answer e, s, c or l")
     elif choice.startswith("r"):
         await run.repair(RepairInput(by=by, action=RepairAction.retry, step_id=step))
     elif choice.startswith("a"):
@@ -304,7 +314,33 @@ async def _repair(
         human = pending.ask_again[0]
         await run.repair(RepairInput(by=by, action=RepairAction.ask_again, step_id=human))
     else:
-        render.console.print("please answer r, a, s, " + ("g, " if pending.ask_again else "") + "e, t or l")
+        render.console.print("please answer r, a, s, " + ("g, " if pending.ask_again else "") + "e, t, c or l")
+    return "done"
+
+
+async def _resolve(run: RunHandle, pending: PendingDecision, choice: str, by: str, prompter: Prompter) -> str:
+    """A person's word on an in-doubt step: it happened (with its output, if they know it), or
+    it did not and the step runs again. Only a clear h or n decides; anything else asks again."""
+    step = pending.step_id or ""
+    if choice.startswith("l") or not choice:
+        return "later"
+    if choice.startswith("h"):
+        output = None
+        while True:
+            render.console.print("its output, if you know it (JSON; empty: none): ", end="", markup=False)
+            text = await prompter.line(timeout=None)
+            if text is None:
+                raise CliError("the word on the step was left unfinished")
+            try:
+                output = json.loads(text) if text else None
+                break
+            except json.JSONDecodeError as exc:
+                render.errors.print(f"error: that is not valid JSON: {json_problem(exc)}; try again", markup=False)
+        await run.resolve(ResolveInput(by=by, step_id=step, happened=True, output=output))
+    elif choice.startswith("n"):
+        await run.resolve(ResolveInput(by=by, step_id=step, happened=False))
+    else:
+        render.console.print("please answer h, n or l")
     return "done"
 
 

@@ -23,7 +23,8 @@ from stratagem.domain.ledger import Decision, EventKind, Ledger, LedgerEvent, St
 from stratagem.domain.plan import PlanDraft, StepKind
 from stratagem.domain.process import describe_inputs
 from stratagem.domain.risk import risk_label
-from stratagem.domain.run_types import DecisionKind, PendingDecision, RunResult, RunStatus
+from stratagem.domain.run_reports import undo_steps
+from stratagem.domain.run_types import Compensating, DecisionKind, PendingDecision, RunResult, RunStatus
 from stratagem.domain.stored import describe, is_stored
 from stratagem.domain.usage import Budget, UsageTotals
 from stratagem.domain.visible_text import written_out
@@ -86,6 +87,10 @@ _EVENT_MARK = {
     EventKind.run_failed: "✘",
     EventKind.tool_call_refused: "⛔",
     EventKind.budget_exhausted: "⏸",
+    EventKind.step_in_doubt: "?",
+    EventKind.compensation_planned: "↺",
+    EventKind.run_compensated: "↺",
+    EventKind.run_compensation_failed: "✘",
 }
 
 
@@ -247,18 +252,20 @@ def decision_hint(run_id: str, pending: PendingDecision, schema: dict[str, Any] 
             ]
             lines += [f"  ask again: stratagem ask-again {run_id} {human}" for human in pending.ask_again]
         lines += [f"  revise: stratagem revise {run_id} PLAN_FILE", f"  stop:   stratagem stop {run_id} --reason TEXT"]
+        lines.append(f"  compensate (give up, undo what ran): stratagem compensate {run_id} --reason TEXT")
         return "\n".join(lines)
+    if pending.kind is DecisionKind.in_doubt:
+        step = pending.step_id
+        return (
+            f"in doubt: {pending.prompt}\n"
+            f"  it happened:        stratagem resolve {run_id} {step} --happened [--output JSON]\n"
+            f"  it did not happen:  stratagem resolve {run_id} {step} --not-happened  (the step runs again)"
+        )
     if pending.kind.value == "budget":
         return (
             f"paused: {pending.prompt}\n"
             f"  raise it with: stratagem budget {run_id} --tokens N --cost USD --calls N --seconds N  (any of them)\n"
             f"  or stop with:  stratagem budget {run_id} --stop --reason TEXT"
-        )
-    if pending.kind.value == "in_doubt":
-        return (
-            f"in doubt: {pending.prompt}\n"
-            f"  it happened: stratagem resolve {run_id} {pending.step_id} --happened [--output JSON]\n"
-            f"  it did not:  stratagem resolve {run_id} {pending.step_id} --not-happened   (it runs again)"
         )
     asks = f"step '{pending.step_id}' asks: {pending.prompt}\n"
     fields = answer_fields(schema)
@@ -314,8 +321,7 @@ def status_view(
         f"steps: {counts.succeeded} succeeded, {counts.running} running, {counts.pending} pending, "
         f"{counts.failed} failed, {counts.skipped} skipped, {counts.cancelled} cancelled"
         + (f", {counts.in_doubt} in doubt" if counts.in_doubt else "")
-        + "; "
-        f"replans {status.replans}/{status.max_replans}"
+        + f"; replans {status.replans}/{status.max_replans}"
     )
     if status.phase.value == "planning" and status.revision is None:
         console.print(f"the planner is making the first revision; follow it with: stratagem wait {status.run_id}")
@@ -332,10 +338,27 @@ def status_view(
             console.print(decision_line(decision))
     if plan is not None:
         console.print(plan_table(plan, ledger, catalog=catalog))
+    if status.compensation is not None:
+        console.print("\n".join(compensation_lines(status.compensation, ledger)))
     for pending in status.pending:
         console.print(
             escalation_line(pending) + decision_hint(status.run_id, pending, answer_schema_of(ledger, pending))
         )
+
+
+def compensation_lines(compensation: Compensating, ledger: Ledger | None) -> list[str]:
+    """A run that gave up on its goal: why, its undo steps (ordinary steps of its compensation
+    revision) with their statuses, and the effects that stay because nothing undoes them."""
+    lines = [f"compensation (revision {compensation.revision}): {compensation.reason}"]
+    current = ledger is not None and ledger.revisions and ledger.revisions[-1].revision == compensation.revision
+    for step, undoes in undo_steps(ledger, compensation) if ledger is not None else []:
+        record = ledger.steps.get(step.id) if ledger is not None and current else None
+        what = f"{step.tool}({_args(step.args)})" if step.tool else step.title
+        of = f" (undoes {', '.join(undoes)})" if undoes else ""
+        lines.append(f"  undo {step.id}{of}: {what} — {record.status.value if record else 'pending'}")
+    if compensation.cannot_undo:
+        lines.append(f"  effects that stay (nothing undoes them): {', '.join(compensation.cannot_undo)}")
+    return lines
 
 
 def escalation_line(pending: PendingDecision) -> str:
@@ -364,7 +387,8 @@ def result_view(result: RunResult) -> None:
         if result.synthesis:
             console.print(f"\n{result.synthesis}")
     else:
-        console.print(Text.assemble((result.status.value, "yellow"), f": {result.reason}"))
+        style = "red" if result.status.value == "compensation_failed" else "yellow"
+        console.print(Text.assemble((result.status.value, style), f": {result.reason}"))
 
 
 def cell_width(text: str) -> int:

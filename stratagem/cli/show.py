@@ -32,6 +32,7 @@ MERMAID_CLASSES = {
     StepStatus.pending: "fill:#e2e3e5,stroke:#6c757d,color:#383d41",
     StepStatus.skipped: "fill:#fff3cd,stroke:#ffc107,color:#856404",
     StepStatus.cancelled: "fill:#fff3cd,stroke:#ffc107,color:#856404",
+    StepStatus.in_doubt: "fill:#fde2f3,stroke:#c11574,color:#851651,stroke-dasharray:4 2",
 }
 
 # The step fields a diff compares, in the order it reports them.
@@ -59,6 +60,7 @@ _ENDED = {
     EventKind.step_failed: StepStatus.failed,
     EventKind.step_skipped: StepStatus.skipped,
     EventKind.step_cancelled: StepStatus.cancelled,
+    EventKind.step_in_doubt: StepStatus.in_doubt,
 }
 
 

@@ -50,6 +50,7 @@ from stratagem.domain.run_types import (
     RejectInput,
     RepairAction,
     RepairInput,
+    ResolveInput,
     ReviseInput,
 )
 from stratagem.io.plan_files import parse_plan_data
@@ -107,6 +108,13 @@ class RepairBody(BaseModel):
     step_id: str | None = None
     args: dict[str, Any] | None = None
     output: Any = None
+    reason: str = Field(default="", max_length=4000)
+
+
+class ResolveBody(BaseModel):
+    step_id: str
+    happened: bool = Field(description="true: its effect happened and the step succeeds; false: it runs again.")
+    output: Any = Field(default=None, description="With happened: the step's output, if known.")
     reason: str = Field(default="", max_length=4000)
 
 
@@ -222,7 +230,8 @@ async def repair(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput]:
     if args is not None and form.get("args_shown") and args == parse_json(form.get("args_shown"), "arguments"):
         args = None  # the form starts filled with the step's arguments: sent back as shown, a plain retry
     out = parse_json(form.get("output"), "output") if action is RepairAction.skip else None
-    target = asked or posted.step
+    # Compensating gives up on the whole goal: it is about the run, not the step the form shows.
+    target = None if action is RepairAction.compensate else asked or posted.step
     return kinds.REPAIR, RepairInput(
         by=posted.who, action=action, step_id=target, args=args, output=out, reason=posted.comment
     )
@@ -237,6 +246,29 @@ async def budget(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput]:
     return kinds.BUDGET, BudgetInput.model_validate({"by": posted.who, "reason": posted.comment, **limits})
 
 
+HAPPENED = {"yes": True, "no": False}
+"""An in-doubt step's form: its two buttons (`happened`), it did or it did not happen."""
+
+
+async def resolve(_run: RunHandle, posted: Posted) -> tuple[Kind, DecisionInput]:
+    # Nothing is assumed for the person: either answer has an effect (the step counts as done, or
+    # it runs again), so a form that says neither is refused.
+    said = HAPPENED.get(str(posted.form.get("happened") or ""))
+    if said is None:
+        raise ValueError("say whether the step's effect happened: 'It happened' or 'It did not happen'")
+    text = str(posted.form.get("output") or "").strip()
+    if text and not said:
+        raise ValueError("an output goes with 'It happened': a step whose effect did not happen runs again")
+    try:
+        output = json.loads(text) if text else None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the output is not JSON: {exc.msg} at column {exc.colno}") from None
+    reason = posted.comment
+    return kinds.RESOLVE, ResolveInput(
+        by=posted.who, step_id=posted.step or "", happened=said, output=output, reason=reason
+    )
+
+
 FormReading = Callable[[RunHandle, Posted], Awaitable[tuple[Kind, DecisionInput]]]
 # How a form answering each wait (the PendingDecision's kind, which the form posts as `kind`) is
 # read into the kind of decision it sends and that decision's input.
@@ -247,6 +279,7 @@ FORMS: dict[DecisionKind, FormReading] = {
     DecisionKind.human_answer: answer,
     DecisionKind.repair: repair,
     DecisionKind.budget: budget,
+    DecisionKind.in_doubt: resolve,
 }
 
 
@@ -345,9 +378,18 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         revision_of,
     ),
     Endpoint(
-        kinds.REPAIR, RepairBody, "Retry a failed step (with new arguments), skip it with an output, or stop the run."
+        kinds.REPAIR,
+        RepairBody,
+        "Retry a failed step (with new arguments), skip it with an output, stop the run, or compensate: give up on "
+        "the goal and undo the effects that ran.",
     ),
     Endpoint(kinds.BUDGET, BudgetBody, "Raise a run's budget, or stop a run waiting on it."),
+    Endpoint(
+        kinds.RESOLVE,
+        ResolveBody,
+        "Say whether an in-doubt step's effect happened: it did (with its output, if known) and the step succeeds, "
+        "or it did not and the step runs again.",
+    ),
 )
 
 

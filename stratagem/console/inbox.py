@@ -24,7 +24,7 @@ from stratagem.console.decisions import decide
 from stratagem.console.state import Console
 from stratagem.domain.decisions import kinds
 from stratagem.domain.decisions.listed import APPROVABLE
-from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE, ApproveInput
+from stratagem.domain.run_types import STATUS_SEARCH_ATTRIBUTE, ApproveInput, DecisionKind
 
 BULK_MAX = 200  # approvals one post may carry: each is a decision sent to its run
 BULK_AT_ONCE = 8  # sent at once, so a large selection neither waits in line nor floods the server
@@ -148,7 +148,7 @@ def _approved_here(recent: dict[tuple[Any, ...], float], row: dict[str, Any]) ->
     return bool(waits) and all((row["run_id"], w.get("step_id"), w.get("revision")) in recent for w in waits)
 
 
-_KINDS = ("plan_approval", "step_approval", "tool_call_approval", "human_answer", "budget", "repair")
+_KINDS = tuple(kind.value for kind in DecisionKind)  # every wait, an in-doubt step's among them
 
 
 def _shown(row: dict[str, Any]) -> dict[str, Any]:

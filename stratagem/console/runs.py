@@ -16,7 +16,7 @@ from stratagem.console.access import Person, person
 from stratagem.console.plan_graph import plan_svg
 from stratagem.console.result_panel import result_view
 from stratagem.console.state import Console, ConsoleState
-from stratagem.console.views import WHOLE, AnswerDraft, decision_view, diff_text, graph_columns
+from stratagem.console.views import WHOLE, AnswerDraft, compensation_view, decision_view, diff_text, graph_columns
 from stratagem.domain.risk import risk_label
 from stratagem.domain.run_types import DecisionKind
 from stratagem.domain.stored import is_stored
@@ -59,6 +59,7 @@ async def render_run(
         "columns": columns,
         "graph": plan_svg(plan, columns, status.run_id) if plan else "",
         "result": await result_view(run, status, plan, ledger),
+        "compensation": compensation_view(status.compensation, ledger),
         "risks": {s.id: risk_label(s, catalog) for s in plan.steps} if plan else {},
         "diff": diff_text(approved, plan) if plan and approved and approved.revision != plan.revision else [],
         "pending": [

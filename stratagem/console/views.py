@@ -18,9 +18,10 @@ from markupsafe import Markup
 from stratagem.domain.answers import answer_fields, coerce
 from stratagem.domain.decisions import quorum, waiting_for
 from stratagem.domain.ledger import Ledger
-from stratagem.domain.plan import Plan, StepKind
+from stratagem.domain.plan import Plan, Step, StepKind
 from stratagem.domain.plan_diff import diff_lines, diff_revisions
-from stratagem.domain.run_types import DecisionKind, PendingDecision
+from stratagem.domain.run_reports import undo_steps
+from stratagem.domain.run_types import Compensating, DecisionKind, PendingDecision
 from stratagem.domain.visible_text import written_out
 
 
@@ -110,6 +111,7 @@ def decision_view(
         "fields": fields,
         "args": args,
         "repair_args": repair_args(pending, plan),
+        "doubt": in_doubt_call(pending, plan),
         "error": errors.get(WHOLE, ""),
         "answer": {"value": typed.get(WHOLE, ""), "error": errors.get(WHOLE, "")},
         "quorum": quorum.progress(pending),
@@ -178,6 +180,52 @@ def repair_args(pending: PendingDecision, plan: Plan | None) -> str:
     return json.dumps(step.args, indent=2, ensure_ascii=False)
 
 
+def does(step: Step) -> str:
+    """What a step does, in full: the tool and its exact arguments, or what a model may call."""
+    if step.tool:
+        return f"{step.tool}({', '.join(f'{k}={json.dumps(v, ensure_ascii=False)}' for k, v in step.args.items())})"
+    return f"{step.kind.value}" + (f" · may call {', '.join(step.tools)}" if step.tools else "")
+
+
+def in_doubt_call(pending: PendingDecision, plan: Plan | None) -> str:
+    """An in-doubt step's form shows the call whose effect is in doubt: what the person checks
+    in the world (the payment system, the booking) before saying whether it happened."""
+    if pending.kind is not DecisionKind.in_doubt or plan is None or pending.step_id is None:
+        return ""
+    step = next((s for s in plan.steps if s.id == pending.step_id), None)
+    return does(step) if step is not None else ""
+
+
+def compensation_view(compensation: Compensating | None, ledger: Ledger) -> dict[str, Any] | None:
+    """A run that gave up on its goal and undoes its effects: why, the undo steps (ordinary steps
+    of its compensation revision, each with its status), and the steps whose effects stay."""
+    if compensation is None:
+        return None
+    undo = []
+    for step, undoes in undo_steps(ledger, compensation):
+        record = ledger.steps.get(step.id)
+        status = (
+            record.status.value
+            if record is not None and ledger.revisions[-1].revision == compensation.revision
+            else "pending"
+        )
+        undo.append(
+            {
+                "step": step,
+                "undoes": undoes,
+                "does": does(step),
+                "status": status,
+                "error": record.error if record else None,
+            }
+        )
+    return {
+        "reason": compensation.reason,
+        "revision": compensation.revision,
+        "undo": undo,
+        "cannot_undo": compensation.cannot_undo,
+    }
+
+
 def field_label(name: str, schema: dict[str, Any]) -> str:
     """A field's label: its schema's `title`, else its name."""
     title = schema.get("title")
@@ -221,13 +269,8 @@ def graph_columns(plan: Plan, ledger: Ledger) -> list[list[dict[str, Any]]]:
     for step in plan.steps:
         record = ledger.steps.get(step.id)
         # What a reviewer approves, in full: the tool and its exact arguments, or what a model may call.
-        does = (
-            f"{step.tool}({', '.join(f'{k}={json.dumps(v, ensure_ascii=False)}' for k, v in step.args.items())})"
-            if step.tool
-            else f"{step.kind.value}" + (f" · may call {', '.join(step.tools)}" if step.tools else "")
-        )
         columns.setdefault(level(step.id), []).append(
-            {"step": step, "status": record.status.value if record else "pending", "record": record, "does": does}
+            {"step": step, "status": record.status.value if record else "pending", "record": record, "does": does(step)}
         )
     return [columns[k] for k in sorted(columns)]
 
@@ -241,6 +284,8 @@ __all__ = [
     "AnswerDraft",
     "argument_fields",
     "changed_arguments",
+    "compensation_view",
+    "in_doubt_call",
     "typed_arguments",
     "answer_from",
     "answer_schema",

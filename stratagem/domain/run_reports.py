@@ -8,10 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from stratagem.domain.ledger import EventArchive, LedgerEvent
+from stratagem.domain.ledger import EventArchive, Ledger, LedgerEvent
+from stratagem.domain.plan import Step
 from stratagem.domain.process import ProcessRecord
 from stratagem.domain.run_options import Mode
-from stratagem.domain.run_state import PendingDecision, Phase, RunState
+from stratagem.domain.run_state import Compensating, PendingDecision, Phase, RunState
 from stratagem.domain.usage import Budget, UsageTotals
 
 AWAITING_APPROVAL = "awaiting_approval"
@@ -62,6 +63,10 @@ class RunStatus(BaseModel):
     mode: Mode = Mode.plan
     workspace: str | None = Field(default=None, description="The run's own workspace; None: the worker's.")
     process: ProcessRecord | None = Field(default=None, description="The process the run renders, and its inputs.")
+    compensation: Compensating | None = Field(
+        default=None,
+        description="Level 10: the run gave up on its goal and undoes its effects (RunState.compensation).",
+    )
 
 
 class RunResult(BaseModel):
@@ -102,3 +107,17 @@ def progress_markdown(state: RunState, max_rows: int = 40) -> str:
         if len(plan.steps) > max_rows:
             lines.append(f"| … {len(plan.steps) - max_rows} more | | | |")
     return "\n".join(lines)
+
+
+def undo_steps(ledger: Ledger, compensation: Compensating) -> list[tuple[Step, list[str]]]:
+    """The steps that undo a compensating run's effects, as people are shown them, each with the
+    steps whose effects it undoes: those its compensation revision added (ordinary steps, with
+    their statuses in the ledger), each after the step it undoes; the steps carried over from the
+    revision before it are what ran, not what undoes it."""
+    revisions = {plan.revision: plan for plan in ledger.revisions}
+    undoing = revisions.get(compensation.revision)
+    if undoing is None:
+        return []
+    before = revisions.get(compensation.revision - 1)
+    ran = {step.id for step in before.steps} if before is not None else set()
+    return [(step, [d for d in step.depends_on if d in ran]) for step in undoing.steps if step.id not in ran]

@@ -40,7 +40,8 @@ REJECT_ACTION = "stratagem_reject"
 OPEN_ACTION = "stratagem_open"
 REJECT_VIEW = "stratagem_reject"
 REASON_BLOCK = REASON_ACTION = "reason"
-# The waits a person can decide with a button: the rest need the console's forms.
+# The waits a person can decide with a button: the rest need the console's forms (an in-doubt
+# step's among them: the message links to its page, `notification`).
 BUTTON_KINDS = frozenset({"plan_approval", "step_approval"})
 SECTION_LIMIT = 3000  # Slack's, for a section's text
 BLOCK_LIMIT = 50  # Slack's, for a message's blocks
@@ -110,6 +111,13 @@ def notification(
         blocks += [_section("*It will run:*"), *preview]
     elif shows:
         blocks.append(_section("What it will run is longer than a Slack message holds: read it in the console."))
+    if kind == "in_doubt":  # no button: the answer needs a look at the world first, and maybe an output
+        blocks.append(
+            _section(
+                "Nothing is retried until a person says whether its effect happened: check where it acts, then say "
+                "so in the console (it happened, with its output, or it did not and it runs again)."
+            )
+        )
     buttons: list[Any] = []
     button = Button(
         run=run_id, kind=kind, step=step_id, rev=revision, key=key, shown=shown_digest(shows) if shows else None
