@@ -95,7 +95,9 @@ async def test_a_failure_undoes_a_diamond_in_reverse_dependency_order_after_a_pe
     assert set(undos) == {"undo-a", "undo-b", "undo-c"}
     assert sorted(undos["undo-a"].depends_on) == ["a", "undo-b", "undo-c"]
     assert undos["undo-b"].depends_on == ["b"] and undos["undo-c"].depends_on == ["c"]
-    assert undos["undo-b"].args == {"slot": "b", "seconds": 0.5, "original_output": "${b}"}
+    # Shown to the approver as it runs: the output of b itself, not a reference to it.
+    b_output = (await run.ledger()).steps["b"].output
+    assert b_output and undos["undo-b"].args == {"slot": "b", "seconds": 0.5, "original_output": b_output}
     # The failed and never-run steps left the revision; the succeeded ones are kept, not run again.
     assert {"d", "never"}.isdisjoint(plan.step_ids) and {"a", "b", "c", "email", "look"} <= set(plan.step_ids)
 

@@ -63,6 +63,8 @@ def state_of(steps: list[dict[str, Any]], succeeded: set[str], failed: set[str] 
         record.status = (
             StepStatus.succeeded if sid in succeeded else StepStatus.failed if sid in failed else StepStatus.pending
         )
+        if sid in succeeded:
+            record.output = {"booking": f"B-{sid}", "note": "costs ${5}"}
     return RunState(
         run_id="r", execution_id="e", goal="g", options=RunOptions(), ledger=ledger, catalog=CATALOG, level=10
     )
@@ -87,7 +89,8 @@ def test_a_diamond_is_undone_leaves_first_and_what_nothing_undoes_is_named():
         "b": ["b"],
         "a": ["a", "undo-b", "undo-c"],
     }
-    assert derived.undos["a"].args == {"slot": "a", "original_output": "${a}"}
+    # What the reviewer sees is what runs: the output itself, its "${" escaped so it stays text.
+    assert derived.undos["a"].args == {"slot": "a", "original_output": {"booking": "B-a", "note": "costs $${5}"}}
     assert derived.draft is not None
     assert [s.id for s in derived.draft.steps] == ["a", "b", "c", "mail", "peek", "ask", "undo-c", "undo-b", "undo-a"]
     assert plan_problems(derived.draft, CATALOG) == []

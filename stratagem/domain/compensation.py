@@ -7,6 +7,11 @@ undo takes the plan's arguments if it names any, else the step's own arguments (
 they resolve against outputs that never change once a step succeeded) restricted to the undo's
 parameters, plus `original_output: "${step}"` when the undo takes that parameter.
 
+The undo's arguments are written into the revision as they will run: the references filled from
+outputs that never change once their steps succeeded, so the person who approves the
+compensation sees the values each undo is called with, not `${register.vendor_id}` (a reference
+into an output in the store, which only an activity reads, stays as written).
+
 The undos become a new revision: the succeeded steps as they are (never run again) and one tool
 step per undo, `undo-<id>`, depending on its step and on the undos of every compensable step that
 depends on it, so an effect is undone only after everything built on it was, and independent
@@ -18,15 +23,19 @@ on it as on any revision. Plain functions over `RunState`; the workflow adopts t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from stratagem.common.errors import ReferenceResolutionError
 from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.graph import ancestry
 from stratagem.domain.ledger import EventKind, StepRecord, StepStatus, ToolCallStatus
 from stratagem.domain.ledger_events import CompensationPlanned, StepRepaired
 from stratagem.domain.plan import Compensation, PlanDraft, Step, StepKind
+from stratagem.domain.references import literal, references_in, resolve
 from stratagem.domain.run_state import RunState
+from stratagem.domain.stored import is_stored
 
 ORIGINAL_OUTPUT = "original_output"
 """The undo's parameter that receives the output of the step it undoes."""
@@ -82,6 +91,18 @@ def undo_args(step: Step, undo: Compensation, catalog: ToolCatalog) -> dict[str,
     if takes is not None and ORIGINAL_OUTPUT in takes and ORIGINAL_OUTPUT not in args:
         args[ORIGINAL_OUTPUT] = "${" + step.id + "}"
     return args
+
+
+def as_run(args: dict[str, Any], outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """An undo's arguments with their references filled, escaped so that they run as shown; as
+    written when one names an output in the store or cannot be filled (validation then says why)."""
+    if any(is_stored(outputs.get(ref.step_id)) for ref in references_in("", args)):
+        return args
+    try:
+        filled = resolve(args, outputs)
+    except ReferenceResolutionError:
+        return args
+    return dict(literal(filled))
 
 
 def _by_hand(state: RunState) -> set[str]:
@@ -163,6 +184,7 @@ def derive(state: RunState, reason: str) -> Derived:
     for sid in compensable:
         ids[sid] = undo_id(sid, taken)
         taken.add(ids[sid])
+    outputs = state.ledger.outputs()
     # Reverse plan order, so the revision reads as the undoing goes: the last effect first.
     for sid in reversed(list(compensable)):
         step, undo = plan.step(sid), compensable[sid]
@@ -172,7 +194,7 @@ def derive(state: RunState, reason: str) -> Derived:
             title=f"Undo: {step.title}"[:200],
             kind=StepKind.tool,
             tool=undo.tool,
-            args=undo_args(step, undo, state.catalog),
+            args=as_run(undo_args(step, undo, state.catalog), outputs),
             depends_on=[sid, *first],
         )
     kept = [s for s in plan.steps if state.ledger.steps[s.id].status is StepStatus.succeeded]

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stratagem.common.signing import input_digest
 from stratagem.domain.answers import answer_problem, coerce, schema_problems
 from stratagem.domain.plan import PlanDraft, Step
+from stratagem.domain.references import literal
 
 # A Keyword search attribute holding the name of the process a run renders, so a process's runs
 # are listed together (`stratagem list --process NAME`). Registered where StratagemStatus is.
@@ -310,15 +311,7 @@ def render_text(text: str, values: Mapping[str, Any], *, escape: bool) -> Any:
 
 
 def _escaped(value: Any, escape: bool) -> Any:
-    if not escape:
-        return value
-    if isinstance(value, str):
-        return value.replace("${", "$${")
-    if isinstance(value, dict):
-        return {key: _escaped(item, escape) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_escaped(item, escape) for item in value]
-    return value
+    return literal(value) if escape else value
 
 
 def _render_value(value: Any, values: Mapping[str, Any]) -> Any:

@@ -148,3 +148,15 @@ def resolve(value: Any, outputs: Mapping[str, Any], unread: Collection[str] = ()
     if isinstance(value, (list, tuple)):
         return [resolve(v, outputs, unread) for v in value]
     return value
+
+
+def literal(value: Any) -> Any:
+    """A value written so that resolving it gives it back unchanged: every `${` inside its strings
+    escaped as `$${`, so nothing in it can become a reference to another step."""
+    if isinstance(value, str):
+        return value.replace("${", "$${")
+    if isinstance(value, Mapping):
+        return {k: literal(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [literal(v) for v in value]
+    return value
