@@ -201,7 +201,7 @@ def derive(state: RunState, reason: str) -> Derived:
     derived.draft = PlanDraft(
         goal=plan.goal,
         steps=[*kept, *derived.undos.values()],
-        reason=f"compensation: undo what ran, as the run ends without its goal ({reason})",
+        reason=f"undo what ran, as the run ends without its goal ({reason})",
     )
     return derived
 
