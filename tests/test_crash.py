@@ -3,6 +3,7 @@
 Real processes, real servers: workers are `python worker.py` processes killed with SIGKILL at
 seeded random moments while a dozen runs execute parallel slow steps with side effects; the
 embedded server is killed while runs wait for a plan approval, run a step and wait for a person.
+Reconcilable payments are made while workers and the embedded server are both killed at random moments.
 Set CRASH_SEED to replay a particular kill schedule; every assertion message names the seed.
 """
 
@@ -32,7 +33,7 @@ from support.ports import free_port_pair, wait_listening
 from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Replayer
 
 from stratagem.client import RunHandle, start_run
@@ -49,6 +50,7 @@ from stratagem.domain.run_types import (
     RunOptions,
 )
 from stratagem.io.payloads import stratagem_data_converter
+from stratagem.server.embedded import EmbeddedServer
 from stratagem.temporal.plugin import StratagemPlugin
 from stratagem.tools import ToolRegistry
 from stratagem.workflows import StratagemRun
@@ -755,3 +757,169 @@ async def test_a_continue_as_new_carries_a_step_in_doubt(dev_env, tmp_path):
     asked = [e for e in ledger.events if e.kind is EventKind.step_in_doubt]
     assert len(asked) == 1  # carried, not asked again
     assert ledger.steps["pay"].attempts == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. Payments while workers and the server are killed at random moments (issue #41)
+
+PAYING_RUNS = 6
+WORKER_KILLS = 3
+
+
+def _paying_plan(index: int, rng: random.Random) -> tuple[PlanDraft, dict[str, str]]:
+    """Two slow reconcilable payments one after the other (so payments are in flight all through
+    the kills), then a note naming both; returns the plan and the invoice each payment step pays."""
+    invoices = {step: f"INV-{index}{step[-1]}" for step in ("pay_a", "pay_b")}
+    steps: list[dict[str, Any]] = [
+        {
+            "id": step,
+            "title": f"Pay {invoice}",
+            "tool": "pay_slowly",
+            "args": {"invoice": invoice, "amount": 100 * (index + 1), "seconds": round(rng.uniform(1.5, 3.5), 2)},
+            "depends_on": ["pay_a"] if step == "pay_b" else [],
+        }
+        for step, invoice in invoices.items()
+    ]
+    steps.append(
+        {
+            "id": "note",
+            "title": "Note",
+            "tool": "note",
+            "args": {"text": "paid ${pay_a.key} ${pay_b.key}"},
+            "depends_on": ["pay_b"],
+        }
+    )
+    return PlanDraft.model_validate({"goal": f"pay run {index}", "steps": steps}), invoices
+
+
+async def test_payments_survive_workers_and_the_server_killed_at_random_moments(tmp_path):
+    """Six runs pay twelve invoices with a reconcilable tool on a bank that keys nothing, while
+    worker processes are SIGKILLed at seeded moments and the embedded server is SIGKILLed once and
+    started again on the same database: every run succeeds and every invoice is paid once."""
+
+    rng = random.Random(SEED)
+    why = f"(CRASH_SEED={SEED})"
+    port = free_port_pair()
+    address = f"127.0.0.1:{port}"
+    home = tmp_path / "home"
+    workspace = tmp_path / "ws"
+    task_queue = f"crash-paying-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": address,
+        "TEMPORAL_NAMESPACE": "default",
+        "TEMPORAL_TASK_QUEUE": task_queue,
+        "STRATAGEM_WORKSPACE": str(workspace),
+    }
+    plans = [_paying_plan(i, rng) for i in range(PAYING_RUNS)]
+    # The schedule, in seconds after the last run started: a worker dies in each of three windows
+    # while payments are in flight, and the server dies once among them, down for 2 to 12 s (past
+    # about 10 s, a completion a worker could not report is lost and the step's timeout brings it back).
+    schedule: list[tuple[float, str]] = [
+        (round(0.5 + 2.5 * k + rng.uniform(0, 1.5), 2), "worker") for k in range(WORKER_KILLS)
+    ]
+    server_down = round(rng.uniform(1.0, 6.0), 2)
+    downtime = round(rng.uniform(2.0, 12.0), 1)
+    schedule += [(server_down, "server"), (round(server_down + downtime, 2), "restart")]
+    schedule.sort()
+    # A short time limit: a lost worker's attempt ends at the heartbeat timeout, min(30 s, 6 s).
+    options = RunOptions(auto_approve=True, step_timeout_seconds=6, step_max_attempts=10, approvers=["ops"])
+
+    server = EmbeddedServer(address=address, home=home)
+    server_pids = [await asyncio.to_thread(server.start_detached)]
+    workers = Workers(env, tmp_path, tools=PAYMENT_TOOLS)
+    runs: list[RunHandle] = []
+    done: list[tuple[float, str]] = []  # what the chaos did, when
+    try:
+        client = await Client.connect(address, data_converter=stratagem_data_converter)
+        await wait_for_pollers(client, task_queue, {workers.start().pid for _ in range(3)})
+        author = Author(kind=AuthorKind.human, name="alice")
+        for index, (plan, _) in enumerate(plans):
+            run_input = RunInput(plan=plan, author=author, options=options)
+            runs.append(await start_run(client, run_input, task_queue=task_queue, run_id=f"paying-{SEED}-{index}"))
+        began = time.monotonic()
+        up = True
+        owed = 0  # replacements for workers killed while the server was down (they could not connect)
+        for moment, what in schedule:
+            await asyncio.sleep(max(0.0, began + moment - time.monotonic()))
+            if what == "worker":
+                victim = rng.choice(workers.alive)
+                workers.sigkill(victim)
+                if up:
+                    workers.start()  # a replacement, as a supervisor would start one
+                else:
+                    owed += 1
+                done.append((round(time.monotonic() - began, 1), f"worker {victim.pid} killed"))
+            elif what == "server":
+                os.kill(server_pids[-1], signal.SIGKILL)
+                up = False
+                done.append((round(time.monotonic() - began, 1), f"server {server_pids[-1]} killed"))
+            else:
+                server_pids.append(await asyncio.to_thread(server.start_detached))
+                up = True
+                for _ in range(owed):
+                    workers.start()
+                owed = 0
+                done.append((round(time.monotonic() - began, 1), f"server {server_pids[-1]} started"))
+        story = f"{why} chaos (s, what): {done}"
+
+        async def outcome(run: RunHandle) -> Any:
+            try:
+                return await run.result()
+            except WorkflowFailureError as exc:  # a failed run; reported below with the seed
+                return exc
+
+        try:
+            results = await asyncio.wait_for(asyncio.gather(*(outcome(r) for r in runs)), timeout=60)
+        except TimeoutError:
+            open_runs = [(r.id, (await r.status()).model_dump(mode="json")) for r in runs]
+            raise AssertionError(f"{story}: runs still open 60 s after the server came back: {open_runs}") from None
+        elapsed = time.monotonic() - began
+        ledgers = [await run.ledger() for run in runs]
+        histories = [await run.handle.fetch_history() for run in runs]
+    finally:
+        workers.close()
+        for pid in server_pids:
+            kill_if_ours(pid, str(home))
+
+    bank = payments(workspace)
+    paid = Counter(row["invoice"] for row in bank)
+    invoices = [invoice for _, plan_invoices in plans for invoice in plan_invoices.values()]
+    # Every invoice paid exactly once: checked first, it is what the kills must never break.
+    assert paid == Counter(invoices), f"{story}: payments per invoice {dict(paid)}; the bank: {bank}"
+    for run, result, ledger, (_, plan_invoices) in zip(runs, results, ledgers, plans, strict=False):
+        assert not isinstance(result, BaseException), f"{story}: run {run.id} raised {result!r}"
+        assert result.status is Phase.succeeded, f"{story}: run {run.id}: {result.status} {result.reason}"
+        keys = {}
+        for step_id, invoice in plan_invoices.items():
+            [row] = [row for row in bank if row["invoice"] == invoice]
+            keys[step_id] = row["key"]
+            record = ledger.steps[step_id]
+            # The step's output is the one payment, whether its tool answered or its check found it.
+            assert record.output == {k: row[k] for k in ("invoice", "amount", "key")}, f"{story}: {run.id}/{step_id}"
+            assert row["key"].startswith(f"{run.id}/") and row["key"].endswith(f"/{step_id}/r1"), f"{story}: {row}"
+        assert ledger.steps["note"].output == f"paid {keys['pay_a']} {keys['pay_b']}", f"{story}: {run.id}"
+        assert not [e for e in ledger.events if e.kind is EventKind.step_in_doubt], f"{story}: {run.id}"
+
+    attempts = {
+        (run.id, s): ledger.steps[s].attempts
+        for run, ledger in zip(runs, ledgers, strict=False)
+        for s in ("pay_a", "pay_b")
+    }
+    reconciled = [
+        (run.id, e.step_id)
+        for run, ledger in zip(runs, ledgers, strict=False)
+        for e in ledger.events
+        if e.kind is EventKind.step_reconciled
+    ]
+    retried = {step: n for step, n in attempts.items() if n > 1}
+    assert retried, f"{story}: no payment was cut short by a kill: the test proved nothing"
+    print(
+        f"\n{story}; runs done {elapsed:.1f} s after the last start; payments retried {retried}; "
+        f"found by the check {reconciled}"
+    )
+
+    # The histories replay deterministically, kills and all.
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
+    for history in histories:
+        await replayer.replay_workflow(history)

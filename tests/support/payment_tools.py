@@ -83,6 +83,17 @@ def pay_invoice(invoice: str, amount: int, ctx: ToolContext) -> Payment:
     return _pay(invoice, amount, ctx)
 
 
+@tool(irreversible=True, reconcile=find_payment)
+async def pay_slowly(invoice: str, amount: int, seconds: float, ctx: ToolContext) -> Payment:
+    """Pay an invoice the way a distant bank does: `seconds` pass in all, half before the payment
+    is made and half before its answer comes back, so a process killed mid-call may have paid or
+    not (tests/test_crash.py kills workers and the server at random moments)."""
+    await asyncio.sleep(seconds / 2)
+    payment = _pay(invoice, amount, ctx)
+    await asyncio.sleep(seconds / 2)
+    return payment
+
+
 @tool(irreversible=True)
 def pay_blind(invoice: str, amount: int, ctx: ToolContext) -> Payment:
     """Pay an invoice (nothing can tell whether a payment went through)."""
