@@ -4,6 +4,7 @@ in doubt is put to people (issue #41): the pure parts, without a server."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from stratagem.domain.in_doubt import check_resolve, doubt, prompt
 from stratagem.domain.ledger import Ledger, StepRecord, StepStatus
 from stratagem.domain.plan import Plan
 from stratagem.domain.run_types import ResolveInput, RunOptions, RunState
-from stratagem.tools import OutcomeUnknown, ToolContext, ToolRegistry, tool
+from stratagem.tools import OutcomeUnknown, ToolContext, ToolRegistry, fence, tool
 from stratagem.tools.outcome import outcome_unknown
 
 pytestmark = pytest.mark.unit
@@ -187,3 +188,48 @@ def test_the_question_shows_long_arguments_cut():
     assert state.plan is not None
     text = prompt(state.plan.step("pay"), {"memo": "x" * 5000}, "a timeout")
     assert len(text) < 1200 and "..." in text
+
+
+async def test_a_check_waits_for_an_earlier_call_of_its_key_that_is_still_running(tmp_path: Path) -> None:
+    started, release, paid = threading.Event(), threading.Event(), []
+
+    def look(invoice: str) -> dict | None:
+        return {"paid": invoice} if paid else None
+
+    @tool(reconcile=look)
+    def pay(invoice: str) -> dict:
+        started.set()
+        release.wait(10)
+        paid.append(invoice)
+        return {"paid": invoice}
+
+    @tool
+    def plain(invoice: str) -> str:
+        started.set()
+        release.wait(10)
+        return invoice
+
+    registry = ToolRegistry()
+    registry.register(pay)
+    registry.register(plain)
+    context = ToolContext(run_id="r", step_id="pay", revision=1, attempt=1, workspace=tmp_path, execution_id="e")
+    call = asyncio.create_task(registry.invoke("pay", {"invoice": "I-1"}, context))
+    await asyncio.to_thread(started.wait, 10)
+    call.cancel()  # the attempt ends (its time limit, a cancellation); its thread goes on
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert fence.running(context.idempotency_key) == 1
+    check = asyncio.create_task(registry.reconcile("pay", {"invoice": "I-1"}, context))
+    await asyncio.sleep(0.3)
+    assert not check.done()  # it waits: looking now would miss the payment about to be made
+    release.set()
+    assert await check == {"paid": "I-1"}
+    assert paid == ["I-1"] and fence.running(context.idempotency_key) == 0
+    # A tool without a check or irreversibility is not held: its retries stay Temporal's.
+    started.clear()
+    release.clear()
+    other = asyncio.create_task(registry.invoke("plain", {"invoice": "I-2"}, context))
+    await asyncio.to_thread(started.wait, 10)
+    assert fence.running(context.idempotency_key) == 0
+    release.set()
+    assert await other == "I-2"

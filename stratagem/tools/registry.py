@@ -21,6 +21,7 @@ from stratagem.common.errors import ToolArgumentsError, ToolError, ToolRegistrat
 from stratagem.common.telemetry import tool_call_span
 from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.compensation import ORIGINAL_OUTPUT
+from stratagem.tools import fence
 from stratagem.tools.definition import TOOL_MARK, ToolContext, ToolDefinition, define_tool, telling_schema
 from stratagem.tools.mcp_sources import canonical_source, is_mcp_source, parse_source
 
@@ -177,6 +178,8 @@ class ToolRegistry:
             key=context.idempotency_key,
             call=context.call,
         ):
+            # An earlier attempt still running here could pay after the check looked (fence.py).
+            await fence.settled(context.idempotency_key)
             if inspect.iscoroutinefunction(check):
                 found = await check(**kwargs)
             else:
@@ -200,8 +203,13 @@ class ToolRegistry:
         kwargs = {field: getattr(parsed, field) for field in type(parsed).model_fields}
         if definition.context_parameter:
             kwargs[definition.context_parameter] = context
+        fenced = definition.reconcile is not None or definition.irreversible
+        if fenced:
+            await fence.settled(context.idempotency_key)  # an earlier attempt still running here (fence.py)
         if definition.is_async:
             result = await definition.function(**kwargs)
+        elif fenced:
+            result = await fence.in_thread(context.idempotency_key, definition.function, **kwargs)
         else:
             # A blocking tool must not stall the worker's event loop (and with it heartbeats
             # and every other activity), so it runs in a thread.

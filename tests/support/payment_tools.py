@@ -94,6 +94,15 @@ async def pay_slowly(invoice: str, amount: int, seconds: float, ctx: ToolContext
     return payment
 
 
+@tool(irreversible=True, reconcile=find_payment)
+def pay_late(invoice: str, amount: int, seconds: float, ctx: ToolContext) -> Payment:
+    """Pay after `seconds` in a blocking call, whatever the attempt's time limit: a thread nothing
+    can stop, so an attempt that timed out goes on and pays while the next one starts
+    (stratagem/tools/fence.py)."""
+    time.sleep(seconds)
+    return _pay(invoice, amount, ctx)
+
+
 @tool(irreversible=True)
 def pay_blind(invoice: str, amount: int, ctx: ToolContext) -> Payment:
     """Pay an invoice (nothing can tell whether a payment went through)."""

@@ -1,0 +1,71 @@
+"""One call at a time per idempotency key, for the tools whose attempts the workflow counts (a
+reconcile check, or irreversible): level 10.
+
+An attempt that timed out, or whose activity was cancelled, has not necessarily stopped: a
+blocking tool runs in a thread, which nothing can interrupt, and it may still make its effect
+after the next attempt's reconcile check looked and found nothing; the next attempt would then
+make it a second time. So such a tool's blocking call runs in a thread this module tracks by the
+call's idempotency key, and before a check or a call of the same key starts in this worker
+process, every earlier one still running is waited for. A wait longer than the attempt's time
+limit ends that attempt as of unknown outcome, and the workflow's attempts end in doubt if it
+never stops (workflows/attempts.py): a person decides, rather than a blind second call.
+
+An async tool needs no thread: cancelling the attempt cancels the tool's coroutine. An attempt
+still running in ANOTHER worker process (alive, but cut off from the server) cannot be seen from
+here: RELIABILITY.md says what a tool must do about that (bound its own call within the step's
+time limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+# The size asyncio's own default executor has on a large machine.
+_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="stratagem-fenced-tool")
+_lock = threading.Lock()
+_running: dict[str, set[Future[Any]]] = {}
+
+
+def _forget(key: str, future: Future[Any]) -> None:
+    with _lock:
+        calls = _running.get(key)
+        if calls is not None:
+            calls.discard(future)
+            if not calls:
+                del _running[key]
+
+
+async def in_thread(key: str, function: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """Call a blocking function in a thread held under `key` until the thread returns, however
+    the awaiting attempt ends."""
+    call = functools.partial(contextvars.copy_context().run, functools.partial(function, **kwargs))
+    future = _THREADS.submit(call)
+    with _lock:
+        _running.setdefault(key, set()).add(future)
+    future.add_done_callback(functools.partial(_forget, key))
+    return await asyncio.wrap_future(future)
+
+
+def running(key: str) -> int:
+    """How many calls under `key` are still running in this process."""
+    with _lock:
+        return len(_running.get(key, ()))
+
+
+async def settled(key: str) -> None:
+    """Wait until no earlier call under `key` runs in this process (their outcome is theirs)."""
+    with _lock:
+        earlier = list(_running.get(key, ()))
+    for future in earlier:
+        try:
+            await asyncio.shield(asyncio.wrap_future(future))
+        except asyncio.CancelledError:
+            raise
+        except BaseException:  # noqa: BLE001 - its failure was its own attempt's
+            pass
