@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from stratagem.common.config import Settings
 from stratagem.common.errors import DecisionRefusedError, RunAlreadyStartedError, RunUnresponsiveError, StratagemError
 from stratagem.common.signing import AUTO_APPROVE_KIND, Keyring, Signer
+from stratagem.common.workflow_errors import execute_decision
 from stratagem.domain import handlers
 from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.decisions import Kind, kinds
@@ -173,8 +174,8 @@ class RunHandle(EffectDecisions):
             signer = decision_signer(decision.by, self.signer, self.keyring)
             decision = signer.sign(self.id, update, decision, await self.execution())
         try:
-            return await self.handle.execute_update(
-                update, decision, result_type=DecisionOutcome, rpc_timeout=self.rpc_timeout
+            return await execute_decision(
+                self.handle, update, decision, result_type=DecisionOutcome, rpc_timeout=self.rpc_timeout
             )
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause

@@ -19,7 +19,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stratagem.common.errors import DecisionRefusedError
-    from stratagem.common.workflow_errors import DecisionRefused
+    from stratagem.common.workflow_errors import DecisionRefused, DecisionTooSoon
     from stratagem.domain import decisions, in_doubt, repairs
     from stratagem.domain.decision_inputs import (
         CallTarget,
@@ -145,7 +145,15 @@ class Decider:
             self._state.decided.append(_mark(decision))
 
     def validate(self, check: Check, decision: Any) -> None:
-        """A validator that raises refuses the update before it reaches history; the caller gets the error."""
+        """A validator that raises refuses the update before it reaches history; the caller gets the error.
+
+        An update is refused as too soon while the run holds work no workflow task has recorded
+        yet (`Progress.too_soon`): taken, it would reach history after that work, and a replay,
+        which applies an update before the task's other work, would find the run's commands in
+        another order (a nondeterminism error) or decide on another state. Refused, it leaves no
+        trace in history; the client sends it again, and it comes in a task of its own."""
+        if has(self._state, Change.TOO_SOON_UPDATES) and self._progress.too_soon():
+            raise DecisionTooSoon("the run is still recording what it just did; send the decision again in a moment")
         refused = self._refusal(check, decision)
         if refused is not None:
             raise refused

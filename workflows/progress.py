@@ -34,12 +34,16 @@ class Progress:
         self._memo_hold: int | None = None
         self._details_key: Any = None
         self._details_at: datetime | None = None
+        self._task: tuple[datetime, int] | None = None  # the time and history length of the task last shown
+        self._unrecorded = False
+        self._refusing: datetime | None = None
 
     def show(self) -> None:
         """Publish the run's progress as its current details in the Temporal UI, and its phase in
         the memo when it changed, so listings tell a succeeded run from a rejected one (both are
         completed workflows)."""
         state, now = self._state, workflow.now()
+        self._note(now)
         # The step table is rebuilt when the phase or the waits change, and otherwise at most once
         # a second: rebuilding it after every step of a busy run cost a tenth of its workflow CPU.
         # (Details are kept in memory for the UI's query, not in history, so this is replay-safe.)
@@ -79,6 +83,34 @@ class Progress:
         if has(self._state, Change.MEMO_ONCE_PER_TASK) and phase != self._memo_phase:
             self._memo_phase = phase
             workflow.upsert_memo({"phase": phase})
+
+    def _note(self, now: datetime) -> None:
+        """Notice a change the run made outside a workflow task of its own. A worker new to a run
+        (its own was lost, and the run's next task waits on the dead worker's sticky queue) answers
+        a query by replaying the history, and applies the events that task has not processed yet
+        (an activity's result) to the run it then keeps: the run moves on at the time of its last
+        task (workflow.now() stands still) with a longer history, and its commands wait for the
+        next task. A query meanwhile shows what it did: a question, say."""
+        length = workflow.info().get_current_history_length()
+        if self._task is None or self._task[0] != now:
+            self._task, self._unrecorded, self._refusing = (now, length), False, None
+        elif length > self._task[1]:
+            self._unrecorded = True
+
+    def too_soon(self) -> bool:
+        """Whether an update validated now would reach history after work the run did outside a task
+        (`_note`): in the task that records that work, which a replay runs in one activation, the
+        update first. True for every update of that task; the next one takes them. (Validators run
+        only when a task is processed, never on replay: this decides no command.)"""
+        if not self._unrecorded:
+            return False
+        now = workflow.now()
+        if self._refusing is None:
+            self._refusing = now
+        if now == self._refusing:
+            return True
+        self._unrecorded, self._refusing = False, None
+        return False
 
     def _memo_held(self) -> bool:
         """Level 2: in the workflow task that approved a plan, "running" is not written yet (the

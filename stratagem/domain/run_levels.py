@@ -92,6 +92,12 @@ class Change(Enum):
         "an attempt of unknown outcome is reconciled (a tool's check) or waits for a person (irreversible), "
         "never retried blindly",
     )
+    TOO_SOON_UPDATES = (
+        10,
+        None,
+        "an update that reaches a run holding work no workflow task recorded yet (a query's replay on a new worker "
+        "applied it) is refused as too soon; sent again, it is taken in a task of its own",
+    )
 
 
 class Leveled(Protocol):

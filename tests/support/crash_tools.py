@@ -83,3 +83,17 @@ def crash_fails_once(label: str, ctx: ToolContext) -> str:
     if not any(e["event"] == "fails_once" and e["run_id"] == ctx.run_id for e in earlier):
         raise ToolError(f"{label}: the first try fails", retryable=False)
     return label
+
+
+@tool
+async def crash_wait_for(name: str, ctx: ToolContext) -> str:
+    """Mark the workspace with `<name>.started`, then wait until a file `name` appears there and
+    return its text; a text starting "fail" fails the step for good."""
+    ctx.workspace.mkdir(parents=True, exist_ok=True)
+    (ctx.workspace / f"{name}.started").write_text(str(os.getpid()))
+    while not (ctx.workspace / name).exists():
+        await asyncio.sleep(0.05)
+    text = (ctx.workspace / name).read_text()
+    if text.startswith("fail"):
+        raise ToolError(text, retryable=False)
+    return text
