@@ -5,6 +5,8 @@ that module under its size; each is one call of `decide`, as the handle's other 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stratagem.domain.decisions import Kind, kinds
 from stratagem.domain.run_types import DecisionInput, DecisionOutcome, RepairAction, RepairInput, ResolveInput
 
@@ -12,8 +14,9 @@ from stratagem.domain.run_types import DecisionInput, DecisionOutcome, RepairAct
 class EffectDecisions:
     """What `RunHandle` decides about a run's effects, through its `decide`."""
 
-    async def decide(self, kind: Kind, decision: DecisionInput) -> DecisionOutcome:
-        raise NotImplementedError  # RunHandle's: send the decision as its kind's update
+    if TYPE_CHECKING:  # RunHandle's: send the decision as its kind's update
+
+        async def decide(self, kind: Kind, decision: DecisionInput) -> DecisionOutcome: ...
 
     async def resolve(self, decision: ResolveInput) -> DecisionOutcome:
         """Say whether an in-doubt step's effect happened: it did (`happened=True`, with its output

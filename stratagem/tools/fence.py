@@ -19,6 +19,7 @@ time limit).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import functools
 import threading
@@ -62,10 +63,5 @@ async def settled(key: str) -> None:
     """Wait until no earlier call under `key` runs in this process (their outcome is theirs)."""
     with _lock:
         earlier = list(_running.get(key, ()))
-    for future in earlier:
-        try:
-            await asyncio.shield(asyncio.wrap_future(future))
-        except asyncio.CancelledError:
-            raise
-        except BaseException:  # noqa: BLE001 - its failure was its own attempt's
-            pass
+    if earlier:  # waited for in a thread: their results and errors stay theirs, and a cancel leaves them be
+        await asyncio.to_thread(concurrent.futures.wait, earlier)
