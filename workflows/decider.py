@@ -246,8 +246,7 @@ class Decider:
             # the execution loop then ends the run, so no step records an end after the run's.
             self._control.reject(reason)
             return decisions.outcome(state, "rejected; the run ends once running steps finish")
-        self._steps.close_open(StepStatus.skipped, "plan rejected")
-        self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
+        self._rejected(reason)
         return decisions.outcome(state, "rejected")
 
     def _give_up(self, reason: str) -> DecisionOutcome:
@@ -263,8 +262,7 @@ class Decider:
         return decisions.outcome(state, "rejected")
 
     def _rejected(self, reason: str) -> None:
-        self._steps.close_open(StepStatus.skipped, "plan rejected")
-        self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
+        self._steps.reject_run(reason, "plan rejected")
 
     @decision(kinds.REVISE, check=decisions.check_revise)
     def revise(self, decision: ReviseInput, *, via: str) -> DecisionOutcome:

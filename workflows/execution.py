@@ -10,7 +10,7 @@ import asyncio
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stratagem.domain.ledger import EventKind, StepStatus
+    from stratagem.domain.ledger import StepStatus
     from stratagem.domain.plan import Step, StepKind
     from stratagem.domain.run_types import DecisionKind, Phase, RunState
     from stratagem.domain.scheduling import all_succeeded
@@ -129,10 +129,9 @@ class Execution:
         if control.halt_reason is not None:
             self._steps.fail_run(control.halt_reason)
         elif control.gave_up is not None:
-            self._compensation.begin(control.gave_up, self._rejected)
+            self._compensation.begin(control.gave_up, self._steps.reject_run)
         elif control.rejection is not None:
-            self._steps.close_open(StepStatus.skipped, "run rejected")
-            self._steps.end(Phase.rejected, control.rejection, EventKind.run_rejected)
+            self._steps.reject_run(control.rejection)
         elif state.failure is not None:
             # A failure answers a revision made meanwhile too: the replan (or repair) starts from it.
             state.pending = [p for p in state.pending if p.kind is not DecisionKind.plan_approval]
@@ -149,10 +148,6 @@ class Execution:
             blocked = [s.id for s in state.plan.steps if state.ledger.steps[s.id].status is StepStatus.pending]
             self._steps.fail_run(f"no step can run: {', '.join(blocked)} wait on steps that did not succeed")
         return False
-
-    def _rejected(self, reason: str) -> None:
-        self._steps.close_open(StepStatus.skipped, "run rejected")
-        self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
 
     async def cancel(self) -> None:
         """The run is cancelled: every step task is, and each marks its own record cancelled as the

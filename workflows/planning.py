@@ -230,8 +230,7 @@ class Planning:
         if has(self._state, Change.REJECTED_STEP_REPAIRS) and self._trigger() == "step_rejected":
             # A person's no that no replan can answer, in a run that waits for nobody: it ends
             # rejected, as a rejected step's run always did before level 9.
-            self._steps.close_open(StepStatus.skipped, "run rejected")
-            self._steps.end(Phase.rejected, why, EventKind.run_rejected)
+            self._steps.reject_run(why)
         else:
             self._steps.fail_run(why)
 

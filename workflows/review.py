@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     from stratagem.domain import decisions, standing
     from stratagem.domain.decisions import standing as standing_rules
-    from stratagem.domain.ledger import EventKind, StepStatus
+    from stratagem.domain.ledger import EventKind
     from stratagem.domain.plan import PlanDraft
     from stratagem.domain.run_levels import Change
     from stratagem.domain.run_types import (
@@ -219,5 +219,4 @@ class Review:
         )
 
     def _rejected(self, reason: str) -> None:
-        self._steps.close_open(StepStatus.skipped, "plan rejected")
-        self._steps.end(Phase.rejected, reason, EventKind.run_rejected)
+        self._steps.reject_run(reason, "plan rejected")

@@ -93,6 +93,11 @@ class Steps:
         self.close_open(StepStatus.skipped, "run failed")
         self.end(Phase.failed, reason, EventKind.run_failed)
 
+    def reject_run(self, reason: str, skipped: str = "run rejected") -> None:
+        """End the run rejected; the steps not yet finished are skipped, saying `skipped`."""
+        self.close_open(StepStatus.skipped, skipped)
+        self.end(Phase.rejected, reason, EventKind.run_rejected)
+
     def end(self, phase: Phase, reason: str | None, kind: EventKind) -> None:
         state = self._state
         if state.compensation is not None and phase in (Phase.failed, Phase.rejected):
