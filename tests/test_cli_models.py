@@ -187,8 +187,8 @@ def test_limits_typed_at_the_prompt_are_checked():
 @pytest.mark.system
 async def test_values_no_model_takes_are_one_line(cli_env, tmp_path):
     env, _ = cli_env
-    done = await acli("run", "a goal", "--planner", "scripted:p.yaml", "--max-tool-rounds", "500", env=env)
-    one_line_error(done, "error: max_tool_rounds: Input should be less than or equal to 200")
+    done = await acli("run", "a goal", "--planner", "scripted:p.yaml", "--max-tool-rounds", "5000", env=env)
+    one_line_error(done, "error: max_tool_rounds: Input should be less than or equal to 1000")
     done = await acli("budget", "x", "--cost", "nan", env=env)
     assert done.returncode == 2 and "'nan' is not a finite number" in done.stderr and "Traceback" not in done.stderr
 

@@ -70,7 +70,7 @@ class RunOptions(CompactModel):
     joint_tools: list[str] | None = Field(
         default=None, description="Joint mode: the tools the model may call. None: every tool the worker has."
     )
-    max_tool_rounds: int = Field(default=12, ge=1, le=200, description="Model calls one llm step may make.")
+    max_tool_rounds: int = Field(default=12, ge=1, le=1000, description="Model calls one llm step may make (1 to 1,000).")
     budget: Budget = Field(default_factory=Budget)
     prices: dict[str, Price] = Field(
         default_factory=dict, description="Prices of the run's models (USD per million tokens), for cost estimates."

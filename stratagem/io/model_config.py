@@ -67,7 +67,7 @@ class ModelConfig(BaseModel):
         default_factory=dict, description="How to call a model (structured_output, tool_calling), by model string."
     )
     budget: Budget = Field(default_factory=Budget)
-    max_tool_rounds: int | None = Field(default=None, ge=1, le=200)
+    max_tool_rounds: int | None = Field(default=None, ge=1, le=1000)
     prices: dict[str, Price] = Field(default_factory=dict)
     approvers: list[str] | None = Field(
         default=None, description="Who may approve, reject, revise or change the budget; none: anyone."
