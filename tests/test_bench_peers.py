@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from bench.peers import rows
 from bench.peers.fake_llm import FakeLLM, reply
 from bench.peers.jobs import JOBS, QUICK_JOBS, TOOL, Job
+from bench.peers.measure import rows
 from bench.peers.tools import EFFECT_LOG_ENV, logged, record_text
 from stratagem.domain.plan import PlanDraft
 from stratagem.tools import ToolRegistry
