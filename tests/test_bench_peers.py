@@ -174,3 +174,43 @@ async def test_a_job_runs_on_stratagems_worker_process_and_is_measured(tmp_path,
                 assert done["workflow_cpu_s"] > 0 and done["wall_s"] > 0
             # The planner made one call; the joint loop one per tool call and its answer.
             assert len(llm.seen.of(job.model)) == 1 + 4
+
+
+def _peer_module(name: str):
+    """A peer's job module; CI installs the bench-peers extra and sets STRATAGEM_REQUIRE_PEERS, so
+    there a missing framework fails the test rather than skipping it."""
+    import importlib
+    import os
+
+    try:
+        return importlib.import_module(f"bench.peers.{name}_job")
+    except ImportError as exc:
+        if os.environ.get("STRATAGEM_REQUIRE_PEERS"):
+            raise
+        pytest.skip(f"{exc.name} is not installed: pip install -e '.[bench-peers]'")
+
+
+@pytest.mark.system
+@pytest.mark.parametrize("peer", ["pydantic_ai", "openai_agents"])
+async def test_a_job_runs_on_each_peer_as_its_docs_say_and_is_measured(peer, tmp_path, monkeypatch):
+    from temporalio.client import Client
+
+    from bench.common import dev_server
+    from bench.peers.harness import Variant, run_job
+
+    module = _peer_module(peer)
+    monkeypatch.setenv("STRATAGEM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    job = Job("seq", 3, 30_000)
+    async with dev_server(tmp_path / "bench", quick=True) as bench:
+        with FakeLLM() as llm:
+            client = await Client.connect(bench.address, plugins=module.client_plugins())
+            done = await run_job(
+                bench, llm.base_url, Variant(peer, peer, peer, module), client, job, name="j", deadline=120
+            )
+            assert done["completed"] and done["outcome"] == "done: 3 records fetched", done
+            assert (done["effects"], done["twice"], done["missing"]) == (3, 0, 0)
+            # The peer's way: every model call's input holds the conversation, results included.
+            assert done["history"]["bytes"] > 3 * 30_000
+            assert len(llm.seen.of(job.model)) == 4  # three tool rounds and the answer
+    assert module.VERSION and module.NOTES
