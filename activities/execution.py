@@ -8,12 +8,10 @@ I/O is allowed, never in the workflow.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from temporalio import activity
 
 from stratagem.common.config import WORKSPACE_ROOTS_ENV
@@ -22,15 +20,16 @@ from stratagem.common.telemetry import attempt_span
 from stratagem.domain import activity_io
 from stratagem.domain.references import resolve_step
 from stratagem.io.executor import AwaitingApproval, Executor, ExecutorProgress
-from stratagem.io.store import OutputStore, StoreError, default_store, externalize, hydrate, store_value
+from stratagem.io.store import OutputStore, default_store, externalize, hydrate, store_value
 from stratagem.io.verifier import Verifier
 from stratagem.models import load_model
 from stratagem.models.base import request_timeout_default
 from stratagem.tools import ToolContext, ToolRegistry
 from stratagem.tools.outcome import outcome_unknown
 
-from .checkpoint import MAX_CHECKPOINT_BYTES, Checkpoint, request_timeout
+from .checkpoint import Checkpoint, request_timeout
 from .errors import as_application_error
+from .llm_progress import ProgressSlot
 
 
 class ExecutionActivities:
@@ -121,6 +120,7 @@ class ExecutionActivities:
         info = activity.info()
         checkpoint = Checkpoint(self._heartbeat_every)
         key = _key(request.run_id, request.step.id)
+        slot = ProgressSlot(self._store, key)
         progress = ExecutorProgress()
         if request.resume is None and request.call_decisions:
             # Call ids are positions in one conversation: a fresh one starts again at 0, where a
@@ -128,7 +128,7 @@ class ExecutionActivities:
             activity.logger.warning("ignoring call decisions sent without the conversation they decide on")
             request = request.model_copy(update={"call_decisions": {}})
         try:
-            progress = self._progress(checkpoint.previous(), request)
+            progress = slot.resume(checkpoint.previous(), request)
             request = _materialized(request, self._store)
             verifier = None
             if request.step.success_criteria:
@@ -160,10 +160,13 @@ class ExecutionActivities:
                 workspace=self._workspace_of(request.workspace),
                 attempt=info.attempt,
                 progress=progress,
-                save=lambda p: checkpoint.save(_checkpoint_of(p)),
+                save=lambda p: checkpoint.save(slot.details(p)),
                 request_timeout=_request_timeout,
                 verifier=verifier,
             )
+            # At once: the attempt's first heartbeat, which the SDK does not hold back, takes the
+            # reference to the stored progress to the server before any round the store could lose.
+            executor.save(progress)
             try:
                 output = await checkpoint.run(executor.run())
             except AwaitingApproval as paused:
@@ -187,7 +190,7 @@ class ExecutionActivities:
         except Exception as exc:
             # What this attempt did reaches the next attempt (the checkpoint) and, if none
             # follows, the workflow (the failure's details).
-            checkpoint.save(_checkpoint_of(progress))
+            checkpoint.save(slot.details(progress))
             raise as_application_error(
                 exc,
                 calls=[c.model_dump(mode="json") for c in progress.new_calls],
@@ -203,24 +206,6 @@ class ExecutionActivities:
             negotiated=progress.negotiated,
             failovers=progress.failovers,
         )
-
-    def _progress(self, previous: Any, request: activity_io.LlmStepInput) -> ExecutorProgress:
-        """Where the executor starts: the earlier attempt's checkpoint, else the progress of the
-        dispatch that paused (`request.resume`), else nothing.
-
-        A checkpoint too large to carry its conversation still has the counts; with a paused
-        conversation to go on from, the attempt goes on from that one (the calls made since it
-        are repeated, at new positions) rather than from nothing."""
-        checkpointed = _readable(previous)
-        if request.resume is None:
-            return checkpointed or ExecutorProgress()
-        if checkpointed is not None and checkpointed.messages:
-            return checkpointed
-        paused = _paused(self._store, request.resume, request.step.id)
-        if checkpointed is None:
-            return paused
-        checkpointed.messages = paused.messages
-        return checkpointed
 
 
 def _request_timeout() -> float | None:
@@ -267,38 +252,3 @@ def _transcript(store: OutputStore, key: str, progress: ExecutorProgress) -> dic
     if not progress.messages:
         return None
     return store_value(store, f"{key}/transcripts", [m.model_dump(mode="json") for m in progress.messages])
-
-
-def _readable(previous: Any) -> ExecutorProgress | None:
-    """The earlier attempt's checkpoint, or None."""
-    if previous is None:
-        return None
-    try:
-        return ExecutorProgress.model_validate(previous)
-    except ValidationError:
-        activity.logger.warning("ignoring an unreadable checkpoint from the previous attempt")
-        return None
-
-
-def _paused(store: OutputStore, resume: dict[str, Any], step_id: str) -> ExecutorProgress:
-    """The progress a paused dispatch stored, everything in it counted as reported already.
-    Unreadable, the step cannot go on (another attempt would read the same), so the error is final."""
-    why = f"step '{step_id}' cannot go on from its paused conversation"
-    try:
-        return ExecutorProgress.model_validate(hydrate(store, resume)).resumed()
-    except StoreError as exc:
-        raise StoreError(f"{why}: {exc}") from None
-    except ValidationError as exc:
-        raise StoreError(
-            f"{why}: the stored progress is not an executor's "
-            f"({exc.error_count()} problems, the first: {exc.errors()[0]['msg']})"
-        ) from None
-
-
-def _checkpoint_of(progress: ExecutorProgress) -> dict[str, Any]:
-    """The progress as heartbeat details; without the conversation if that is too large (the next
-    attempt then starts the conversation again, still counting the calls already made)."""
-    data = progress.model_dump(mode="json")
-    if len(json.dumps(data)) > MAX_CHECKPOINT_BYTES:
-        data["messages"] = []
-    return data

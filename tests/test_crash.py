@@ -26,10 +26,12 @@ from typing import Any
 
 import pytest
 from conftest import harness_for
-from support import CRASH_TOOLS, PAYMENT_TOOLS
+from support import CRASH_TOOLS, PAGE_TOOLS, PAYMENT_TOOLS
 from support.cli import cli, one_line_error, write_plan
+from support.page_tools import fetches
 from support.payment_tools import payments
 from support.ports import free_port_pair, wait_listening
+from support.wire_servers import FakeOpenAI, Reply
 from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -923,3 +925,83 @@ async def test_payments_survive_workers_and_the_server_killed_at_random_moments(
     replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
     for history in histories:
         await replayer.replay_workflow(history)
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. An llm step's worker killed mid-conversation (issue #42): no call made twice, no round asked again
+
+PAGES = 12
+HANG_AT = 10  # past 128 KB of conversation: 9 pages of 16,000 characters (the executor's cut) each
+
+
+def _archive_reader(request_body: Any) -> Reply:
+    """A model that reads the archive page by page, then answers: what it asks depends only on
+    how many pages the conversation holds, so a resumed conversation gets the same calls."""
+    read = sum(1 for m in request_body["messages"] if m["role"] == "tool")
+    if read < PAGES:
+        return Reply.tool_calls([("fetch_page", {"page": read + 1})], usage=(100 + read, 10))
+    return Reply.text(f"read {read} pages", usage=(200, 5))
+
+
+async def test_an_llm_step_killed_mid_conversation_resumes_from_its_last_round(dev_env, tmp_path):
+    """A joint run's one llm step reads twelve 20 KB pages with a reconcilable tool; its worker is
+    SIGKILLed while fetching the tenth (fetched, its result not recorded), with a conversation past
+    what heartbeat details may carry and rounds newer than any heartbeat the server got (the SDK
+    sends them at most every 0.8 x the heartbeat timeout). The next attempt, on a new worker, goes
+    on from the last round: the tenth fetch is found by the tool's check, every page is fetched
+    once, and the model is never asked the same conversation twice."""
+    client = dev_env.client
+    task_queue = f"crash-llm-{uuid.uuid4().hex[:8]}"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "hang_at").write_text(str(HANG_AT))
+    with FakeOpenAI() as fake:
+        fake.responder = _archive_reader
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+            "TEMPORAL_NAMESPACE": "default",
+            "TEMPORAL_TASK_QUEUE": task_queue,
+            "STRATAGEM_WORKSPACE": str(workspace),
+            "STRATAGEM_STORE": str(tmp_path / "store"),
+            "OPENAI_API_KEY": "sk-test-secret-0123456789abcdef",
+            "STRATAGEM_MODEL_URLS": fake.base_url,
+        }
+        workers = Workers(env, tmp_path, tools=PAGE_TOOLS)
+        try:
+            await wait_for_pollers(client, task_queue, {workers.start().pid})
+            # A heartbeat timeout of 10 s (the step's time limit): the SDK sends details every 8 s at most.
+            options = RunOptions(
+                mode="joint",
+                executor=f"openai:gpt-test@{fake.base_url}",
+                joint_tools=["fetch_page"],
+                auto_approve=True,
+                max_tool_rounds=PAGES + 3,
+                step_timeout_seconds=10,
+            )
+            run = await start_run(client, RunInput(goal="read the archive", options=options), task_queue=task_queue)
+            wait_until("the tenth fetch in flight", lambda: (workspace / "hung").exists(), seconds=60)
+            [victim] = workers.alive
+            workers.sigkill(victim)
+            await wait_for_pollers(client, task_queue, {workers.start().pid})
+            result = await asyncio.wait_for(run.result(), timeout=90)
+            ledger = await run.ledger()
+            history = await run.handle.fetch_history()
+        finally:
+            workers.close()
+        asked = Counter(len(r.body["messages"]) for r in fake.requests)
+
+    fetched = fetches(workspace)
+    story = f"fetches {[(f['page'], f['attempt']) for f in fetched]}; requests per conversation length {dict(asked)}"
+    assert Counter(f["page"] for f in fetched) == Counter(range(1, PAGES + 1)), story  # each page once
+    assert len({f["key"] for f in fetched}) == PAGES, story
+    assert all(n == 1 for n in asked.values()) and len(asked) == PAGES + 1, story  # no round asked again
+    assert result.status is Phase.succeeded, result.reason
+    record = ledger.steps["task"]
+    assert record.output == f"read {PAGES} pages" and record.attempts == 2, story
+    assert [t.call for t in record.tool_calls] == list(range(PAGES)), story
+    [found] = [t for t in record.tool_calls if "reconciled" in t.message]
+    assert found.call == HANG_AT - 1 and found.attempt == 2, story
+    assert record.usage is not None and record.usage.calls == PAGES + 1, story  # every model call counted once
+    replayer = Replayer(workflows=[StratagemRun], plugins=[StratagemPlugin(stratagem_data_converter)])
+    await replayer.replay_workflow(history)

@@ -69,7 +69,11 @@ class ToolCallRecord(CompactModel):
     tool: str
     status: ToolCallStatus
     arguments: str = Field(default="", description="The arguments as JSON, cut to 1,000 characters.")
-    message: str = Field(default="", description="Why it was refused or what went wrong.")
+    message: str = Field(
+        default="",
+        description="Why it was refused or what went wrong; who approved it; or that a check found the effect of "
+        "the call an earlier attempt had in flight (`reconciled: ...`), and the tool was not called again.",
+    )
     attempt: int = 1
 
 

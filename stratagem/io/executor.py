@@ -8,8 +8,11 @@ allowlist, which is fixed for the whole loop. The loop ends when the model answe
 calling a tool, or fails after `max_rounds` model calls.
 
 The loop's progress (conversation, model calls, tool calls) is an `ExecutorProgress` that the
-activity checkpoints after every round, so a retried attempt resumes the conversation instead
-of paying for it, and of calling its tools, again.
+activity checkpoints after every model call and every tool call (activities/llm_progress.py), so
+a retried attempt resumes the conversation instead of paying for it, and of calling its tools,
+again. Each save names the tool call that runs next, before it runs: a call in flight when an
+attempt died is reconciled first if its tool has a check (stratagem.io.in_flight), and otherwise
+made again with the same key.
 
 A tool the worker registered as needing approval (`@tool(requires_approval=True)`, risk high,
 irreversible) is never called on the model's say-so alone. Before such a call runs, the executor
@@ -24,7 +27,6 @@ plan nor a request can switch it off.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +40,7 @@ from stratagem.domain.answers import answer_problem
 from stratagem.domain.ledger import ToolCallRecord, ToolCallStatus
 from stratagem.domain.plan import OutputFormat
 from stratagem.domain.usage import CallUsage
+from stratagem.io.in_flight import RECONCILED, InFlightCall, arguments_digest, owed, reconciled, upcoming
 from stratagem.io.verifier import Verifier
 from stratagem.models.base import Message, Model, ModelRequest, ModelResponse, Purpose, ToolCall, redact
 from stratagem.models.budgeted import CallBudget
@@ -68,6 +71,10 @@ class ExecutorProgress(BaseModel):
     )
     reported_tool_calls: int = Field(
         default=0, description="How many of `tool_calls` an earlier dispatch (one that paused) reported already."
+    )
+    in_flight: InFlightCall | None = Field(
+        default=None,
+        description="The tool call that runs next, named before it starts: unanswered, a resumed attempt reconciles it.",
     )
 
     @property
@@ -143,7 +150,9 @@ class Executor:
         self.workspace = workspace
         self.attempt = attempt
         self.progress = progress
-        self.save = save
+        self._save = save
+        # The call an earlier attempt had started (or was about to) and left without an answer.
+        self.inherited = progress.in_flight
         self.request_timeout = request_timeout
         self.verifier = verifier if request.step.success_criteria else None
         self.allowed = list(request.step.tools)
@@ -219,20 +228,21 @@ class Executor:
                 return output
             self.save(self.progress)
 
+    def save(self, progress: ExecutorProgress) -> None:
+        """Hand `progress` to the checkpoint, naming the tool call that runs next, if one does: it
+        is saved before the call starts, so an attempt that dies during the call leaves it to be
+        reconciled by the next (stratagem.io.in_flight) at no extra save."""
+        progress.in_flight = upcoming(progress.messages, len(progress.tool_calls))
+        self._save(progress)
+
     async def _finish_round(self) -> None:
         """Answer the tool calls of the last assistant turn that have no result yet, saving the
         progress after each, so an attempt that dies midway resumes with the calls it owes. A call
         that waits for a person stops the round there: the calls before it keep their results,
         and the dispatch that goes on from the pause answers it and the ones after it."""
-        messages = self.progress.messages
-        turn = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), None)
-        if turn is None or not messages[turn].tool_calls:
-            return
-        answered = {m.tool_call_id for m in messages[turn + 1 :] if m.role == "tool"}
-        for call in messages[turn].tool_calls:
-            if call.id not in answered:
-                messages.append(await self._call_tool(call))
-                self.save(self.progress)
+        for call in owed(self.progress.messages):
+            self.progress.messages.append(await self._call_tool(call))
+            self.save(self.progress)
 
     def _final(self, text: str) -> Any:
         """The step's output from the executor's answer, or _REPAIR when the answer was sent back
@@ -341,8 +351,7 @@ class Executor:
             # the approval names the digest of the arguments themselves: two calls that look alike
             # once masked are never approved as one.
             shown = json.dumps(_masked(call.arguments), ensure_ascii=False, default=str)
-            exact = json.dumps(call.arguments, ensure_ascii=False, default=str, sort_keys=True, separators=(",", ":"))
-            digest = hashlib.sha256(exact.encode()).hexdigest()
+            digest = arguments_digest(call.arguments)
             if decision is not None and decision.digest is not None and decision.digest != digest:
                 decision = None  # approved for other arguments: these are asked about anew
             if decision is None:
@@ -363,11 +372,16 @@ class Executor:
             execution_id=self.request.execution_id,
             call=position,
         )
-        try:
-            output = await self.registry.invoke(call.name, call.arguments, context)
-        except (StratagemError, ToolError) as exc:
-            # The model sees the error and may correct its call; the step goes on.
-            return answer(ToolCallStatus.error, f"Error from {call.name}: {exc}", str(exc))
+        flight = InFlightCall(call=position, tool=call.name, digest=arguments_digest(call.arguments))
+        output = await reconciled(self.registry, self.inherited, flight, call.arguments, context)
+        if output is not None:
+            approved_by = "; ".join(m for m in (approved_by, RECONCILED) if m)
+        else:
+            try:
+                output = await self.registry.invoke(call.name, call.arguments, context)
+            except (StratagemError, ToolError) as exc:
+                # The model sees the error and may correct its call; the step goes on.
+                return answer(ToolCallStatus.error, f"Error from {call.name}: {exc}", str(exc))
         text = output if isinstance(output, str) else json.dumps(output, default=str, ensure_ascii=False)
         if len(text) > MAX_TOOL_RESULT_CHARS:
             text = text[:MAX_TOOL_RESULT_CHARS] + f"\n[cut: {len(text):,} characters in all]"

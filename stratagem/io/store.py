@@ -10,7 +10,9 @@ The default store is a folder (`STRATAGEM_STORE`, else `$STRATAGEM_HOME/store`);
 and command of a deployment must see the same folder (a shared volume), or the store must be
 replaced: set `STRATAGEM_STORE=python:my_package.stores:make_store` to use any object with
 `put(key, data) -> ref` and `get(ref) -> bytes`. Writes are content-addressed, so writing
-the same data twice (a retried attempt) stores it once.
+the same data twice (a retried attempt) stores it once. One key is rewritten in place: an llm
+step's checkpoint (activities/llm_progress.py), through `replace(key, data) -> ref`, which a
+replacement store may also have (without it, a checkpoint survives heartbeat throttling less well).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pydantic_core import to_json
 from stratagem.common.config import stratagem_home
 from stratagem.common.errors import ConfigError, StratagemError
 from stratagem.domain.stored import MARKER, describe, is_stored
+from stratagem.io import slots
 
 STORE_ENV = "STRATAGEM_STORE"
 INLINE_LIMIT_ENV = "STRATAGEM_INLINE_LIMIT"
@@ -55,6 +58,8 @@ class FileStore:
 
     def __init__(self, root: Path):
         self.root = Path(root).expanduser().resolve()
+        self._slots = slots.Slots()
+        self._resolved: dict[str, Path] = {}
 
     def _path(self, key: str) -> Path:
         path = (self.root / key).resolve()
@@ -74,6 +79,20 @@ class FileStore:
                 raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
         return f"store:{key}"
 
+    def replace(self, key: str, data: bytes) -> str:
+        """Keep `data` under `key` in place of what was there: a slot rewritten as work goes on (an
+        llm step's checkpoint), where `put` keeps a content-addressed key's first write. `get`
+        returns the latest whole write, never a part of one (stratagem.io.slots)."""
+        path = self._resolved.get(key) or self._path(key)
+        try:
+            self._slots.write(path, data)
+            if len(self._resolved) >= slots.Slots.MEMORY:
+                self._resolved.clear()
+            self._resolved[key] = path  # resolved once per slot: a step rewrites its own every round
+        except OSError as exc:
+            raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return f"store:{key}"
+
     def get(self, ref: str) -> bytes:
         if not ref.startswith("store:"):
             raise StoreError(f"'{ref}' is not a reference into a file store")
@@ -81,6 +100,11 @@ class FileStore:
         try:
             return path.read_bytes()
         except FileNotFoundError:
+            if slots.exists(path):
+                data = slots.latest(path)
+                if data is None:
+                    raise StoreError(f"stored data {ref} is damaged: no write of it in {self.root} is whole") from None
+                return data
             raise StoreError(
                 f"stored data {ref} is missing from {self.root}; every worker and command must share "
                 f"the same store ({STORE_ENV})"

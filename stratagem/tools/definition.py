@@ -86,7 +86,8 @@ class ToolDefinition:
     """That tool's definition, when it was given as a decorated function (the registry adds it)."""
     reconcile: Callable[..., Any] | None = None
     """The check that says whether an attempt of unknown outcome had its effect: called with the
-    same arguments and context; its answer (not None) becomes the output, None means it did not."""
+    same arguments and context; its answer (not None) becomes the output, None means it did not.
+    Run for a tool step's attempt, and for an llm step's call in flight when its attempt died."""
 
     @functools.cached_property
     def is_async(self) -> bool:
@@ -151,7 +152,9 @@ def tool(
     `reconcile=check` is called before an attempt whose outcome is unknown (a lost worker, a
     timeout) is retried, with the same arguments and context (the same idempotency key): an answer
     other than None means the effect happened, and becomes the output without calling the tool
-    again. (docs/plans.md: "Undoing effects: compensation" and "Attempts of unknown outcome".)"""
+    again. An llm step's executor calls it too, before making again a call that was in flight when
+    its attempt died (stratagem.io.in_flight). (docs/plans.md: "Undoing effects: compensation" and
+    "Attempts of unknown outcome".)"""
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         definition = define_tool(

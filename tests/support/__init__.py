@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CRASH_TOOLS", "FIXTURE_TOOLS", "PAYMENT_TOOLS"]
+__all__ = ["CRASH_TOOLS", "FIXTURE_TOOLS", "PAGE_TOOLS", "PAYMENT_TOOLS"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -26,3 +26,6 @@ CRASH_TOOLS = str(_HERE / "crash_tools.py")
 
 PAYMENT_TOOLS = str(_HERE / "payment_tools.py")
 """A payment system that is not idempotent, scripted per call (tests/test_in_doubt.py, tests/test_crash.py)."""
+
+PAGE_TOOLS = str(_HERE / "page_tools.py")
+"""An archive of 20 KB pages an llm step reads, each fetch logged, reconcilable (tests/test_crash.py)."""
