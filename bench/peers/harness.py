@@ -12,6 +12,7 @@ is the job's. The figures:
 - for Stratagem, the bytes its store gained (large values live there, not in the history);
 - the effect log: calls made, calls made twice, calls missing.
 
+Each worker first runs a one-call job, not measured (a warm-up, as in the rest of the suite).
 A job that does not finish within its deadline is terminated and reported with what held it
 (the last workflow task failure in its history); one that fails, with its failure. With
 `kill_after=k` the worker is SIGKILLed as soon as the k-th effect is logged (while that tool
@@ -43,6 +44,8 @@ from ..meters import read_proc_status
 from .jobs import Job
 from .tools import EFFECT_LOG_ENV, logged
 from .worker import METER_ENV
+
+WARM_UP = Job("seq", 1, 100)
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,12 @@ async def run_job(
     out: dict[str, Any] = {"job": job.model, "tool_calls": job.calls}
     try:
         await wait_for_pollers(client, task_queue)
+        # One call first, as every measure of the suite warms up: what a framework does once per
+        # process (Stratagem imports the openai SDK at its first model call, half a second) is
+        # not a cost per job. Its effect is wiped from the log.
+        warm = await variant.start(client, WARM_UP, f"peers-{tag}-warm-{uuid.uuid4().hex[:6]}", task_queue, llm_url)
+        await asyncio.wait_for(warm.result(), 60)
+        effects.unlink(missing_ok=True)
         idle = _meter(meter, time.time())
         out["idle_rss_kib"] = idle["rss_kib"]
         store_before = _tree_bytes(bench.store.root)
