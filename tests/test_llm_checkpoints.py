@@ -246,13 +246,13 @@ async def test_a_call_in_flight_when_its_attempt_died_is_reconciled_not_made_aga
     with pytest.raises(Killed):
         await executor(model, tools, tmp_path, ExecutorProgress(), saved).run()
     last = saved[-1]
-    assert last.in_flight is not None and last.in_flight.call == 1 and len(last.tool_calls) == 1
+    assert [c.call for c in last.in_flight] == [1] and len(last.tool_calls) == 1
 
     assert await executor(model, tools, tmp_path, last, saved).run() == "read 2 pages"
     assert [page for page, _ in effects] == [1, 2]  # the second page fetched once
     assert [(t.call, t.attempt, t.message) for t in last.tool_calls] == [(0, 1, ""), (1, 2, RECONCILED)]
     assert last.messages[-2].content == page_text(2)[:16_000] + "\n[cut: 20,000 characters in all]"
-    assert last.in_flight is None
+    assert last.in_flight == []
 
 
 async def test_a_call_in_flight_of_a_tool_without_a_check_is_made_again_with_its_key(tmp_path):
@@ -265,6 +265,45 @@ async def test_a_call_in_flight_of_a_tool_without_a_check_is_made_again_with_its
     assert await executor(model, tools, tmp_path, saved[-1], saved).run() == "read 2 pages"
     assert [page for page, _ in effects] == [1, 2, 2] and effects[1][1] == effects[2][1]  # the same key, /c1
     assert effects[1][1].endswith("/work/r1/c1")
+
+
+@pytest.mark.parametrize("reconcilable", [True, False], ids=["checked", "called-again"])
+async def test_the_calls_of_one_answer_in_flight_when_the_attempt_died_keep_their_positions(tmp_path, reconcilable):
+    # One answer asks for four pages at once; the worker dies while pages 0 and 2 are fetched,
+    # after pages 1 and 3 were answered: the conversation holds the answers to the 2nd and 4th calls.
+    effects: list[tuple[int, str]] = []
+    tools = archive(effects, die_at={0, 2}, reconcilable=reconcilable)
+    four = {"calls": [{"tool": "fetch", "args": {"page": p}} for p in range(4)]}
+    model = script(tmp_path, four, "unused", "read 4 pages")
+    saved: list[ExecutorProgress] = []
+    with pytest.raises(Killed):
+        await executor(model, tools, tmp_path, ExecutorProgress(), saved).run()
+    last = saved[-1]
+    assert [(c.call, c.tool) for c in last.in_flight] == [(0, "fetch"), (2, "fetch")]
+    assert [t.call for t in last.tool_calls] == [1, 3]
+    assert [m.tool_call_id for m in last.messages if m.role == "tool"] == ["call_0_1", "call_0_3"]
+
+    assert await executor(model, tools, tmp_path, last, saved).run() == "read 4 pages"
+    keys = {page: key.rsplit("/", 1)[1] for page, key in effects}
+    assert keys == {p: f"c{p}" for p in range(4)}  # each page at its position, whatever attempt made it
+    again = "" if not reconcilable else RECONCILED
+    assert [(t.call, t.attempt, t.message) for t in last.tool_calls] == [
+        (0, 2, again),
+        (1, 1, ""),
+        (2, 2, again),
+        (3, 1, ""),
+    ]
+    assert [m.tool_call_id for m in last.messages if m.role == "tool"] == [f"call_0_{p}" for p in range(4)]
+    assert last.in_flight == []
+    fetched = [page for page, _ in effects]
+    assert sorted(fetched) == ([0, 1, 2, 3] if reconcilable else [0, 0, 1, 2, 2, 3])
+
+
+def test_a_checkpoint_from_before_several_calls_ran_at_once_names_its_one_call_or_none():
+    one = {"call": 3, "tool": "fetch", "digest": "0" * 64}
+    assert [c.call for c in ExecutorProgress.model_validate({"in_flight": one}).in_flight] == [3]
+    assert ExecutorProgress.model_validate({"in_flight": None}).in_flight == []
+    assert ExecutorProgress.model_validate({}).in_flight == []
 
 
 async def test_another_call_at_the_position_in_flight_is_not_reconciled(tmp_path):
@@ -307,7 +346,7 @@ async def test_a_check_that_fails_fails_the_attempt_and_the_next_checks_again(tm
         await executor(model, tools, tmp_path, ExecutorProgress(), saved).run()
     with pytest.raises(ConnectionError):
         await executor(model, tools, tmp_path, saved[-1], saved).run()
-    assert saved[-1].in_flight is not None  # still owed, still to be checked
+    assert [c.call for c in saved[-1].in_flight] == [0]  # still owed, still to be checked
     assert await executor(model, tools, tmp_path, saved[-1], saved).run() == "done"
     assert len(effects) == 1 and len(looks) == 2
 

@@ -179,6 +179,31 @@ async def test_rate_limits_are_retried_after_the_servers_retry_after(dev_harness
     assert second.at - first.at >= 3.0
 
 
+@pytest.mark.system
+async def test_a_joint_run_makes_the_calls_of_one_answer_at_once(dev_harness, openai_fake):
+    """The model asks for four calls of a one-second tool in one answer (parallel tool calls): the
+    joint run's llm step makes them at once, well under the four seconds of one after another."""
+
+    def responder(body: dict) -> Reply:
+        if not any(m["role"] == "tool" for m in body["messages"]):
+            return Reply.tool_calls([("slow", {"label": f"s{n}", "seconds": 1.0}) for n in range(4)])
+        return Reply.text(f"{sum(m['role'] == 'tool' for m in body['messages'])} naps taken")
+
+    openai_fake.responder = responder
+    run = await dev_harness.start(
+        goal="take four naps", mode="joint", executor=openai_model(openai_fake), joint_tools=["slow"], auto_approve=True
+    )
+    result = await run.result()
+    assert result.outputs == {"task": "4 naps taken"}
+    step = (await run.ledger()).steps["task"]
+    assert step.started_at is not None and step.ended_at is not None
+    assert (step.ended_at - step.started_at).total_seconds() < 2.5
+    naps = [c for c in dev_harness.calls() if c["tool"] == "slow"]
+    assert max(n["start"] for n in naps) < min(n["end"] for n in naps)  # all four at once
+    assert sorted(n["key"].rsplit("/", 1)[1] for n in naps) == ["c0", "c1", "c2", "c3"]
+    assert [t.call for t in step.tool_calls] == [0, 1, 2, 3]
+
+
 @pytest.mark.workflow
 async def test_a_refused_key_fails_at_once_with_a_clear_message_and_no_key(harness, openai_fake):
     openai_fake.enqueue(Reply.error(401, f"Incorrect API key provided: {KEY}. You can find your API key at ..."))

@@ -260,6 +260,7 @@ class StepRunner:
             inputs={dep: inputs.outputs.get(dep) for dep in step.depends_on},
             model=model,
             max_rounds=options.max_tool_rounds,
+            max_parallel=options.max_parallel,
             references=inputs.deferred,
             price=price_for(model, options.prices),
             allowance=self._budgets.allowance(step),

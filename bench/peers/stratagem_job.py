@@ -10,7 +10,8 @@ Two ways, both on the same worker (`python -m bench.peers.worker stratagem`, whi
   fan-out). Tool calls: the job's; model calls: one.
 - **joint**: one model in a tool-calling loop (`mode: joint`), the agent the peers run: the job's
   tool calls and as many model calls as the peers make, all in one llm step (one activity that
-  checkpoints its conversation after every round).
+  checkpoints its conversation after every round); the calls of one answer run at once
+  (`max_parallel` raised to the fan-out, as for planned).
 
 Both read the model from the job's model string at the local server (`openai:<job.model>@URL`):
 the URL in the string, so the worker sends no API key.
@@ -43,7 +44,8 @@ VERSION = _version()
 NOTES = [
     "planned: the plan approves itself (auto_approve); a person's review is Stratagem's way, and the peers have no "
     "construct for it",
-    "planned: max_parallel set to the fan-out (the default runs 4 steps at once)",
+    "max_parallel set to the fan-out: planned, the steps running at once; joint, the calls of one model answer "
+    "(the default runs 4 at once)",
     "joint: max_tool_rounds set to the job's model calls (default 12)",
     "fetch_record is declared with a reconcile check (it reads the effect log by idempotency key): an attempt of "
     "unknown outcome is checked before it is retried",
@@ -59,8 +61,14 @@ def options(job: Job, llm_url: str, *, joint: bool) -> RunOptions:
             joint_tools=["fetch_record"],
             max_tool_rounds=job.model_calls,
             auto_approve=True,
+            max_parallel=_parallel(job),
         )
-    return RunOptions(planner=model, auto_approve=True, max_parallel=max(4, job.calls if job.shape == "fan" else 1))
+    return RunOptions(planner=model, auto_approve=True, max_parallel=_parallel(job))
+
+
+def _parallel(job: Job) -> int:
+    """The fan-out, as many calls at once as the job asks for in one go (the default runs 4)."""
+    return max(4, job.calls if job.shape == "fan" else 1)
 
 
 async def start(

@@ -175,6 +175,9 @@ class LlmStepInput(CompactModel):
     inputs: dict[str, Any] = Field(default_factory=dict, description="Outputs of the steps it depends on.")
     model: str
     max_rounds: int = Field(default=12, ge=1, description="Model calls the step may make.")
+    max_parallel: int = Field(
+        default=4, ge=1, description="Tool calls of one model answer running at once (RunOptions.max_parallel)."
+    )
     price: Price | None = Field(default=None, description="The model's price, for the cost on its call spans.")
     references: dict[str, Any] | None = Field(
         default=None,

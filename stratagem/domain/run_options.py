@@ -70,7 +70,9 @@ class RunOptions(CompactModel):
     joint_tools: list[str] | None = Field(
         default=None, description="Joint mode: the tools the model may call. None: every tool the worker has."
     )
-    max_tool_rounds: int = Field(default=12, ge=1, le=1000, description="Model calls one llm step may make (1 to 1,000).")
+    max_tool_rounds: int = Field(
+        default=12, ge=1, le=1000, description="Model calls one llm step may make (1 to 1,000)."
+    )
     budget: Budget = Field(default_factory=Budget)
     prices: dict[str, Price] = Field(
         default_factory=dict, description="Prices of the run's models (USD per million tokens), for cost estimates."
@@ -172,7 +174,13 @@ class RunOptions(CompactModel):
         "their approval, and a review asks about the added, changed and removed steps only.",
     )
     replan_requires_approval: bool = Field(default=True, description="Revisions from replanning wait for approval.")
-    max_parallel: int = Field(default=4, ge=1, le=256, description="Tool and llm steps running at once.")
+    max_parallel: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Tool and llm steps running at once; also the tool calls of one model answer that an llm "
+        "step runs at once.",
+    )
     max_replans: int = Field(default=3, ge=0)
     max_plan_repairs: int = Field(default=2, ge=0, le=10)
     review_timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)

@@ -14,6 +14,11 @@ An async tool needs no thread: cancelling the attempt cancels the tool's corouti
 still running in ANOTHER worker process (alive, but cut off from the server) cannot be seen from
 here: RELIABILITY.md says what a tool must do about that (bound its own call within the step's
 time limit).
+
+Every other blocking tool, and every blocking check, runs in the same threads, untracked
+(`blocking`): the event loop's default executor has min(32, CPUs + 4) threads, 6 on a 2-CPU
+machine, fewer than the calls of one model answer an llm step may run at once (`max_parallel`, up
+to 256), so an answer's seventh blocking call there waited for one of the first six to end.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-# The size asyncio's own default executor has on a large machine.
-_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="stratagem-fenced-tool")
+# As many as one llm step may run calls at once (`max_parallel`'s limit): a thread starts only when
+# a call finds none idle.
+_THREADS = ThreadPoolExecutor(max_workers=256, thread_name_prefix="stratagem-tool")
 _lock = threading.Lock()
 _running: dict[str, set[Future[Any]]] = {}
 
@@ -51,6 +57,13 @@ async def in_thread(key: str, function: Callable[..., Any], /, **kwargs: Any) ->
         _running.setdefault(key, set()).add(future)
     future.add_done_callback(functools.partial(_forget, key))
     return await asyncio.wrap_future(future)
+
+
+async def blocking(function: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """Call a blocking function in one of the tools' threads, as `asyncio.to_thread` would in the
+    event loop's default executor (the caller's context goes with it)."""
+    call = functools.partial(contextvars.copy_context().run, functools.partial(function, **kwargs))
+    return await asyncio.wrap_future(_THREADS.submit(call))
 
 
 def running(key: str) -> int:

@@ -5,7 +5,6 @@ decorator, are stratagem.tools.definition.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
 import inspect
@@ -183,7 +182,7 @@ class ToolRegistry:
             if inspect.iscoroutinefunction(check):
                 found = await check(**kwargs)
             else:
-                found = await asyncio.to_thread(check, **kwargs)
+                found = await fence.blocking(check, **kwargs)
         return None if found is None else to_jsonable_python(found)
 
     async def _invoke(self, name: str, args: dict[str, Any], context: ToolContext) -> Any:
@@ -212,8 +211,8 @@ class ToolRegistry:
             result = await fence.in_thread(context.idempotency_key, definition.function, **kwargs)
         else:
             # A blocking tool must not stall the worker's event loop (and with it heartbeats
-            # and every other activity), so it runs in a thread.
-            result = await asyncio.to_thread(definition.function, **kwargs)
+            # and every other activity), so it runs in a thread (fence.py says which).
+            result = await fence.blocking(definition.function, **kwargs)
         try:
             return to_jsonable_python(result)
         except PydanticSerializationError as exc:
