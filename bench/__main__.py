@@ -118,6 +118,7 @@ def _fmt(value: Any, unit: str = "") -> str:
 
 def _table(results: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="Stratagem benchmarks (ratio = Stratagem ÷ baseline)", show_lines=False)
@@ -135,21 +136,21 @@ def _table(results: dict[str, Any]) -> None:
         table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for name, result in results.items():
         if "error" in result:
-            table.add_row(name, "[red]failed[/red]", "", "", "", "", "", "[red]✗[/red]", result["error"][:200])
+            table.add_row(name, "[red]failed[/red]", "", "", "", "", "", "[red]✗[/red]", escape(result["error"][:200]))
             continue
         for i, row in enumerate(result["rows"]):
             ok = row.get("ok")
             mark = "" if ok is None else ("[green]✓[/green]" if ok else "[red]✗[/red]")
             table.add_row(
                 name if i == 0 else "",
-                row["metric"],
+                escape(row["metric"]),
                 _fmt(row["stratagem"], row["unit"]),
                 _fmt(row["baseline"], row["unit"]),
                 row["unit"],
                 _fmt(row["ratio"]) + ("×" if row["ratio"] is not None else ""),
                 row.get("target") or "",
                 mark,
-                row.get("note", ""),
+                escape(row.get("note", "")),
             )
         table.add_section()
     Console(width=200).print(table)
@@ -203,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(REPO)
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
+    for name in args.measures:  # before the server starts: what a measure needs that is not installed
+        missing = getattr(importlib.import_module(f"bench.{name}"), "missing", lambda: None)()
+        if missing:
+            print(f"error: {name}: {missing} (or leave it out with --only)", file=sys.stderr)
+            return 2
     report = asyncio.run(_main(args))
     _table(report["measures"])
     path = Path(args.json)

@@ -22,6 +22,16 @@ from __future__ import annotations
 from typing import Any
 
 NAME = "peers"
+FRAMEWORKS = ("pydantic_ai", "temporalio.openai_agents", "agents")
+INSTALL = "pip install -e '.[bench-peers]'"
+
+
+def missing() -> str | None:
+    """What the measure needs that is not installed: the agent frameworks of the extra."""
+    import importlib.util
+
+    absent = [name for name in FRAMEWORKS if importlib.util.find_spec(name) is None]
+    return f"needs the agent frameworks ({', '.join(absent)} missing): {INSTALL}" if absent else None
 
 
 async def run(bench: Any) -> dict[str, Any]:

@@ -8,11 +8,11 @@ from typing import Any
 from temporalio.client import Client
 
 from ..common import Bench, Goal, Row, log, ratio
+from . import INSTALL
 from .fake_llm import FakeLLM
 from .harness import Variant, env_without_keys, run_job
 from .jobs import JOBS, QUICK_JOBS
 
-INSTALL = "pip install -e '.[bench-peers]'"
 PEERS = ("pydantic_ai", "openai_agents")
 ORDER = ("tool_heavy", "long_horizon", "parallel", "crash", "tool_heavy_200")
 
