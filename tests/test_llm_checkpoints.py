@@ -2,7 +2,7 @@
 a tool call in flight when its attempt died, reconciled before it is made again (stratagem/io/in_flight.py).
 
 Proved with real processes on the dev server by
-tests/test_crash.py::test_an_llm_step_killed_mid_conversation_resumes_from_its_last_round."""
+tests/test_crash_effects.py::test_an_llm_step_killed_mid_conversation_resumes_from_its_last_round."""
 
 from __future__ import annotations
 

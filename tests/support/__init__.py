@@ -25,7 +25,7 @@ CRASH_TOOLS = str(_HERE / "crash_tools.py")
 """The tools of the crash tests (tests/test_crash.py)."""
 
 PAYMENT_TOOLS = str(_HERE / "payment_tools.py")
-"""A payment system that is not idempotent, scripted per call (tests/test_in_doubt.py, tests/test_crash.py)."""
+"""A payment system that is not idempotent, scripted per call (tests/test_in_doubt.py, tests/test_crash_effects.py)."""
 
 PAGE_TOOLS = str(_HERE / "page_tools.py")
-"""An archive of 20 KB pages an llm step reads, each fetch logged, reconcilable (tests/test_crash.py)."""
+"""An archive of 20 KB pages an llm step reads, each fetch logged, reconcilable (tests/test_crash_effects.py)."""

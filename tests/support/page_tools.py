@@ -1,4 +1,4 @@
-"""An archive whose pages an llm step reads, for the crash tests of llm steps (tests/test_crash.py).
+"""An archive whose pages an llm step reads, for the crash tests of llm steps (tests/test_crash_effects.py).
 
 Every page is 20,000 characters, so a conversation that reads a dozen of them outgrows any
 checkpoint kept in Temporal's heartbeat details. Every fetch (every call that reaches the archive)

@@ -1,5 +1,5 @@
 """A payment system that is not idempotent, for the tests of unknown outcomes (tests/test_in_doubt.py,
-tests/test_crash.py). Every payment is a line appended to `payments.jsonl` in the workspace, keyed
+tests/test_crash_effects.py). Every payment is a line appended to `payments.jsonl` in the workspace, keyed
 by nothing, so a blind retry pays twice and the file shows it.
 
 What each call does next is scripted: `payment_script` in the workspace holds one word per call,
@@ -87,7 +87,7 @@ def pay_invoice(invoice: str, amount: int, ctx: ToolContext) -> Payment:
 async def pay_slowly(invoice: str, amount: int, seconds: float, ctx: ToolContext) -> Payment:
     """Pay an invoice the way a distant bank does: `seconds` pass in all, half before the payment
     is made and half before its answer comes back, so a process killed mid-call may have paid or
-    not (tests/test_crash.py kills workers and the server at random moments)."""
+    not (tests/test_crash_effects.py kills workers and the server at random moments)."""
     await asyncio.sleep(seconds / 2)
     payment = _pay(invoice, amount, ctx)
     await asyncio.sleep(seconds / 2)
