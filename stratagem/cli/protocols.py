@@ -20,6 +20,7 @@ from stratagem.cli.console_cmd import users_path
 from stratagem.cli.errors import CliError
 from stratagem.cli.library import add_library_options, library
 from stratagem.cli.session import open_client, settings
+from stratagem.cli.start import add_run_options, run_options
 from stratagem.common.errors import ConfigError
 from stratagem.common.signing import Keyring, Signer
 from stratagem.protocols.access import Tokens, refuse_open
@@ -35,9 +36,9 @@ def add_protocols(commands: Commands) -> None:
     a2a.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     a2a.add_argument("--port", type=int, default=A2A_PORT, help=f"port (default: {A2A_PORT})")
     a2a.add_argument("--users", metavar="FILE", help="the console's users file, whose tokens are accepted")
-    a2a.add_argument("--planner", metavar="MODEL", help="the planner for a goal sent as text (none: processes only)")
     a2a.add_argument("--public-url", metavar="URL", help="the address the agent card names (default: http://HOST:PORT)")
     add_library_options(a2a)
+    add_run_options(a2a)  # what the runs it starts run with: the operator's, never a caller's
 
     mcp = commands.add(
         "mcp", cmd_mcp, "serve runs and decisions to an MCP client, as you (stdio, or --http)", json=False
@@ -48,6 +49,7 @@ def add_protocols(commands: Commands) -> None:
     mcp.add_argument("--users", metavar="FILE", help="--http: require a console token of yours from this users file")
     mcp.add_argument("--by", metavar="NAME", help="who you are (default: the signing key's name, else your login)")
     add_library_options(mcp)
+    add_run_options(mcp)
 
 
 def _folders(args: argparse.Namespace) -> None:
@@ -60,6 +62,7 @@ async def cmd_a2a(args: argparse.Namespace) -> int:
     from stratagem.protocols.a2a_server import serve
 
     _folders(args)
+    options = run_options(args, None, None)
     tokens = Tokens(users_path(args))
     try:
         refuse_open(args.host, authenticated=True, server="stratagem a2a")
@@ -77,7 +80,8 @@ async def cmd_a2a(args: argparse.Namespace) -> int:
         signer=signer,
         library=library(args),
         task_queue=temporal.task_queue,
-        planner=args.planner,
+        planner=options.planner,
+        options=options,
         public_url=args.public_url or f"http://{args.host}:{args.port}",
     )
     return 0
@@ -100,6 +104,7 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
     from stratagem.protocols.mcp_server import serve_http, serve_stdio
 
     _folders(args)
+    options = run_options(args, None, None)
     person, signer = person_of(args)
     tokens = Tokens(users_path(args)) if args.users else None
     if args.http:
@@ -121,7 +126,10 @@ async def cmd_mcp(args: argparse.Namespace) -> int:
             tokens=tokens,
             library=found,
             task_queue=temporal.task_queue,
+            options=options,
         )
     else:
-        await serve_stdio(client, person=person, signer=signer, library=found, task_queue=temporal.task_queue)
+        await serve_stdio(
+            client, person=person, signer=signer, library=found, task_queue=temporal.task_queue, options=options
+        )
     return 0

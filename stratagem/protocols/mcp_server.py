@@ -42,6 +42,7 @@ from stratagem.client import RunHandle, get_run
 from stratagem.common.errors import StratagemError
 from stratagem.common.signing import Signer
 from stratagem.console.guard import loopback
+from stratagem.domain.run_types import RunOptions
 from stratagem.io.process_library import ProcessLibrary, ProcessNotFound
 from stratagem.process_runs import start_process
 from stratagem.protocols import decisions
@@ -124,9 +125,11 @@ def build(
     task_queue: str,
     tokens: Tokens | None = None,
     url: str | None = None,
+    options: RunOptions | None = None,
 ) -> MCPServer[Any]:
     """The MCP server acting as `person`. `tokens` (HTTP only; `url`: where it is served) requires a
-    bearer token of `person` on every request."""
+    bearer token of `person` on every request. `options`: what the runs it starts run with (the
+    operator's `stratagem mcp` options: models, tools, budget, approvers), never the client's."""
     auth: dict[str, Any] = {}
     if tokens is not None:
         # A resource server with static tokens: no OAuth metadata is published (no
@@ -175,7 +178,7 @@ def build(
             raise ToolError(one_line(exc)) from None
         try:
             run = await start_process(
-                client, spec, inputs or {}, task_queue=task_queue, started_by=person, signer=signer
+                client, spec, inputs or {}, task_queue=task_queue, options=options, started_by=person, signer=signer
             )
         except ValidationError as exc:  # the run's own refusal (a process that plans its goal, no planner)
             reason = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
@@ -294,9 +297,17 @@ def http_app(server: MCPServer[Any], host: str) -> Starlette:
     return server.streamable_http_app(host=host, transport_security=transport_security(host))
 
 
-async def serve_stdio(client: Client, *, person: str, signer: Signer, library: ProcessLibrary, task_queue: str) -> None:
+async def serve_stdio(
+    client: Client,
+    *,
+    person: str,
+    signer: Signer,
+    library: ProcessLibrary,
+    task_queue: str,
+    options: RunOptions | None = None,
+) -> None:
     """Serve over stdin and stdout until the client closes them."""
-    server = build(client, person=person, signer=signer, library=library, task_queue=task_queue)
+    server = build(client, person=person, signer=signer, library=library, task_queue=task_queue, options=options)
     await server.run_stdio_async()
 
 
@@ -310,12 +321,22 @@ async def serve_http(
     tokens: Tokens | None,
     library: ProcessLibrary,
     task_queue: str,
+    options: RunOptions | None = None,
 ) -> None:
     """Serve streamable HTTP at http://HOST:PORT/mcp until stopped."""
     import uvicorn
 
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    server = build(client, person=person, signer=signer, library=library, task_queue=task_queue, tokens=tokens, url=url)
+    server = build(
+        client,
+        person=person,
+        signer=signer,
+        library=library,
+        task_queue=task_queue,
+        tokens=tokens,
+        url=url,
+        options=options,
+    )
     config = uvicorn.Config(
         http_app(server, host),
         host=host,
