@@ -91,18 +91,15 @@ class RunsRequestHandler(RequestHandler):
         signer: Signer,
         library: ProcessLibrary,
         task_queue: str,
-        planner: str | None = None,
+        options: RunOptions,
         run_timeout: timedelta = RUN_TIMEOUT,
     ):
         self.client = client
         self.signer = signer
         self.library = library
         self.task_queue = task_queue
-        self.planner = planner
+        self.options = options  # the operator's, for every run it starts; never a caller's
         self.run_timeout = run_timeout
-        # A goal, or a process that plans from its goal, needs a planner; one model plays both
-        # roles, as `stratagem run --planner` does without --executor.
-        self.options = RunOptions(planner=planner, executor=planner) if planner else RunOptions()
 
     async def _find(self, run_id: str) -> RunTask:
         return await find(self.client, run_id, rpc_timeout=self.run_timeout)
@@ -182,7 +179,7 @@ class RunsRequestHandler(RequestHandler):
             raise InvalidParamsError(message=f"no process {which} (processes: {known})") from None
 
     async def _start_goal(self, goal: str, person: str, run_id: str, memo: dict[str, Any]) -> RunHandle:
-        if not self.planner:
+        if not self.options.planner:
             raise InvalidParamsError(
                 message='this agent runs processes only: send a data part {"process": NAME, "inputs": {...}} '
                 "(a goal as text needs a planner: stratagem a2a --planner MODEL)"
@@ -332,11 +329,16 @@ class RunsRequestHandler(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError
 
 
-def _absolute(model: str | None) -> str | None:
-    """A scripted model's file is read by the worker, which may run in another folder."""
-    if model and model.startswith("scripted:"):
-        return "scripted:" + str(Path(model.removeprefix("scripted:")).resolve())
-    return model
+def run_options(planner: str | None, options: RunOptions | None) -> RunOptions:
+    """What the runs the server starts run with: `options` (`stratagem a2a`'s run options), else
+    a planner playing both roles, as `stratagem run --planner` does without --executor (a goal,
+    or a process that plans from its goal, needs one). A scripted model's file is made absolute:
+    the worker that reads it may run in another folder."""
+    if options is not None:
+        return options
+    if planner and planner.startswith("scripted:"):
+        planner = "scripted:" + str(Path(planner.removeprefix("scripted:")).resolve())
+    return RunOptions(planner=planner, executor=planner) if planner else RunOptions()
 
 
 def create_app(
@@ -347,15 +349,18 @@ def create_app(
     library: ProcessLibrary,
     task_queue: str,
     planner: str | None = None,
+    options: RunOptions | None = None,
     public_url: str,
     run_timeout: timedelta = RUN_TIMEOUT,
 ) -> Starlette:
-    """The A2A agent as an ASGI app: the public card, and JSON-RPC at / (1.0 and 0.3 method names)."""
-    planner = _absolute(planner)
+    """The A2A agent as an ASGI app: the public card, and JSON-RPC at / (1.0 and 0.3 method
+    names). The runs it starts take `options` (else `planner`, see run_options); a goal as text
+    is a skill where they have a planner."""
+    chosen = run_options(planner, options)
     handler = RunsRequestHandler(
-        client, signer=signer, library=library, task_queue=task_queue, planner=planner, run_timeout=run_timeout
+        client, signer=signer, library=library, task_queue=task_queue, options=chosen, run_timeout=run_timeout
     )
-    card = agent_card(library, public_url=public_url, planner=bool(planner))
+    card = agent_card(library, public_url=public_url, planner=bool(chosen.planner))
     routes = create_agent_card_routes(card) + create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True)
     return Starlette(routes=routes, middleware=[token_middleware(tokens)])
 
@@ -371,6 +376,7 @@ async def serve(
     task_queue: str,
     planner: str | None,
     public_url: str,
+    options: RunOptions | None = None,
 ) -> None:
     """Serve the agent until stopped. proxy_headers off: a peer is its connection's address."""
     app = create_app(
@@ -380,6 +386,7 @@ async def serve(
         library=library,
         task_queue=task_queue,
         planner=planner,
+        options=options,
         public_url=public_url,
     )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=False, server_header=False)
