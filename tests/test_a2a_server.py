@@ -178,10 +178,11 @@ def start(process: str, inputs: dict[str, Any], **fields: Any) -> SendMessageReq
     return SendMessageRequest(message=message)
 
 
-def decision(task_id: str, **payload: Any) -> SendMessageRequest:
+def decision(task_id: str, *, stream: bool = False, **payload: Any) -> SendMessageRequest:
+    """A follow-up message deciding on `task_id`; answered at once unless it is streamed."""
     return SendMessageRequest(
         message=new_message([new_data_part(payload)], role=Role.ROLE_USER, task_id=task_id),
-        configuration=SendMessageConfiguration(return_immediately=True),
+        configuration=None if stream else SendMessageConfiguration(return_immediately=True),
     )
 
 
@@ -262,7 +263,7 @@ async def test_a_process_from_its_message_to_its_artifact_approved_in_the_consol
 async def test_decisions_as_a2a_messages_are_the_token_persons_under_the_runs_own_rules(world):
     alice, bob, carol = (world.tokens[who] for who in ("alice", "bob", "carol"))
     async with world.agent_server() as base, agent(base, alice) as (client, ctx):
-        async with agent(base, bob, streaming=False) as (as_bob, bob_ctx):
+        async with agent(base, bob) as (as_bob, bob_ctx):
             async with agent(base, carol, streaming=False) as (as_carol, carol_ctx):
                 decided: set[str] = set()
                 last = None
@@ -293,7 +294,11 @@ async def test_decisions_as_a2a_messages_are_the_token_persons_under_the_runs_ow
                             await send(
                                 as_carol, decision(task_id, decision="approve", step_id="pay", by="bob"), carol_ctx
                             )
-                        await send(as_bob, decision(task_id, decision="approve", step_id="pay"), bob_ctx)
+                        bobs = decision(task_id, stream=True, decision="approve", step_id="pay")
+                        followed = [e async for e in as_bob.send_message(bobs, context=bob_ctx)]  # to the end
+                        assert followed[0].task.id == task_id
+                        assert [e.WhichOneof("payload") for e in followed[-2:]] == ["artifact_update", "status_update"]
+                        assert followed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
     assert decided == {"plan", "step"}
     assert last is not None and last.status_update.status.state == TaskState.TASK_STATE_COMPLETED
     assert await decisions_of(world.harness, task_id) == [

@@ -245,7 +245,7 @@ class RunsRequestHandler(RequestHandler):
         person = person_of(context)
         if params.message.task_id:
             task = await self._named(params.message)
-            after = await task.last_seq()
+            after = await task.last_seq() if task.running else 0  # an ended run refuses the decision
             await self._decide(task, params.message, person)
             yield await self._read(task)
         else:

@@ -41,6 +41,7 @@ from stratagem.protocols.a2a_card import struct
 from stratagem.protocols.runs_view import TaskState, outcome, task_state, waits
 
 MEMO_KEY = "a2a"
+BEYOND = 2**53  # a seq no run reaches: asking for the events after it reads only the last seq
 WIRE = {
     TaskState.submitted: Wire.TASK_STATE_SUBMITTED,
     TaskState.working: Wire.TASK_STATE_WORKING,
@@ -99,6 +100,9 @@ class RunTask:
     async def _ended(self) -> RunStatus:
         """A closed run's status, from its history: no worker need answer."""
         description = await self.run.handle.describe()
+        if description.status in (None, WorkflowExecutionStatus.RUNNING):  # ended its phase, not yet closed
+            self.running = True
+            return await self.run.status()
         phase, reason = CLOSED.get(description.status or WorkflowExecutionStatus.FAILED, (Phase.failed, None))
         revision = None
         if description.status is WorkflowExecutionStatus.COMPLETED:
@@ -167,7 +171,7 @@ class RunTask:
 
     async def last_seq(self) -> int:
         """The seq of the run's last event so far (where following it begins)."""
-        return (await self.run.events(after=0, limit=1)).last_seq
+        return (await self.run.events(after=BEYOND, limit=1)).last_seq  # no event, no archive read
 
     def update(self, status: TaskStatus, metadata: dict[str, Any] | None = None) -> TaskStatusUpdateEvent:
         return TaskStatusUpdateEvent(
@@ -185,7 +189,6 @@ class RunTask:
             status = await self.run.status()
             forwarded = self.status_of(status, text=event.message, timestamp=event.at, final=False)
             yield self.update(forwarded, event_metadata(event))
-        self.running = False
         task = await self.task()
         for artifact in task.artifacts:
             yield TaskArtifactUpdateEvent(
