@@ -21,6 +21,7 @@ from stratagem.cli import (
     listing,
     parser_decisions,
     processes,
+    protocols,
     render,
     schedules,
     standing,
@@ -62,6 +63,7 @@ def parser() -> argparse.ArgumentParser:
         schedules.add_schedules,
         standing.add_standing,
         library.add_library,
+        protocols.add_protocols,
     ):
         add(commands)
     return top
