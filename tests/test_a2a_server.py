@@ -60,6 +60,7 @@ from stratagem.common.signing import Signer
 from stratagem.console import AuthMode, IdentityConfig, Users
 from stratagem.console import create_app as console_app
 from stratagem.domain.activity_io import AwaitedCall
+from stratagem.domain.run_options import RunOptions
 from stratagem.domain.run_reports import RunStatus, StepCounts
 from stratagem.domain.run_state import DecisionKind, PendingDecision, Phase
 from stratagem.domain.step_preview import StepPreview
@@ -112,12 +113,12 @@ class World:
         users.save()
 
     @asynccontextmanager
-    async def agent_server(self, planner: str | None = None) -> AsyncIterator[str]:
+    async def agent_server(self, options: RunOptions | None = None) -> AsyncIterator[str]:
         """The A2A app under uvicorn on a free loopback port, its card naming that address, as
         `stratagem a2a` serves it (log level warning, no proxy headers)."""
         port = free_port()
         config = uvicorn.Config(
-            self.app(f"http://127.0.0.1:{port}", planner),
+            self.app(f"http://127.0.0.1:{port}", options),
             host="127.0.0.1",
             port=port,
             log_level="warning",
@@ -133,14 +134,14 @@ class World:
             server.should_exit = True
             await task
 
-    def app(self, public_url: str, planner: str | None = None) -> Any:
+    def app(self, public_url: str, options: RunOptions | None = None) -> Any:
         return create_app(
             self.harness.client,
             tokens=Tokens(self.users_file),
             signer=self.issuer,
             library=self.library,
             task_queue=self.harness.task_queue,
-            planner=planner,
+            options=options,
             public_url=public_url,
         )
 
@@ -428,7 +429,10 @@ async def test_the_card_lists_processes_with_their_schemas_and_never_run_text(wo
         assert secret not in text and "Note ${inputs.label}" not in text and "@goal" not in text
 
     # With a planner, a goal as text is a skill too: planned, then rejected by a person through A2A.
-    async with world.agent_server(planner=f"scripted:{planner}") as base, agent(base, alice) as (client, ctx):
+    async with (
+        world.agent_server(RunOptions(planner=f"scripted:{planner}", executor=f"scripted:{planner}")) as base,
+        agent(base, alice) as (client, ctx),
+    ):
         async with httpx.AsyncClient(base_url=base) as http:
             card = (await http.get("/.well-known/agent-card.json")).json()
         assert card["skills"][-1]["id"] == "@goal"

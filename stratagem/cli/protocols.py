@@ -80,7 +80,6 @@ async def cmd_a2a(args: argparse.Namespace) -> int:
         signer=signer,
         library=library(args),
         task_queue=temporal.task_queue,
-        planner=options.planner,
         options=options,
         public_url=args.public_url or f"http://{args.host}:{args.port}",
     )

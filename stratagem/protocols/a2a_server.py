@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -61,6 +60,7 @@ from stratagem.domain.run_options import RunOptions
 from stratagem.domain.run_types import RunInput
 from stratagem.io.process_library import ProcessLibrary, ProcessNotFound
 from stratagem.process_runs import InputsRefusedError, start_process
+from stratagem.protocols import one_line
 from stratagem.protocols.a2a_auth import person_of, token_middleware
 from stratagem.protocols.a2a_card import agent_card
 from stratagem.protocols.a2a_tasks import FINAL, MEMO_KEY, UNSETTLED, RunTask, find, plain
@@ -75,10 +75,6 @@ POLL_SECONDS = 0.3
 MAX_GOAL_CHARS = 8000
 MAX_CONTEXT_ID = 200
 START_FIELDS = {"process", "version", "inputs"}
-
-
-def _one_line(exc: object) -> str:
-    return " ".join(str(exc).split())
 
 
 class RunsRequestHandler(RequestHandler):
@@ -167,7 +163,7 @@ class RunsRequestHandler(RequestHandler):
                 memo=memo,
             )
         except InputsRefusedError as exc:  # every problem, each in one line
-            lines = [f"{spec.label} refused its inputs:", *(_one_line(p) for p in exc.problems)]
+            lines = [f"{spec.label} refused its inputs:", *(one_line(p) for p in exc.problems)]
             raise InvalidParamsError(message="\n".join(lines), data={"problems": exc.problems}) from None
 
     def _spec(self, name: str, version: str | None) -> ProcessSpec:
@@ -210,7 +206,7 @@ class RunsRequestHandler(RequestHandler):
                 message=text.split(": ", 1)[-1] if "refused the decision" in text else text
             ) from None
         except StratagemError as exc:
-            raise InternalError(message=_one_line(exc)) from None
+            raise InternalError(message=one_line(exc)) from None
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         person = person_of(context)
@@ -237,7 +233,7 @@ class RunsRequestHandler(RequestHandler):
         try:
             return await task.task()
         except StratagemError as exc:
-            raise InternalError(message=_one_line(exc)) from None
+            raise InternalError(message=one_line(exc)) from None
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
@@ -260,7 +256,7 @@ class RunsRequestHandler(RequestHandler):
             async for event in task.follow(after):
                 yield event
         except StratagemError as exc:
-            raise InternalError(message=_one_line(exc)) from None
+            raise InternalError(message=one_line(exc)) from None
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
@@ -329,18 +325,6 @@ class RunsRequestHandler(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError
 
 
-def run_options(planner: str | None, options: RunOptions | None) -> RunOptions:
-    """What the runs the server starts run with: `options` (`stratagem a2a`'s run options), else
-    a planner playing both roles, as `stratagem run --planner` does without --executor (a goal,
-    or a process that plans from its goal, needs one). A scripted model's file is made absolute:
-    the worker that reads it may run in another folder."""
-    if options is not None:
-        return options
-    if planner and planner.startswith("scripted:"):
-        planner = "scripted:" + str(Path(planner.removeprefix("scripted:")).resolve())
-    return RunOptions(planner=planner, executor=planner) if planner else RunOptions()
-
-
 def create_app(
     client: Client,
     *,
@@ -348,15 +332,14 @@ def create_app(
     signer: Signer,
     library: ProcessLibrary,
     task_queue: str,
-    planner: str | None = None,
     options: RunOptions | None = None,
     public_url: str,
     run_timeout: timedelta = RUN_TIMEOUT,
 ) -> Starlette:
     """The A2A agent as an ASGI app: the public card, and JSON-RPC at / (1.0 and 0.3 method
-    names). The runs it starts take `options` (else `planner`, see run_options); a goal as text
-    is a skill where they have a planner."""
-    chosen = run_options(planner, options)
+    names). The runs it starts take `options` (`stratagem a2a`'s run options: the operator's);
+    a goal as text is a skill where they name a planner."""
+    chosen = options or RunOptions()
     handler = RunsRequestHandler(
         client, signer=signer, library=library, task_queue=task_queue, options=chosen, run_timeout=run_timeout
     )
@@ -374,7 +357,6 @@ async def serve(
     signer: Signer,
     library: ProcessLibrary,
     task_queue: str,
-    planner: str | None,
     public_url: str,
     options: RunOptions | None = None,
 ) -> None:
@@ -385,7 +367,6 @@ async def serve(
         signer=signer,
         library=library,
         task_queue=task_queue,
-        planner=planner,
         options=options,
         public_url=public_url,
     )

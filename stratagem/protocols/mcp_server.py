@@ -45,7 +45,7 @@ from stratagem.console.guard import loopback
 from stratagem.domain.run_types import RunOptions
 from stratagem.io.process_library import ProcessLibrary, ProcessNotFound
 from stratagem.process_runs import start_process
-from stratagem.protocols import decisions
+from stratagem.protocols import decisions, one_line
 from stratagem.protocols.access import Tokens
 from stratagem.protocols.mcp_views import (
     MAX_EVENTS,
@@ -62,7 +62,6 @@ log = logging.getLogger("stratagem.mcp")
 
 RUN_TIMEOUT = timedelta(seconds=15)
 """How long a query or a decision waits for the run's worker before saying nobody serves it."""
-MAX_LINE = 500
 
 DecisionName = Literal["approve", "reject", "answer", "repair", "budget", "resolve"]
 assert set(get_args(DecisionName)) == set(decisions.BY_NAME), "DecisionName must list decisions.ALLOWED"
@@ -91,11 +90,6 @@ READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ACTS = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
 
 T = TypeVar("T")
-
-
-def one_line(exc: BaseException | str) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= MAX_LINE else text[: MAX_LINE - 1] + "…"
 
 
 class PersonTokens:
@@ -146,15 +140,8 @@ def build(
         return run
 
     async def asking(run_id: str, call: Awaitable[T]) -> T:
-        """A read or a decision on a run; what goes wrong, as one line."""
-        try:
-            return await call
-        except StratagemError as exc:
-            raise ToolError(one_line(exc)) from None
-        except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND:
-                raise ToolError(f"there is no run {run_id[:80]!r}") from None
-            raise ToolError(f"Temporal refused: {one_line(exc.message)}") from None
+        """A tool's read or decision on a run; what goes wrong, as one line."""
+        return await _on_run(run_id, call, ToolError, ToolError)
 
     @server.tool(annotations=READ)
     async def list_processes() -> Processes:
@@ -254,14 +241,8 @@ def build(
         )
 
     async def reading(run_id: str, call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except StratagemError as exc:
-            raise ResourceError(one_line(exc)) from None
-        except RPCError as exc:
-            if exc.status is RPCStatusCode.NOT_FOUND:
-                raise ResourceNotFoundError(f"there is no run {run_id[:80]!r}") from None
-            raise ResourceError(f"Temporal refused: {one_line(exc.message)}") from None
+        """A resource's read of a run: an unknown run is the resource not found."""
+        return await _on_run(run_id, call, ResourceError, ResourceNotFoundError)
 
     @server.resource("stratagem://runs/{run_id}/plan", mime_type="application/json")
     async def plan_resource(run_id: str) -> str:
@@ -295,6 +276,19 @@ def transport_security(host: str) -> TransportSecuritySettings | None:
 def http_app(server: MCPServer[Any], host: str) -> Starlette:
     """The streamable HTTP app (at /mcp); its lifespan runs the MCP session manager."""
     return server.streamable_http_app(host=host, transport_security=transport_security(host))
+
+
+async def _on_run(run_id: str, call: Awaitable[T], failed: type[Exception], not_found: type[Exception]) -> T:
+    """Await a read or a decision on a run; what goes wrong becomes `failed` (`not_found` for an
+    unknown run), in one line."""
+    try:
+        return await call
+    except StratagemError as exc:
+        raise failed(one_line(exc)) from None
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise not_found(f"there is no run {run_id[:80]!r}") from None
+        raise failed(f"Temporal refused: {one_line(exc.message)}") from None
 
 
 async def serve_stdio(
