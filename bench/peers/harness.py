@@ -236,10 +236,6 @@ async def run_job(
     return out
 
 
-def connect_kwargs(bench: Bench) -> dict[str, Any]:
-    return {"target_host": bench.address, "namespace": bench.client.namespace}
-
-
 def env_without_keys() -> None:
     """The peers bench sends no API key anywhere: the model server is local."""
     os.environ.pop("OPENAI_API_KEY", None)
