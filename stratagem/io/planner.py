@@ -193,9 +193,14 @@ class Progress:
 
 
 def planning_messages(
-    goal: str, catalog: ToolCatalog, progress: Progress | None = None, *, tiers: Collection[str] = ()
+    goal: str,
+    catalog: ToolCatalog,
+    progress: Progress | None = None,
+    *,
+    tiers: Collection[str] = (),
+    system_prompt: str | None = None,
 ) -> list[Message]:
-    system = SYSTEM_PROMPT.format(
+    system = (system_prompt or SYSTEM_PROMPT).format(
         tools=render_tools(catalog),
         tiers=f'\nAn llm step may set "tier": {", ".join(sorted(tiers))} (default: the executor).' if tiers else "",
     )
@@ -283,6 +288,18 @@ class PlanningOutcome:
     rejected_attempts: list[list[str]] = field(default_factory=list)
     negotiated: list[str] = field(default_factory=list)
     failovers: list[str] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
+    """What the engine mended in the answers without asking the model again (ids it assigned,
+    dependencies it resolved, an answer cut off at its deadline that it closed), one line each."""
+
+
+class PlanningFailed(ModelOutputError):
+    """No attempt gave a valid plan: `attempts` holds each attempt's problems, in order."""
+
+    def __init__(self, message: str, attempts: list[list[str]], repairs: list[str] | None = None):
+        super().__init__(message)
+        self.attempts = attempts
+        self.repairs = repairs or []
 
 
 async def plan_with_repairs(
@@ -302,13 +319,16 @@ async def plan_with_repairs(
     activity_attempt: int = 1,
     request_timeout: Callable[[], float | None] = lambda: None,
     max_output_tokens: int = PLANNER_MAX_OUTPUT_TOKENS,
+    system_prompt: str | None = None,
 ) -> PlanningOutcome:
     """Ask the model for a plan; feed the problems back up to `max_repairs` times.
 
     `on_call` hears of every call made (as `model_name`), so usage is known even when planning fails.
-    Raises ModelOutputError, listing the last problems, when no attempt produced a valid plan.
+    `system_prompt` replaces SYSTEM_PROMPT (a template with `{tools}` and `{tiers}`): how a prompt
+    version is compared with another (`stratagem eval`).
+    Raises PlanningFailed, listing the last problems, when no attempt produced a valid plan.
     """
-    messages = planning_messages(goal, catalog, progress, tiers=tiers)
+    messages = planning_messages(goal, catalog, progress, tiers=tiers, system_prompt=system_prompt)
     schema = planner_schema(catalog, tiers=tiers, approvers=bool(groups) or bool(approvers))
     rules: dict[str, Any] = {"has_executor": has_executor, "tiers": tiers, "approvers": approvers, "groups": groups}
     usage = Usage()
@@ -371,6 +391,7 @@ async def plan_with_repairs(
                 + "\nReply with the corrected plan as one JSON object.",
             ),
         ]
-    raise ModelOutputError(
-        f"the planner gave no valid plan in {max_repairs + 1} attempt(s); last problems: " + "; ".join(rejected[-1])
+    raise PlanningFailed(
+        f"the planner gave no valid plan in {max_repairs + 1} attempt(s); last problems: " + "; ".join(rejected[-1]),
+        rejected,
     )
