@@ -14,6 +14,7 @@ from stratagem.cli import main
 from stratagem.common.errors import ConfigError, ModelRequestError
 from stratagem.evals.cases import load_eval_set
 from stratagem.models import ModelRequest, ModelResponse, register_provider
+from stratagem.tools import ToolRegistry
 
 pytestmark = pytest.mark.unit
 
@@ -70,6 +71,16 @@ def test_the_examples_set_reads_its_references_and_each_examples_own_tools():
     assert monthly.reference.goal == "Publish the ${inputs.month} operations report"
     assert vendor.catalog is not None and "schedule_payment" in vendor.catalog.names
     assert "schedule_payment" not in loaded.cases[3].catalog.names  # expense-claim: its own tools alone
+
+
+def test_every_bundled_example_has_a_case_planned_against_its_own_tools():
+    folders = sorted(p.parent.name for p in (ROOT / "examples").glob("*/tools.py"))
+    cases = {case.id.replace("-", "_"): case for case in load_eval_set(EXAMPLES).cases}
+    assert sorted(cases) == folders
+    for name, case in cases.items():
+        worker = ToolRegistry.from_modules([str(ROOT / "examples" / name / "tools.py")]).catalog()
+        assert case.catalog is not None and case.catalog.names == worker.names
+        assert case.reference is not None and 1 <= len(case.checks) <= 3
 
 
 def test_a_jsonl_set_takes_its_tools_from_the_command_line_and_numbers_its_cases(tmp_path):
