@@ -14,6 +14,7 @@ from temporalio.service import RPCError
 
 from stratagem.cli import (
     console_cmd,
+    evals,
     following,
     forking,
     inspection,
@@ -63,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
         schedules.add_schedules,
         standing.add_standing,
         library.add_library,
+        evals.add_eval,
         protocols.add_protocols,
     ):
         add(commands)
