@@ -29,7 +29,7 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
     starts with what tells the members apart (`tool`, or `kind`): a decoder held to the schema by a
     grammar then knows at once which member it is in; with `id` first, every member stayed open
     and llama.cpp's server ran a hundred times slower per token."""
-    ref = {name: {"$ref": f"#/$defs/{name}"} for name in ("id", "title", "ids", "risk")}
+    ref = {name: {"$ref": f"#/$defs/{name}"} for name in ("id", "title", "ids", "risk", "text")}
     head = {"id": ref["id"], "title": ref["title"]}
     tail: dict[str, Any] = {"risk": ref["risk"]}
     if approvers:
@@ -37,7 +37,13 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
     names = catalog.names
     steps = [
         _member(
-            {"tool": {"enum": [spec.name]}, **head, "args": _plain(spec.parameters), "depends_on": ref["ids"], **tail},
+            {
+                "tool": {"enum": [spec.name]},
+                **head,
+                "args": _bounded(_plain(spec.parameters)),
+                "depends_on": ref["ids"],
+                **tail,
+            },
             ["tool", "args"],
         )
         for spec in catalog.tools
@@ -45,7 +51,7 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
     llm: dict[str, Any] = {
         "kind": {"enum": ["llm"]},
         **head,
-        "instructions": {"type": "string"},
+        "instructions": ref["text"],
         "depends_on": ref["ids"],
         "tools": {"type": "array", "items": {"enum": names}} if names else {"type": "array", "maxItems": 0},
         "success_criteria": ref["ids"],
@@ -58,26 +64,54 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
     human = {
         "kind": {"enum": ["human"]},
         **head,
-        "instructions": {"type": "string"},
+        "instructions": ref["text"],
         "answer_schema": {"type": "object"},
     }
     steps.append(_member({**human, **tail}, ["kind", "instructions"]))
     return {
         "type": "object",
         "properties": {
-            "goal": {"type": "string"},
-            "steps": {"type": "array", "minItems": 1, "items": {"anyOf": steps}},
-            "reason": {"type": "string"},
+            "goal": ref["text"],
+            "steps": {"type": "array", "minItems": 1, "maxItems": most_steps(catalog), "items": {"anyOf": steps}},
+            "reason": ref["text"],
         },
         "required": ["goal", "steps"],
         "additionalProperties": False,
         "$defs": {
             "id": {"type": "string", "pattern": STEP_ID_PATTERN},
-            "title": {"type": "string", "minLength": 1},
-            "ids": {"type": "array", "items": {"type": "string"}},
+            "title": {"type": "string", "minLength": 1, "maxLength": TITLE_LENGTH},
+            "ids": {"type": "array", "maxItems": MOST_DEPENDENCIES, "items": {"type": "string"}},
             "risk": {"enum": [r.value for r in Risk]},
+            "text": {"type": "string", "maxLength": TEXT_LENGTH},
         },
     }
+
+
+# Bounds the schema sets on what a model writes, so that a model held to it by a grammar cannot
+# run on (a 135M model wrote 400-character titles, and repeated a step until its output cap):
+# far above what a plan a person reviews needs, and small enough for a grammar (a bound is
+# unrolled into that many optional items; 10,000 of them crashed llama.cpp's server). The
+# validation of the answer does not apply them: a plan file may hold longer text.
+TITLE_LENGTH = 120
+TEXT_LENGTH = 600
+MOST_DEPENDENCIES = 12
+
+
+def most_steps(catalog: ToolCatalog) -> int:
+    """The most steps the planner schema allows: each tool four times over, and eight worded steps."""
+    return 4 * len(catalog.tools) + 8
+
+
+def _bounded(schema: Any) -> Any:
+    """A tool's argument schema with TEXT_LENGTH on each string that sets no bound of its own."""
+    if isinstance(schema, list):
+        return [_bounded(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    bounded = {k: (_bounded(v) if k not in ("enum", "const", "required") else v) for k, v in schema.items()}
+    if bounded.get("type") == "string" and "enum" not in bounded and "maxLength" not in bounded:
+        bounded["maxLength"] = TEXT_LENGTH
+    return bounded
 
 
 def _member(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
