@@ -89,6 +89,7 @@ class PlanningActivities:
             call_usage=spent,
             negotiated=outcome.negotiated,
             failovers=outcome.failovers,
+            repairs=outcome.repairs,
         )
 
     @activity.defn(name=activity_io.SYNTHESIZE)

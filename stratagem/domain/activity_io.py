@@ -66,6 +66,9 @@ class PlanningOutput(CompactModel):
     )
     negotiated: list[str] = Field(default_factory=list, description="How the model's endpoint was found to work.")
     failovers: list[str] = Field(default_factory=list, description="Models passed over, and why.")
+    repairs: list[str] = Field(
+        default_factory=list, description="What the engine mended in the answers (ids, dependencies, a cut answer)."
+    )
 
 
 @dataclass(frozen=True)

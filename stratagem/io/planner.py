@@ -18,12 +18,14 @@ from pydantic import ValidationError
 from stratagem.common.errors import ModelOutputError
 from stratagem.domain.catalog import ToolCatalog
 from stratagem.domain.ledger import StepRecord
-from stratagem.domain.plan import STEP_ID_PATTERN, OutputFormat, PlanDraft, Risk
+from stratagem.domain.plan import PlanDraft
 from stratagem.domain.scheduling import reconcile
 from stratagem.domain.usage import CallUsage
 from stratagem.domain.validation import plan_problems
 from stratagem.io.plan_files import describe_draft_errors
-from stratagem.models.base import Message, Model, ModelRequest, Purpose, Usage
+from stratagem.io.plan_mending import close_cut_answer, mend_steps
+from stratagem.io.planner_schema import planner_output_cap, planner_schema
+from stratagem.models.base import Message, Model, ModelRequest, ModelTimeout, Purpose, Usage
 
 SYSTEM_PROMPT = """You plan a business process as a task graph that a person reviews before it runs.
 Answer with one JSON object: {{"goal", "steps", "reason"}}. Each step has a unique "id" (letters,
@@ -68,118 +70,6 @@ def _first_sentences(text: str, limit: int) -> str:
         return text
     cut = text.rfind(". ", 0, limit)
     return text[: cut + 1] if cut > 0 else text[: limit - 1] + "…"
-
-
-# Leave these out of the schema a planner is held to: they make constrained decoding slow or
-# impossible (a grammar for `maxItems: 10000` crashed llama.cpp's server) and say nothing a
-# model needs; the validation of the answer still applies them.
-_UNCONSTRAINED = ("title", "maxItems", "minLength", "maxLength", "pattern", "format", "default", "examples")
-
-
-def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approvers: bool = False) -> dict[str, Any]:
-    """The plan schema a planner model is held to, built from the worker's tools: a tool step's
-    `tool` is one of their names and its `args` that tool's schema (one member of `anyOf` per
-    tool), and an llm step's `tools` are tool names. A server that enforces the schema (strict
-    JSON schema, a grammar) then cannot produce an unknown tool or ill-typed arguments.
-
-    It is as small as it can be, since the request carries it and providers count it as input:
-    shared parts are `$defs`, a tool step leaves out `kind` (tool is the default), and fields a
-    planner has no business setting (time limits, attempts) are left to plan files. `depends_on`
-    may be left out (no dependencies) and comes after the step's content: small models forced to
-    write it first filled it with tool names. Each member
-    starts with what tells the members apart (`tool`, or `kind`): a decoder held to the schema by a
-    grammar then knows at once which member it is in; with `id` first, every member stayed open
-    and llama.cpp's server ran a hundred times slower per token."""
-    ref = {name: {"$ref": f"#/$defs/{name}"} for name in ("id", "title", "ids", "risk")}
-    head = {"id": ref["id"], "title": ref["title"]}
-    tail: dict[str, Any] = {"risk": ref["risk"]}
-    if approvers:
-        tail["approvers"] = ref["ids"]
-    names = catalog.names
-    steps = [
-        _member(
-            {"tool": {"enum": [spec.name]}, **head, "args": _plain(spec.parameters), "depends_on": ref["ids"], **tail},
-            ["tool", "args"],
-        )
-        for spec in catalog.tools
-    ]
-    llm: dict[str, Any] = {
-        "kind": {"enum": ["llm"]},
-        **head,
-        "instructions": {"type": "string"},
-        "depends_on": ref["ids"],
-        "tools": {"type": "array", "items": {"enum": names}} if names else {"type": "array", "maxItems": 0},
-        "success_criteria": ref["ids"],
-        "output_format": {"enum": [f.value for f in OutputFormat]},
-        "output_schema": {"type": "object"},
-    }
-    if tiers:
-        llm["tier"] = {"enum": sorted(tiers)}
-    steps.append(_member({**llm, **tail}, ["kind", "instructions"]))
-    human = {
-        "kind": {"enum": ["human"]},
-        **head,
-        "instructions": {"type": "string"},
-        "answer_schema": {"type": "object"},
-    }
-    steps.append(_member({**human, **tail}, ["kind", "instructions"]))
-    return {
-        "type": "object",
-        "properties": {
-            "goal": {"type": "string"},
-            "steps": {"type": "array", "minItems": 1, "items": {"anyOf": steps}},
-            "reason": {"type": "string"},
-        },
-        "required": ["goal", "steps"],
-        "additionalProperties": False,
-        "$defs": {
-            "id": {"type": "string", "pattern": STEP_ID_PATTERN},
-            "title": {"type": "string", "minLength": 1},
-            "ids": {"type": "array", "items": {"type": "string"}},
-            "risk": {"enum": [r.value for r in Risk]},
-        },
-    }
-
-
-def _member(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    first = [name for name in required if name in ("tool", "kind")]
-    rest = [name for name in required if name not in first]
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": [*first, "id", "title", *rest],
-        "additionalProperties": False,
-    }
-
-
-def _plain(schema: dict[str, Any]) -> dict[str, Any]:
-    """A tool's schema with its `$ref`s inlined and what constrained decoding cannot use left out."""
-    definitions = schema.get("$defs") or schema.get("definitions") or {}
-
-    def walk(node: Any, depth: int = 0) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str):
-                target = definitions.get(ref.rpartition("/")[2])
-                return walk(target, depth + 1) if target is not None and depth < 8 else {}
-            plain: dict[str, Any] = {}
-            for key, value in node.items():
-                if key in _UNCONSTRAINED or key in ("$defs", "definitions"):
-                    continue
-                if key == "properties" and isinstance(value, dict):  # names, not keywords: keep them all
-                    plain[key] = {name: walk(sub, depth) for name, sub in value.items()}
-                elif key in ("required", "enum", "const"):
-                    plain[key] = value
-                else:
-                    plain[key] = walk(value, depth)
-            return plain
-        if isinstance(node, list):
-            return [walk(v, depth) for v in node]
-        return node
-
-    plain: dict[str, Any] = walk(schema)
-    plain.setdefault("type", "object")
-    return plain
 
 
 @dataclass
@@ -249,6 +139,11 @@ _TOO_DEEP = "the answer is nested too deeply to be a plan; reply with one flat J
 
 def parse_plan_output(text: str) -> tuple[PlanDraft | None, list[str]]:
     """Parse a model's answer into a draft, or explain exactly why it could not be parsed."""
+    data, problems = _load(text)
+    return (None, problems) if data is None else _validated(data)
+
+
+def _load(text: str) -> tuple[dict[str, Any] | None, list[str]]:
     body = text.strip()
     fenced = _FENCE.match(body)
     if fenced:
@@ -268,15 +163,21 @@ def parse_plan_output(text: str) -> tuple[PlanDraft | None, list[str]]:
             return None, [f"the answer is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"]
     if not isinstance(data, dict):
         return None, [f"the answer must be a JSON object with 'goal' and 'steps', not a {type(data).__name__}"]
+    return data, []
+
+
+def _validated(data: dict[str, Any]) -> tuple[PlanDraft | None, list[str]]:
     try:
         return PlanDraft.model_validate(data), []
     except ValidationError as exc:
         return None, describe_draft_errors(exc, data)
 
 
-# A plan a person can review fits well within this; a model that runs on past it (small local
-# models do, repeating themselves) is stopped instead of filling its whole context window.
-PLANNER_MAX_OUTPUT_TOKENS = 4096
+# The most a planning call may write when no cap is given: planner_output_cap sizes it to the
+# catalogue, far below this for any catalogue of a few dozen tools.
+PLANNER_MAX_OUTPUT_TOKENS = 8192
+# How a provider says an answer was cut off: at its output cap, or at its time limit (streamed).
+_CUT = ("length", "max_tokens", "deadline")
 
 
 @dataclass
@@ -302,6 +203,48 @@ class PlanningFailed(ModelOutputError):
         self.repairs = repairs or []
 
 
+@dataclass
+class _Reading:
+    """One answer, read: the draft (None: none could be read), its problems, what the engine
+    mended, what to show the model when asking for a repair, and whether to take it as it is."""
+
+    draft: PlanDraft | None
+    problems: list[str]
+    mended: list[str]
+    shown: str
+    usable: bool
+
+
+def _read_answer(
+    text: str, stop_reason: str | None, *, goal: str, cap: int, seconds: float | None, last: bool
+) -> _Reading:
+    data, problems = _load(text)
+    shown, mended, usable = text, [], True
+    if stop_reason in _CUT and data is None:  # cut off before the plan was whole
+        deadline = stop_reason == "deadline" and seconds
+        where = f"the {seconds:g} s time limit" if deadline else f"{cap:,} output tokens"
+        data, repeats = close_cut_answer(text)
+        if data is None:
+            return _Reading(None, [f"the answer was cut off at {where}; write a shorter plan"], [], text, False)
+        data["goal"] = data.get("goal") or goal
+        shown = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        kept = f"the {len(data['steps'])} step(s) written whole"
+        problems = [f"the answer was cut off at {where} after {kept}; reply with the whole plan, shorter"]
+        usable = repeats > 0 or last
+        if repeats:
+            mended.append(f"the answer ran on, repeating steps, and was cut off at {where}: kept {kept}")
+        elif last:
+            mended.append(f"the answer was cut off at {where}: the plan holds {kept}; check it reaches the goal")
+    if data is None:
+        return _Reading(None, problems, [], text, False)
+    mended += mend_steps(data)
+    draft, invalid = _validated(data)
+    if draft is not None and problems and usable:
+        # Taken from a cut answer: its reviewer reads so in its reason.
+        draft = draft.model_copy(update={"reason": f"{draft.reason} (Stratagem: {mended[0]}.)".strip()})
+    return _Reading(draft, [*problems, *invalid], mended, shown, draft is not None and usable)
+
+
 async def plan_with_repairs(
     model: Model,
     goal: str,
@@ -318,36 +261,58 @@ async def plan_with_repairs(
     model_name: str | None = None,
     activity_attempt: int = 1,
     request_timeout: Callable[[], float | None] = lambda: None,
-    max_output_tokens: int = PLANNER_MAX_OUTPUT_TOKENS,
+    max_output_tokens: int | None = None,
     system_prompt: str | None = None,
 ) -> PlanningOutcome:
     """Ask the model for a plan; feed the problems back up to `max_repairs` times.
 
+    An answer the engine can mend (ids, dependencies: stratagem.io.plan_mending) is mended, not
+    sent back. An answer cut off at its output cap (by default sized to the catalogue:
+    planner_output_cap) or at its time limit (streamed calls), and a call that timed out, are
+    attempts like an invalid answer: the model is asked for the whole plan, shorter, shown the
+    steps it wrote whole. A cut answer that was repeating itself, or the last one, is taken as
+    those steps when they make a valid plan (its reason says so; a person reviews every plan).
+    Each repair shows the model only its last answer, so a call's input stays near the first's.
+
     `on_call` hears of every call made (as `model_name`), so usage is known even when planning fails.
     `system_prompt` replaces SYSTEM_PROMPT (a template with `{tools}` and `{tiers}`): how a prompt
     version is compared with another (`stratagem eval`).
-    Raises PlanningFailed, listing the last problems, when no attempt produced a valid plan.
+    Raises PlanningFailed, listing the last problems, when no attempt produced a valid plan; the
+    last attempt's ModelTimeout when every attempt timed out (the server may be down: retry).
     """
-    messages = planning_messages(goal, catalog, progress, tiers=tiers, system_prompt=system_prompt)
+    asked = planning_messages(goal, catalog, progress, tiers=tiers, system_prompt=system_prompt)
+    messages = asked
     schema = planner_schema(catalog, tiers=tiers, approvers=bool(groups) or bool(approvers))
+    cap = max_output_tokens or planner_output_cap(catalog, progress.plan if progress else None)
     rules: dict[str, Any] = {"has_executor": has_executor, "tiers": tiers, "approvers": approvers, "groups": groups}
     usage = Usage()
     rejected: list[list[str]] = []
+    repairs: list[str] = []
     negotiated: list[str] = []
     failovers: list[str] = []
     for attempt in range(max_repairs + 1):
-        response = await model.complete(
-            ModelRequest(
-                purpose=Purpose.plan,
-                messages=messages,
-                response_schema=schema,
-                schema_name="plan",
-                call_index=first_call_index + attempt,
-                timeout_seconds=request_timeout(),
-                attempt=activity_attempt,
-                max_output_tokens=max_output_tokens,
+        last = attempt == max_repairs
+        seconds = request_timeout()
+        try:
+            response = await model.complete(
+                ModelRequest(
+                    purpose=Purpose.plan,
+                    messages=messages,
+                    response_schema=schema,
+                    schema_name="plan",
+                    call_index=first_call_index + attempt,
+                    timeout_seconds=seconds,
+                    attempt=activity_attempt,
+                    max_output_tokens=cap,
+                )
             )
-        )
+        except ModelTimeout as exc:
+            on_call(CallUsage(model=model_name or model.name, attempt=activity_attempt))
+            if last and all(p[:1] == [_TIMED_OUT] for p in rejected):
+                raise
+            rejected.append([_TIMED_OUT])
+            messages = [*asked, Message(role="user", content=f"{exc}. {_SHORTER}")]
+            continue
         usage = usage + response.usage
         negotiated += [n for n in response.negotiated if n not in negotiated]
         failovers += response.failovers
@@ -359,31 +324,34 @@ async def plan_with_repairs(
                 attempt=activity_attempt,
             )
         )
-        draft, problems = parse_plan_output(response.text)
-        if draft is None and response.stop_reason in ("length", "max_tokens"):
-            problems = [f"the answer was cut off at {max_output_tokens:,} tokens; write a shorter plan", *problems]
-        if draft is not None:
+        reading = _read_answer(response.text, response.stop_reason, goal=goal, cap=cap, seconds=seconds, last=last)
+        problems = reading.problems
+        repairs += reading.mended
+        if reading.usable and reading.draft is not None:
             if progress is None:
-                problems = plan_problems(draft, catalog, **rules)
+                broken = plan_problems(reading.draft, catalog, **rules)
             else:
                 # Validate the draft as the run will adopt it: with the succeeded steps it left
                 # out carried in, so later steps may still depend on and reference them.
-                merged = reconcile(progress.plan, draft, progress.records)
-                problems = merged.problems or plan_problems(merged.draft, catalog, **rules)
-        if draft is not None and not problems:
-            return PlanningOutcome(
-                draft=draft,
-                calls=attempt + 1,
-                usage=usage,
-                model=response.model,
-                rejected_attempts=rejected,
-                negotiated=negotiated,
-                failovers=failovers,
-            )
+                merged = reconcile(progress.plan, reading.draft, progress.records)
+                broken = merged.problems or plan_problems(merged.draft, catalog, **rules)
+            problems = [*problems, *broken]
+            if not broken:
+                return PlanningOutcome(
+                    draft=reading.draft,
+                    calls=attempt + 1,
+                    usage=usage,
+                    model=response.model,
+                    rejected_attempts=rejected,
+                    negotiated=negotiated,
+                    failovers=failovers,
+                    repairs=repairs,
+                )
         rejected.append(problems)
+        # Only the last answer goes back: the conversation, and each call's input, stay small.
         messages = [
-            *messages,
-            Message(role="assistant", content=response.text),
+            *asked,
+            Message(role="assistant", content=reading.shown),
             Message(
                 role="user",
                 content="That plan cannot be used:\n"
@@ -394,4 +362,9 @@ async def plan_with_repairs(
     raise PlanningFailed(
         f"the planner gave no valid plan in {max_repairs + 1} attempt(s); last problems: " + "; ".join(rejected[-1]),
         rejected,
+        repairs,
     )
+
+
+_TIMED_OUT = "no answer arrived within the time limit"
+_SHORTER = "Reply with a shorter plan: as few steps as reach the goal, with short titles and instructions."

@@ -41,6 +41,7 @@ from stratagem.models.base import (
     ModelCallError,
     ModelRequest,
     ModelRequestError,
+    ModelTimeout,
     redact,
     request_timeout_default,
 )
@@ -257,10 +258,37 @@ async def send(
             result = await asyncio.wait_for(create(**arguments, timeout=timeout), timeout + min(1.0, timeout / 10))
         except TimeoutError:
             text = f"{endpoint.provider.name} did not finish answering for model {endpoint.model} within {timeout:g} s"
-            raise _error(ModelCallError, endpoint, text) from None
+            raise _error(ModelTimeout, endpoint, text) from None
     if isinstance(result, str):  # how the SDKs hand back a body that is not JSON
         raise _unreadable(endpoint, f"the body is not JSON: {_clip(endpoint, result, 200)}")
     return result
+
+
+async def stream(
+    endpoint: Endpoint,
+    request: ModelRequest,
+    create: Callable[..., Awaitable[Any]],
+    arguments: dict[str, Any],
+    read: Callable[[Any], None],
+) -> bool:
+    """A streamed `create(**arguments)`: each event goes to `read` until the stream ends or the
+    request's time limit passes, whichever is first. True when it was cut at the limit: what was
+    read is then the answer so far, not lost with the call. Failures as `send` raises them."""
+    timeout = endpoint.timeout(request)
+    ends = asyncio.get_running_loop().time() + timeout
+    events = await send(endpoint, request, create, {**arguments, "stream": True})
+    cut = False
+    try:
+        with _translated_errors(endpoint, timeout), reading(endpoint):
+            try:
+                async with asyncio.timeout_at(ends):
+                    async for event in events:
+                        read(event)
+            except TimeoutError:
+                cut = True
+    finally:
+        await events.close()  # a cut stream's connection is closed, so the server stops generating
+    return cut
 
 
 @contextmanager
@@ -272,7 +300,7 @@ def _translated_errors(endpoint: Endpoint, timeout: float) -> Iterator[None]:
         raise _status_error(endpoint, exc) from None
     except sdk.APITimeoutError:
         text = f"{endpoint.provider.name} did not answer for model {endpoint.model}: timed out after {timeout:g} s"
-        raise _error(ModelCallError, endpoint, text) from None
+        raise _error(ModelTimeout, endpoint, text) from None
     except sdk.APIConnectionError as exc:
         cause = f": {_clip(endpoint, str(exc.__cause__))}" if exc.__cause__ and str(exc.__cause__) else ""
         text = f"cannot reach {endpoint.base_url} ({endpoint.provider.name}, model {endpoint.model}){cause}"

@@ -108,6 +108,11 @@ class ModelCallError(Exception):
         self.status = status
 
 
+class ModelTimeout(ModelCallError):
+    """The call did not finish within its time limit. The planner counts it as an attempt to
+    repair (ask for a shorter plan) rather than one to repeat as it was."""
+
+
 class Model(Protocol):
     name: str
 

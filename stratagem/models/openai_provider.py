@@ -9,9 +9,19 @@ and structured output to and from the chat-completions wire format.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
-from stratagem.models._http import OPENAI, Endpoint, client_for, http_client, reading, resolve_endpoint, send
+from stratagem.models._http import (
+    OPENAI,
+    Endpoint,
+    client_for,
+    http_client,
+    reading,
+    resolve_endpoint,
+    send,
+    stream,
+)
 from stratagem.models.base import Message, ModelRequest, ModelRequestError, ModelResponse, Purpose, ToolCall, Usage
 from stratagem.models.negotiation import STRUCTURED_ORDER, Capabilities, StructuredOutput, learned, negotiate
 from stratagem.models.output_limit import lower_cap, within_limit
@@ -45,20 +55,33 @@ class OpenAIModel:
         elif limited:
             field = self._token_field()
             arguments[field] = within_limit(self.endpoint, arguments.pop("max_completion_tokens"))
+        schema_tool = request.schema_name if structured is StructuredOutput.tool else None
         # A refused output limit is sent again once by its other name, and once lowered to the
         # model's own limit (a budget's cap can be above it): each learned for the endpoint.
         tries = 3 if limited else 1
         for tried in range(tries):
             try:
+                if limited and request.purpose is Purpose.plan:
+                    # Streamed, so a plan still being written at the time limit is kept, cut, for
+                    # the planner to repair; a plain call would lose it all to the timeout.
+                    return await self._streamed(client, request, arguments, schema_tool)
                 completion = await send(self.endpoint, request, client.chat.completions.create, arguments)
                 break
             except ModelRequestError as exc:
                 if tried == tries - 1 or not self._adjusted(exc, arguments):
                     raise
         with reading(self.endpoint):
-            return _response(
-                completion, self.name, request.schema_name if structured is StructuredOutput.tool else None
-            )
+            return _response(completion, self.name, schema_tool)
+
+    async def _streamed(
+        self, client: Any, request: ModelRequest, arguments: dict[str, Any], schema_tool: str | None
+    ) -> ModelResponse:
+        answer = _StreamedAnswer()
+        body = {**arguments, "stream_options": {"include_usage": True}}
+        if await stream(self.endpoint, request, client.chat.completions.create, body, answer.read):
+            answer.finish = "deadline"
+        with reading(self.endpoint):
+            return answer.response(self.name, schema_tool, request)
 
     def _adjusted(self, exc: ModelRequestError, arguments: dict[str, Any]) -> bool:
         """Whether `arguments` now carry the output limit as the refusal `exc` asks: lowered to
@@ -171,6 +194,53 @@ def _response(completion: Any, name: str, schema_tool: str | None) -> ModelRespo
     return ModelResponse(
         text=text, model=name, usage=_usage(completion.usage), tool_calls=calls, stop_reason=choice.finish_reason
     )
+
+
+class _StreamedAnswer:
+    """A chat completion put together from its stream's chunks."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.usage: Any = None
+        self.chunks = 0
+
+    def read(self, chunk: Any) -> None:
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
+        for choice in chunk.choices or []:
+            delta = choice.delta
+            if delta is not None and delta.content:
+                self.text.append(delta.content)
+                self.chunks += 1
+            for call in (delta.tool_calls if delta is not None else None) or []:
+                entry = self.calls.setdefault(call.index, {"id": "", "name": "", "arguments": []})
+                if call.id:
+                    entry["id"] = call.id
+                if call.function is not None and call.function.name:
+                    entry["name"] = call.function.name
+                if call.function is not None and call.function.arguments:
+                    entry["arguments"].append(call.function.arguments)
+                    self.chunks += 1
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
+
+    def response(self, name: str, schema_tool: str | None, request: ModelRequest) -> ModelResponse:
+        text = "".join(self.text)
+        calls = []
+        for entry in self.calls.values():
+            raw = "".join(entry["arguments"])
+            if schema_tool is not None and entry["name"] == schema_tool:
+                text = raw
+            else:
+                function = SimpleNamespace(name=entry["name"], arguments=raw)
+                calls.append(_tool_call(SimpleNamespace(id=entry["id"], function=function)))
+        usage = _usage(self.usage)
+        if self.usage is None:  # a cut stream ends before its usage, and some servers never send it
+            sent = sum(len(m.content) for m in request.messages) + len(json.dumps(request.response_schema or {}))
+            usage = Usage(input_tokens=sent // 4, output_tokens=self.chunks)
+        return ModelResponse(text=text, model=name, usage=usage, tool_calls=calls, stop_reason=self.finish)
 
 
 def _usage(usage: Any) -> Usage:

@@ -84,6 +84,12 @@ class Reply:
         return cls("raw", body=body, status=status, content_type=content_type)
 
     @classmethod
+    def trickle(cls, text: str, every: float, usage: tuple[int, int] | None = (0, 0)) -> Reply:
+        """`text` streamed a character every `every` seconds (OpenAI, to a request that streams):
+        a model still writing when its time limit comes."""
+        return cls("text", content=text, usage=usage, seconds=every)
+
+    @classmethod
     def delay(cls, seconds: float, reply: Reply) -> Reply:
         """`reply`, after `seconds` without a byte sent: for timeouts."""
         return cls("delay", seconds=seconds, then=reply)
@@ -101,7 +107,8 @@ class RecordedRequest:
     peer: tuple[str, int]
 
 
-Response = tuple[int, dict[str, str], bytes]
+# A body is bytes, or (streamed) pieces of bytes each sent after a pause in seconds.
+Response = tuple[int, dict[str, str], bytes | list[tuple[float, bytes]]]
 
 
 class _FakeServer:
@@ -190,7 +197,10 @@ class _FakeServer:
         if reply.kind == "error":
             status, headers, payload = self._json(reply.status, self.error_body(reply.status, reply.message))
             return status, {**headers, **reply.headers}, payload
-        return self._json(200, self.answer(reply, body if isinstance(body, dict) else {}))
+        body = body if isinstance(body, dict) else {}
+        if body.get("stream"):
+            return 200, {"content-type": "text/event-stream"}, self.events(reply, body)
+        return self._json(200, self.answer(reply, body))
 
     @staticmethod
     def _json(status: int, payload: Any) -> Response:
@@ -210,6 +220,9 @@ class _FakeServer:
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         raise NotImplementedError
+
+    def events(self, reply: Reply, body: dict[str, Any]) -> list[tuple[float, bytes]]:
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
 
 
 class FakeOpenAI(_FakeServer):
@@ -256,6 +269,42 @@ class FakeOpenAI(_FakeServer):
                 "total_tokens": prompt + completion_tokens,
             }
         return completion
+
+    def events(self, reply: Reply, body: dict[str, Any]) -> list[tuple[float, bytes]]:
+        """The answer as chat.completion.chunk events: the text (or each tool call's arguments) in
+        pieces, the finish reason, then the usage when `stream_options.include_usage` asks for it."""
+        whole = self.answer(reply, body)
+        message, finish = whole["choices"][0]["message"], whole["choices"][0]["finish_reason"]
+        base = {
+            "id": whole["id"],
+            "object": "chat.completion.chunk",
+            "created": whole["created"],
+            "model": whole["model"],
+        }
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None, pause: float = 0.0) -> tuple[float, bytes]:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            return pause, b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n"
+
+        events = [chunk({"role": "assistant", "content": ""})]
+        text = message.get("content") or ""
+        size = 1 if reply.seconds else max(1, len(text) // 4)
+        events += [chunk({"content": text[i : i + size]}, pause=reply.seconds) for i in range(0, len(text), size)]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            head = {"index": index, "id": call["id"], "type": "function"}
+            events.append(
+                chunk({"tool_calls": [{**head, "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            )
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            for piece in (arguments[:half], arguments[half:]):
+                events.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+        events.append(chunk({}, finish))
+        if (body.get("stream_options") or {}).get("include_usage") and "usage" in whole:
+            events.append(
+                (0.0, b"data: " + json.dumps({**base, "choices": [], "usage": whole["usage"]}).encode() + b"\n\n")
+            )
+        return [*events, (0.0, b"data: [DONE]\n\n")]
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = "server_error" if status >= 500 else "requests" if status == 429 else "invalid_request_error"
@@ -345,10 +394,19 @@ def _handler_for(fake: _FakeServer) -> type[BaseHTTPRequestHandler]:
                 status, response_headers, payload = fake._json(400, failure)
             try:
                 self.send_response(status)
-                for name, value in {**response_headers, "content-length": str(len(payload))}.items():
+                if isinstance(payload, list):  # streamed: no length, the connection's end is the body's
+                    self.close_connection = True
+                    response_headers = {**response_headers, "connection": "close"}
+                else:
+                    response_headers = {**response_headers, "content-length": str(len(payload))}
+                for name, value in response_headers.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(payload)
+                for pause, piece in payload if isinstance(payload, list) else [(0.0, payload)]:
+                    if pause and fake._stopping.wait(pause):
+                        break
+                    self.wfile.write(piece)
+                    self.wfile.flush()
             except OSError:
                 self.close_connection = True  # the client gave up (a timeout) or the server stops
 
