@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stratagem.cli import main
+from stratagem.cli import main, render
 from stratagem.common.errors import ConfigError, ModelRequestError
 from stratagem.evals.cases import load_eval_set
 from stratagem.models import ModelRequest, ModelResponse, register_provider
@@ -23,6 +23,12 @@ EXAMPLES = str(ROOT / "examples" / "evals" / "examples.yaml")
 GOOD = f"scripted:{ROOT / 'examples' / 'evals' / 'planner.yaml'}"
 MISTAKES = f"scripted:{ROOT / 'examples' / 'evals' / 'planner-mistakes.yaml'}"
 IDS = ["vendor-onboarding", "monthly-report", "employee-onboarding", "expense-claim", "order-shipping"]
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table as a pipe gets it (160 columns), whatever COLUMNS another test in this process left."""
+    monkeypatch.setattr(render.console, "width", 160)
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -30,7 +30,7 @@ from stratagem.evals.cases import EvalCase, EvalSet
 from stratagem.evals.scoring import CheckResult, edge_f1, node_f1, run_checks
 from stratagem.io.planner import PlanningFailed, plan_with_repairs
 from stratagem.models import ModelCallError, load_model
-from stratagem.models.base import request_timeout_default
+from stratagem.models.base import ModelTimeout, request_timeout_default
 from stratagem.tools import ToolRegistry
 
 
@@ -179,7 +179,8 @@ async def run_eval(
         except ModelConfigError:
             raise
         except (ModelCallError, StratagemError) as exc:
-            failed_call = True  # the call that raised is one more than those that answered
+            # The call that raised is one more than those that answered (a timed-out one was heard).
+            failed_call = not isinstance(exc, ModelTimeout)
             result.error = _one_line(exc)
         else:
             result.valid = True
