@@ -233,3 +233,54 @@ async def test_an_llm_step_that_skips_its_required_tool_is_caught_on_the_real_se
     else:
         assert status.phase is Phase.failed
         assert "did not meet its success criteria" in (record.error or "") or recorded == []
+
+
+@pytest.mark.unit
+async def test_a_plan_still_being_written_at_the_time_limit_is_cut_and_sent_back(llama: str) -> None:
+    """Planning calls stream: at its time limit the answer so far is kept (stop reason
+    `deadline`) and the attempt is repaired like an invalid one, not lost to a timeout."""
+    catalog = ToolRegistry.from_modules([]).catalog()
+    model = load_model(f"openai:smollm2@{llama}")
+    seen: list[tuple[str | None, str]] = []
+
+    class Recording:
+        name = model.name
+
+        async def complete(self, request: ModelRequest):  # type: ignore[no-untyped-def]
+            response = await model.complete(request)
+            seen.append((response.stop_reason, response.text))
+            return response
+
+    goal = "Read orders.csv, then write the number of orders to count.txt"
+    try:
+        await plan_with_repairs(Recording(), goal, catalog, request_timeout=lambda: 0.3, max_repairs=1)
+    except ModelOutputError as exc:
+        assert "time limit" in str(exc) or "no valid plan" in str(exc)
+    assert seen and seen[0][0] == "deadline"  # cut, with what it had written so far
+    assert len(seen) == 2  # and the cut answer was an attempt that got its repair
+
+
+@pytest.mark.unit
+def test_stratagem_eval_measures_a_real_local_model(
+    llama: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`stratagem eval` against llama-cpp-python's server: every case planned through the real
+    openai SDK, each with its calls, tokens and time; a valid plan calls only catalogue tools."""
+    from stratagem.cli import main
+
+    goals = ["Write a welcome note for Ada to welcome.txt", "List every file in the reports folder"]
+    cases = tmp_path / "set.jsonl"
+    cases.write_text("".join(json.dumps({"goal": g}) + "\n" for g in goals), encoding="utf-8")
+    code = main(["eval", str(cases), "--model", f"openai:smollm2@{llama}", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    report = json.loads(out)
+    results = report["variants"][0]["cases"]
+    assert [r["goal"] for r in results] == goals
+    names = set(ToolRegistry.from_modules([]).catalog().names)
+    for result in results:
+        assert result["calls"] >= 1 and result["input_tokens"] > 0 and result["seconds"] > 0
+        if result["valid"]:
+            assert {s["tool"] for s in result["plan"]["steps"] if s.get("tool")} <= names
+        else:
+            assert result["problems"] or result["error"]
