@@ -53,6 +53,12 @@ def add_eval(commands: Commands) -> None:
         "--max-repairs", type=int, default=2, metavar="N", help="answers sent back per goal (default 2)"
     )
     command.add_argument(
+        "--time-limit",
+        type=positive(float),
+        metavar="SECONDS",
+        help="per planning call, past which its answer is cut and repaired (default: STRATAGEM_REQUEST_TIMEOUT or 120)",
+    )
+    command.add_argument(
         "--min-valid", type=_rate, metavar="RATE", help="exit 1 below this valid-plan rate (0.8 or 80%%)"
     )
     command.add_argument("--config", metavar="FILE", help="the configuration file (default: $STRATAGEM_CONFIG)")
@@ -100,6 +106,7 @@ async def cmd_eval(args: argparse.Namespace) -> int:
                 max_repairs=args.max_repairs,
                 capabilities=capabilities_for(variant.model, config.models),
                 on_case=lambda case: _progress(case, json_only),
+                time_limit=args.time_limit,
             )
         )
     data = document(eval_set.name, results)

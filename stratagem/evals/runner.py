@@ -146,10 +146,13 @@ async def run_eval(
     max_repairs: int = 2,
     capabilities: Capabilities | None = None,
     on_case: Callable[[CaseResult], None] = lambda _: None,
+    time_limit: float | None = None,
 ) -> VariantResult:
-    """Plan every case of `eval_set` with `variant`, in order; `on_case` hears of each result."""
+    """Plan every case of `eval_set` with `variant`, in order; `on_case` hears of each result.
+    `time_limit`: seconds a planning call may take (default STRATAGEM_REQUEST_TIMEOUT, else 120),
+    past which what it wrote is cut and repaired."""
     model = load_model(variant.load_as or variant.model, capabilities=capabilities)
-    timeout = request_timeout_default()
+    timeout = time_limit or request_timeout_default()
     shared: ToolCatalog | None = None
     results = []
     index = 0  # the next call's index, across the cases
