@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.wire_servers import FakeOpenAI, Reply
+from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
 from stratagem.io.plan_mending import close_cut_answer, mend_steps
 from stratagem.io.planner import PlanningFailed, plan_with_repairs
@@ -209,32 +209,41 @@ async def test_every_call_timing_out_stays_retryable(catalog: ToolCatalog) -> No
 # --- streamed over the wire ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+@pytest.fixture(params=["openai", "anthropic"])
+def fake(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI | FakeAnthropic]:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with FakeOpenAI() as server:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with FakeOpenAI() if request.param == "openai" else FakeAnthropic() as server:
         yield server
 
 
-async def test_a_planning_call_streams_and_reads_text_and_usage(fake: FakeOpenAI, catalog: ToolCatalog) -> None:
-    fake.enqueue(Reply.text(json.dumps({"goal": "g", "steps": [step("a")]}), usage=(321, 45)))
-    outcome = await plan_with_repairs(load_model(f"openai:small@{fake.base_url}"), "g", catalog)
+def provider(fake: FakeOpenAI | FakeAnthropic) -> str:
+    return "openai" if isinstance(fake, FakeOpenAI) else "anthropic"
+
+
+async def test_a_planning_call_streams_and_reads_text_and_usage(
+    fake: FakeOpenAI | FakeAnthropic, catalog: ToolCatalog
+) -> None:
+    fake.enqueue(Reply.json({"goal": "g", "steps": [step("a")]}, usage=(321, 45)))
+    outcome = await plan_with_repairs(load_model(f"{provider(fake)}:small@{fake.base_url}"), "g", catalog)
     assert outcome.draft.step_ids == ["a"]
     assert (outcome.usage.input_tokens, outcome.usage.output_tokens) == (321, 45)
-    body = fake.requests[0].body
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
-    assert body["max_tokens"] == planner_output_cap(catalog)
+    body = fake.requests[-1].body
+    assert body["stream"] is True and body["max_tokens"] == planner_output_cap(catalog)
+    if provider(fake) == "openai":
+        assert body["stream_options"] == {"include_usage": True}
 
 
 async def test_a_streamed_plan_still_being_written_at_the_time_limit_is_cut_and_repaired(
-    fake: FakeOpenAI, catalog: ToolCatalog
+    fake: FakeOpenAI | FakeAnthropic, catalog: ToolCatalog
 ) -> None:
-    plan = json.dumps({"goal": "g", "steps": [step("a"), step("b", "record", ["a"], text="x")]})
-    fake.enqueue(Reply.trickle(plan[:-25] + " " * 1000, every=0.005), Reply.text(plan, usage=(50, 20)))
-    model = load_model(f"openai:small@{fake.base_url}")
+    plan = {"goal": "g", "steps": [step("a"), step("b", "record", ["a"], text="x")]}
+    fake.enqueue(Reply.trickle(json.dumps(plan)[:-25] + " " * 1000, every=0.005), Reply.json(plan, usage=(50, 20)))
+    model = load_model(f"{provider(fake)}:small@{fake.base_url}")
     started = time.monotonic()
     outcome = await plan_with_repairs(model, "g", catalog, request_timeout=lambda: 2.0)
     assert time.monotonic() - started < 4.5  # cut at 2 s, not waited out (the answer takes > 6 s)
     assert outcome.calls == 2 and outcome.draft.step_ids == ["a", "b"]
     assert "2 s time limit after the 1 step(s) written whole" in outcome.rejected_attempts[0][0]
-    assert json.loads(fake.requests[1].body["messages"][2]["content"])["steps"] == [step("a")]
+    shown = [m for m in fake.requests[-1].body["messages"] if m["role"] == "assistant"][0]["content"]
+    assert json.loads(shown)["steps"] == [step("a")]

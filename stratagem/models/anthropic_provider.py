@@ -14,8 +14,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stratagem.models._http import ANTHROPIC, Endpoint, client_for, http_client, reading, resolve_endpoint, send
-from stratagem.models.base import Message, ModelRequest, ModelRequestError, ModelResponse, ToolCall, Usage
+from stratagem.models._http import (
+    ANTHROPIC,
+    Endpoint,
+    client_for,
+    http_client,
+    reading,
+    resolve_endpoint,
+    send,
+    stream,
+)
+from stratagem.models.base import Message, ModelRequest, ModelRequestError, ModelResponse, Purpose, ToolCall, Usage
 from stratagem.models.negotiation import Capabilities, StructuredOutput, negotiate
 from stratagem.models.output_limit import lower_cap, within_limit
 
@@ -53,18 +62,32 @@ class AnthropicModel:
             request = request.model_copy(update={"response_schema": None})  # in the prompt already
         arguments = _arguments(self.endpoint.model, request)
         arguments["max_tokens"] = within_limit(self.endpoint, arguments["max_tokens"])
-        try:
-            message = await send(self.endpoint, request, client.messages.create, arguments)
-        except ModelRequestError as exc:
-            # A cap above the model's own limit (a budget's can be): sent again at that limit.
-            lower = lower_cap(self.endpoint, str(exc), arguments["max_tokens"])
-            if lower is None:
-                raise
-            arguments["max_tokens"] = lower
-            message = await send(self.endpoint, request, client.messages.create, arguments)
         schema_tool = request.schema_name if request.response_schema else None
+        for tried in range(2):
+            try:
+                if request.purpose is Purpose.plan:
+                    # Streamed, so a plan still being written at the time limit is kept, cut, for
+                    # the planner to repair; a plain call would lose it all to the timeout.
+                    return await self._streamed(client, request, arguments, schema_tool)
+                message = await send(self.endpoint, request, client.messages.create, arguments)
+                break
+            except ModelRequestError as exc:
+                # A cap above the model's own limit (a budget's can be): sent again at that limit.
+                lower = lower_cap(self.endpoint, str(exc), arguments["max_tokens"])
+                if lower is None or tried:
+                    raise
+                arguments["max_tokens"] = lower
         with reading(self.endpoint):
             return _response(message, self.name, schema_tool)
+
+    async def _streamed(
+        self, client: Any, request: ModelRequest, arguments: dict[str, Any], schema_tool: str | None
+    ) -> ModelResponse:
+        answer = _StreamedMessage()
+        if await stream(self.endpoint, request, client.messages.create, arguments, answer.read):
+            answer.stop = "deadline"
+        with reading(self.endpoint):
+            return answer.response(self.name, schema_tool)
 
 
 def _make_client(endpoint: Endpoint) -> Any:
@@ -144,6 +167,58 @@ def _response(message: Any, name: str, schema_tool: str | None) -> ModelResponse
             calls.append(_tool_call(block))
     usage = _usage(message.usage)
     return ModelResponse(text=text, model=name, usage=usage, tool_calls=calls, stop_reason=message.stop_reason)
+
+
+class _StreamedMessage:
+    """A message put together from its stream's events: its blocks' text and tool inputs (as JSON
+    text, whole or cut), its usage and its stop reason."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.usage = Usage()
+        self.stop: str | None = None
+
+    def read(self, event: Any) -> None:
+        kind = event.type
+        if kind == "message_start":
+            self.usage = _usage(event.message.usage)
+        elif kind == "content_block_start":
+            block = event.content_block
+            self.blocks[event.index] = {
+                "type": block.type,
+                "text": [getattr(block, "text", "") or ""],
+                "id": getattr(block, "id", ""),
+                "name": getattr(block, "name", ""),
+            }
+        elif kind == "content_block_delta":
+            piece = getattr(event.delta, "text", None) or getattr(event.delta, "partial_json", None) or ""
+            self.blocks.setdefault(event.index, {"type": "text", "text": [], "id": "", "name": ""})["text"].append(
+                piece
+            )
+        elif kind == "message_delta":
+            self.stop = event.delta.stop_reason or self.stop
+            if event.usage is not None and event.usage.output_tokens is not None:
+                self.usage = Usage(input_tokens=self.usage.input_tokens, output_tokens=event.usage.output_tokens)
+
+    def response(self, name: str, schema_tool: str | None) -> ModelResponse:
+        text = "".join("".join(b["text"]) for b in self.blocks.values() if b["type"] == "text")
+        calls: list[ToolCall] = []
+        for block in self.blocks.values():
+            if block["type"] != "tool_use":
+                continue
+            raw = "".join(block["text"])
+            if block["name"] == schema_tool:
+                text = raw
+                continue
+            try:
+                arguments = json.loads(raw or "{}")
+            except ValueError:
+                arguments = None
+            if isinstance(arguments, dict):
+                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=arguments))
+            else:
+                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=None, raw_arguments=raw))
+        return ModelResponse(text=text, model=name, usage=self.usage, tool_calls=calls, stop_reason=self.stop)
 
 
 def _tool_call(block: Any) -> ToolCall:

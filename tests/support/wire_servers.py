@@ -85,8 +85,8 @@ class Reply:
 
     @classmethod
     def trickle(cls, text: str, every: float, usage: tuple[int, int] | None = (0, 0)) -> Reply:
-        """`text` streamed a character every `every` seconds (OpenAI, to a request that streams):
-        a model still writing when its time limit comes."""
+        """`text` streamed a character every `every` seconds (to a request that streams; a forced
+        schema tool's input, for Anthropic): a model still writing when its time limit comes."""
         return cls("text", content=text, usage=usage, seconds=every)
 
     @classmethod
@@ -359,6 +359,51 @@ class FakeAnthropic(_FakeServer):
 
     def _tool_use(self, name: str, value: Any) -> dict[str, Any]:
         return {"type": "tool_use", "id": self._id("toolu_"), "name": name, "input": value}
+
+    def events(self, reply: Reply, body: dict[str, Any]) -> list[tuple[float, bytes]]:
+        """The message as Messages API stream events: message_start (with the input usage), each
+        block started, its text or its input's JSON in pieces, stopped, then message_delta (the
+        stop reason, the output usage) and message_stop."""
+        whole = self.answer(reply, body)
+
+        def event(kind: str, data: dict[str, Any], pause: float = 0.0) -> tuple[float, bytes]:
+            return pause, f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+        usage = whole["usage"]
+        start = {**whole, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 0}}
+        events = [event("message_start", {"message": start})]
+        for index, block in enumerate(whole["content"]):
+            if block["type"] == "text":
+                text = block["text"]
+                events.append(
+                    event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
+                )
+                size = 1 if reply.seconds else max(1, len(text) // 4)
+                events += [
+                    event(
+                        "content_block_delta",
+                        {"index": index, "delta": {"type": "text_delta", "text": text[i : i + size]}},
+                        reply.seconds,
+                    )
+                    for i in range(0, len(text), size)
+                ]
+            else:
+                opened = {**block, "input": {}}
+                events.append(event("content_block_start", {"index": index, "content_block": opened}))
+                raw = json.dumps(block["input"])
+                size = 1 if reply.seconds else max(1, len(raw) // 2)
+                events += [
+                    event(
+                        "content_block_delta",
+                        {"index": index, "delta": {"type": "input_json_delta", "partial_json": raw[i : i + size]}},
+                        reply.seconds,
+                    )
+                    for i in range(0, len(raw), size)
+                ]
+            events.append(event("content_block_stop", {"index": index}))
+        delta = {"stop_reason": whole["stop_reason"], "stop_sequence": None}
+        events.append(event("message_delta", {"delta": delta, "usage": {"output_tokens": usage["output_tokens"]}}))
+        return [*events, event("message_stop", {})]
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = self.ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
