@@ -143,8 +143,10 @@ def test_parse_describes_top_level_errors() -> None:
 def test_planning_messages_hold_rules_schema_and_tools(catalog: ToolCatalog) -> None:
     system, user = planning_messages("say hello", catalog)
     assert (system.role, user.role) == ("system", "user")
-    # The reference syntax is shown literally (the prompt template must not eat the braces).
-    assert "${step_id} or ${step_id.field}" in system.content
+    # The reference syntax is shown literally (the prompt template must not eat the braces); a
+    # first plan names steps by their places, the engine making their ids.
+    assert "${step1} or ${step1.field}" in system.content
+    assert "The steps are step1, step2, ... in the order you write them." in system.content
     assert "- greet: Make a greeting." in system.content
     assert "- add: Add two integers." in system.content
     # The plan schema (and with it the tools' arguments) travels as the request's response
@@ -169,7 +171,9 @@ def test_replanning_message_shows_plan_progress_and_failure(catalog: ToolCatalog
         },
         failure="step 'sum' failed: overflow",
     )
-    _, user = planning_messages("say hello", catalog, progress)
+    system, user = planning_messages("say hello", catalog, progress)
+    # A revision keeps the ids its current plan gives the steps.
+    assert "${step_id} or ${step_id.field}" in system.content and 'unique "id"' in system.content
     assert '"id": "sum"' in user.content
     assert '- hello: succeeded; output: {"text": "Hello, Ada!"}' in user.content
     assert "- sum: failed; error: overflow" in user.content
@@ -191,7 +195,7 @@ async def test_invalid_answer_is_repaired(catalog: ToolCatalog) -> None:
 
     first, second = model.requests
     assert first.purpose is Purpose.plan and second.purpose is Purpose.plan
-    assert first.response_schema == planner_schema(catalog)
+    assert first.response_schema == planner_schema(catalog, positional=True)
     assert len(first.messages) == 2
     assert second.messages[:2] == first.messages
     assert (second.messages[2].role, second.messages[2].content) == ("assistant", plan_json(UNKNOWN_TOOL))
@@ -441,4 +445,4 @@ def test_planner_schema_is_small_enough_for_a_grammar(catalog: ToolCatalog) -> N
 async def test_the_planner_asks_for_the_schema_built_from_the_catalogue(catalog: ToolCatalog) -> None:
     model = FakeModel([plan_json(GOOD)])
     await plan_with_repairs(model, "say hello", catalog)
-    assert model.requests[0].response_schema == planner_schema(catalog)
+    assert model.requests[0].response_schema == planner_schema(catalog, positional=True)

@@ -14,7 +14,7 @@ from support.wire_servers import FakeAnthropic, FakeOpenAI, Reply
 
 from stratagem.io.plan_mending import close_cut_answer, mend_steps
 from stratagem.io.planner import PlanningFailed, plan_with_repairs
-from stratagem.io.planner_schema import planner_output_cap
+from stratagem.io.planner_schema import planner_output_cap, planner_schema
 from stratagem.models import ModelRequest, ModelResponse, Usage, load_model
 from stratagem.models.base import ModelTimeout
 from stratagem.tools import ToolCatalog, ToolRegistry
@@ -247,3 +247,55 @@ async def test_a_streamed_plan_still_being_written_at_the_time_limit_is_cut_and_
     assert "2 s time limit after the 1 step(s) written whole" in outcome.rejected_attempts[0][0]
     shown = [m for m in fake.requests[-1].body["messages"] if m["role"] == "assistant"][0]["content"]
     assert json.loads(shown)["steps"] == [step("a")]
+
+
+# --- a first plan names steps by their places ---------------------------------------------------
+
+
+def test_a_first_plans_schema_leaves_ids_to_the_engine_and_enumerates_places(catalog: ToolCatalog) -> None:
+    from jsonschema import Draft202012Validator
+
+    schema = planner_schema(catalog, positional=True)
+    places = schema["$defs"]["ids"]["items"]["enum"]
+    assert places[:2] == ["step1", "step2"] and len(places) == 4 * len(catalog.tools) + 8
+    validator = Draft202012Validator(schema)
+    good = {"goal": "g", "steps": [{"tool": "greet", "title": "Hi", "args": {"name": "A"}, "depends_on": ["step2"]}]}
+    assert not list(validator.iter_errors(good))
+    misspelt = {**good, "steps": [{**good["steps"][0], "depends_on": ["greet"]}]}
+    assert list(validator.iter_errors(misspelt))  # a tool's name, or any id, is not a place
+    with_id = {**good, "steps": [{**good["steps"][0], "id": "hi"}]}
+    assert list(validator.iter_errors(with_id))  # no id: the engine makes it
+    # A revision names steps by their ids, which it must keep.
+    assert "id" in planner_schema(catalog)["$defs"] and "enum" not in planner_schema(catalog)["$defs"]["ids"]["items"]
+
+
+async def test_a_positional_answer_gets_ids_from_titles_and_its_places_resolved(catalog: ToolCatalog) -> None:
+    answer = {
+        "goal": "g",
+        "steps": [
+            {"tool": "greet", "title": "Greet Ada warmly today please", "args": {"name": "Ada"}},
+            {
+                "tool": "record",
+                "title": "Record it",
+                "args": {"text": "${step1} / ${step1.x} / $${step1}"},
+                "depends_on": ["step1"],
+            },
+            {"kind": "human", "title": "Record it", "instructions": "Check ${step2}", "depends_on": ["step2", "step1"]},
+        ],
+    }
+    model = Answers(json.dumps(answer))
+    outcome = await plan_with_repairs(model, "g", catalog)
+    assert outcome.calls == 1 and outcome.repairs == []  # ids by design are not repairs
+    assert outcome.draft.step_ids == ["greet_ada_warmly_today", "record_it", "record_it_2"]
+    second, third = outcome.draft.steps[1], outcome.draft.steps[2]
+    assert second.depends_on == ["greet_ada_warmly_today"]
+    assert second.args == {"text": "${greet_ada_warmly_today} / ${greet_ada_warmly_today.x} / $${step1}"}
+    assert third.depends_on == ["record_it", "greet_ada_warmly_today"] and third.instructions == "Check ${record_it}"
+    assert model.requests[0].response_schema == planner_schema(catalog, positional=True)
+
+
+async def test_a_place_past_the_last_step_is_sent_back(catalog: ToolCatalog) -> None:
+    bad = {"goal": "g", "steps": [{"tool": "greet", "title": "Hi", "args": {"name": "A"}, "depends_on": ["step7"]}]}
+    good = {"goal": "g", "steps": [{"tool": "greet", "title": "Hi", "args": {"name": "A"}}]}
+    outcome = await plan_with_repairs(Answers(json.dumps(bad), json.dumps(good)), "g", catalog)
+    assert outcome.calls == 2 and "step7" in " ".join(outcome.rejected_attempts[0])

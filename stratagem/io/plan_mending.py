@@ -20,17 +20,20 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from stratagem.domain.plan import STEP_ID_PATTERN
 
 _VALID_ID = re.compile(STEP_ID_PATTERN)
 _POSITION = re.compile(r"^\s*(?:step\s*[_#-]?\s*)?(\d{1,4})\s*$", re.I)
-_REFERENCE = re.compile(r"\$\{([^}.]+)((?:\.[^}]*)?)\}")
+_REFERENCE = re.compile(r"(?<!\$)\$\{([^}.]+)((?:\.[^}]*)?)\}")  # not `$${...}`, a literal
 
 
-def mend_steps(data: dict[str, Any]) -> list[str]:
-    """Give `data["steps"]` valid, unique ids and resolvable dependencies, in place; what changed."""
+def mend_steps(data: dict[str, Any], *, positional: bool = False) -> list[str]:
+    """Give `data["steps"]` valid, unique ids and resolvable dependencies, in place; what changed.
+    `positional`: the model named steps by their places ("step2", planner_schema's `positional`),
+    which then come before any id it wrote that looks like one."""
     steps = data.get("steps")
     if not isinstance(steps, list):
         return []
@@ -45,9 +48,10 @@ def mend_steps(data: dict[str, Any]) -> list[str]:
         taken.add(new)
         final.append(new)
         if original != new:
-            shown = json.dumps(original) if original is not None else "no id"
-            notes.append(f"step {position} had {shown}: its id is '{new}'")
             step["id"] = new
+            if original is not None or not positional:  # a first plan's ids are the engine's to make
+                shown = json.dumps(original) if original is not None else "no id"
+                notes.append(f"step {position} had {shown}: its id is '{new}'")
         if isinstance(original, str) and original not in renamed:
             renamed[original] = new
     tools = _steps_by_tool(entries, final)
@@ -61,21 +65,27 @@ def mend_steps(data: dict[str, Any]) -> list[str]:
             continue  # validation says what is wrong with it
         resolved: list[Any] = []
         for entry in depends:
-            target = _resolve(entry, final, renamed, tools, own=final[position - 1])
+            target = _resolve(entry, final, renamed, tools, own=final[position - 1], positional=positional)
             if target is None:
                 resolved.append(entry)
                 continue
-            if target != entry:
+            by_place = positional and isinstance(entry, str) and _POSITION.match(entry) is not None
+            if target != entry and not by_place:
                 notes.append(f"step '{final[position - 1]}' depended on {json.dumps(entry)}: read as '{target}'")
             if target != final[position - 1] and target not in resolved:
                 resolved.append(target)
         step["depends_on"] = resolved
-    moved = {old: new for old, new in renamed.items() if old != new and old not in final}
-    if moved:
-        for step in entries:
-            for key in ("args", "instructions", "title"):
-                if key in step:
-                    step[key] = _rename_references(step[key], moved)
+    for position, step in enumerate(entries, start=1):
+
+        def named(name: str, own: str = final[position - 1]) -> str:
+            if name == "inputs":  # a process's inputs, never a step
+                return name
+            target = _resolve(name, final, renamed, tools, own=own, positional=positional)
+            return target if target is not None else name
+
+        for key in ("args", "instructions"):
+            if key in step:
+                step[key] = _rename_references(step[key], named)
     return notes
 
 
@@ -86,7 +96,8 @@ def _id_for(step: dict[str, Any], position: int) -> str:
             text = str(source)
             if _VALID_ID.match(text):
                 return text
-            slug = re.sub(r"[^A-Za-z0-9_-]+", "_", text.strip()).strip("_-")[:40].lower()
+            words = re.findall(r"[A-Za-z0-9]+", text)[:4]  # a title's first words name it well enough
+            slug = "_".join(words)[:40].lower()
             if slug and not slug[0].isdigit() and slug[0] != "-":
                 return slug
     return f"step_{position}"
@@ -110,19 +121,28 @@ def _steps_by_tool(entries: list[dict[str, Any]], ids: list[str]) -> dict[str, l
 
 
 def _resolve(
-    entry: Any, ids: list[str], renamed: dict[str, str], tools: dict[str, list[str]], *, own: str
+    entry: Any,
+    ids: list[str],
+    renamed: dict[str, str],
+    tools: dict[str, list[str]],
+    *,
+    own: str,
+    positional: bool = False,
 ) -> str | None:
     """The id `entry` stands for, or None when it cannot be told."""
     if isinstance(entry, bool) or not isinstance(entry, (str, int)):
         return None
     text = str(entry).strip()
+    position = _POSITION.match(text)
+    at = int(position[1]) if position and 1 <= int(position[1]) <= len(ids) else None
+    if positional and at is not None:
+        return ids[at - 1]
     if text in ids:
         return text
     if text in renamed:
         return renamed[text]
-    position = _POSITION.match(text)
-    if position and 1 <= int(position[1]) <= len(ids):
-        return ids[int(position[1]) - 1]
+    if at is not None:
+        return ids[at - 1]
     users = [sid for sid in tools.get(text, []) if sid != own]
     if len(users) == 1:  # small models write the tool a step calls for the step
         return users[0]
@@ -134,13 +154,14 @@ def _resolve(
     return close[0] if len(close) == 1 else None
 
 
-def _rename_references(value: Any, moved: dict[str, str]) -> Any:
+def _rename_references(value: Any, named: Callable[[str], str]) -> Any:
+    """`value` with each `${name...}` naming the step `named(name)` says it stands for."""
     if isinstance(value, str):
-        return _REFERENCE.sub(lambda m: f"${{{moved.get(m[1], m[1])}{m[2]}}}", value)
+        return _REFERENCE.sub(lambda m: f"${{{named(m[1])}{m[2]}}}", value)
     if isinstance(value, dict):
-        return {k: _rename_references(v, moved) for k, v in value.items()}
+        return {k: _rename_references(v, named) for k, v in value.items()}
     if isinstance(value, list):
-        return [_rename_references(v, moved) for v in value]
+        return [_rename_references(v, named) for v in value]
     return value
 
 

@@ -28,18 +28,33 @@ from stratagem.io.planner_schema import planner_output_cap, planner_schema
 from stratagem.models.base import Message, Model, ModelRequest, ModelTimeout, Purpose, Usage
 
 SYSTEM_PROMPT = """You plan a business process as a task graph that a person reviews before it runs.
-Answer with one JSON object: {{"goal", "steps", "reason"}}. Each step has a unique "id" (letters,
-digits, '_', '-'), a short "title" and "depends_on" (ids that must succeed first; steps without a
-dependency run in parallel; no cycles), and is one of:
+Answer with one JSON object: {{"goal", "steps", "reason"}}. {naming} and "depends_on" ({dependencies}
+that must succeed first; steps without a dependency run in parallel; no cycles), and is one of:
 - a tool step: "tool" (one of the tools below) and its "args";
 - "kind": "llm": "instructions" for an executor model, "tools" it may call (none to only write),
   and "success_criteria", checked after it runs. Prefer a tool step when the call is known.
 - "kind": "human": "instructions" asking a person, whose answer is its output.
-Strings in args or instructions may use an ancestor's output: ${{step_id}} or ${{step_id.field}}.
+Strings in args or instructions may use an ancestor's output: ${{{reference}}} or ${{{reference}.field}}.
 Set "risk": "high" on steps that move money, contact outsiders or change records.{tiers}
 
 Tools:
 {tools}"""
+
+
+# How steps are named: a first plan by their places (the engine makes the ids), a revision by the
+# ids its current plan already gives them (planner_schema's `positional`).
+_NAMING = {
+    True: {
+        "naming": 'The steps are step1, step2, ... in the order you write them. Each has a short "title"',
+        "dependencies": 'the steps, "step1", "step2"...,',
+        "reference": "step1",
+    },
+    False: {
+        "naming": "Each step has a unique \"id\" (letters, digits, '_', '-'), a short \"title\"",
+        "dependencies": "ids",
+        "reference": "step_id",
+    },
+}
 
 
 def render_tools(catalog: ToolCatalog) -> str:
@@ -91,6 +106,7 @@ def planning_messages(
     system_prompt: str | None = None,
 ) -> list[Message]:
     system = (system_prompt or SYSTEM_PROMPT).format(
+        **_NAMING[progress is None],
         tools=render_tools(catalog),
         tiers=f'\nAn llm step may set "tier": {", ".join(sorted(tiers))} (default: the executor).' if tiers else "",
     )
@@ -216,7 +232,7 @@ class _Reading:
 
 
 def _read_answer(
-    text: str, stop_reason: str | None, *, goal: str, cap: int, seconds: float | None, last: bool
+    text: str, stop_reason: str | None, *, goal: str, cap: int, seconds: float | None, last: bool, positional: bool
 ) -> _Reading:
     data, problems = _load(text)
     shown, mended, usable = text, [], True
@@ -237,7 +253,7 @@ def _read_answer(
             mended.append(f"the answer was cut off at {where}: the plan holds {kept}; check it reaches the goal")
     if data is None:
         return _Reading(None, problems, [], text, False)
-    mended += mend_steps(data)
+    mended += mend_steps(data, positional=positional)
     draft, invalid = _validated(data)
     if draft is not None and problems and usable:
         # Taken from a cut answer: its reviewer reads so in its reason.
@@ -282,7 +298,8 @@ async def plan_with_repairs(
     """
     asked = planning_messages(goal, catalog, progress, tiers=tiers, system_prompt=system_prompt)
     messages = asked
-    schema = planner_schema(catalog, tiers=tiers, approvers=bool(groups) or bool(approvers))
+    positional = progress is None
+    schema = planner_schema(catalog, tiers=tiers, approvers=bool(groups) or bool(approvers), positional=positional)
     cap = max_output_tokens or planner_output_cap(catalog, progress.plan if progress else None)
     rules: dict[str, Any] = {"has_executor": has_executor, "tiers": tiers, "approvers": approvers, "groups": groups}
     usage = Usage()
@@ -324,7 +341,9 @@ async def plan_with_repairs(
                 attempt=activity_attempt,
             )
         )
-        reading = _read_answer(response.text, response.stop_reason, goal=goal, cap=cap, seconds=seconds, last=last)
+        reading = _read_answer(
+            response.text, response.stop_reason, goal=goal, cap=cap, seconds=seconds, last=last, positional=positional
+        )
         problems = reading.problems
         repairs += reading.mended
         if reading.usable and reading.draft is not None:

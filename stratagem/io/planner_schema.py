@@ -15,7 +15,9 @@ from stratagem.domain.plan import STEP_ID_PATTERN, OutputFormat, PlanDraft, Risk
 _UNCONSTRAINED = ("title", "maxItems", "minLength", "maxLength", "pattern", "format", "default", "examples")
 
 
-def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approvers: bool = False) -> dict[str, Any]:
+def planner_schema(
+    catalog: ToolCatalog, *, tiers: Collection[str] = (), approvers: bool = False, positional: bool = False
+) -> dict[str, Any]:
     """The plan schema a planner model is held to, built from the worker's tools: a tool step's
     `tool` is one of their names and its `args` that tool's schema (one member of `anyOf` per
     tool), and an llm step's `tools` are tool names. A server that enforces the schema (strict
@@ -28,12 +30,17 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
     write it first filled it with tool names. Each member
     starts with what tells the members apart (`tool`, or `kind`): a decoder held to the schema by a
     grammar then knows at once which member it is in; with `id` first, every member stayed open
-    and llama.cpp's server ran a hundred times slower per token."""
-    ref = {name: {"$ref": f"#/$defs/{name}"} for name in ("id", "title", "ids", "risk", "text")}
-    head = {"id": ref["id"], "title": ref["title"]}
+    and llama.cpp's server ran a hundred times slower per token.
+
+    `positional` (a first plan: no step has an id yet) leaves ids to the engine, which makes them
+    from the titles (stratagem.io.plan_mending), and has `depends_on` name steps by their place,
+    "step1" to "stepN", which the schema enumerates: a dependency cannot be misspelt, nor name a
+    tool. A revision keeps ids, as its succeeded steps are named by theirs."""
+    ref = {name: {"$ref": f"#/$defs/{name}"} for name in ("id", "title", "ids", "risk", "text", "words", "lines")}
+    head = {"title": ref["title"]} if positional else {"id": ref["id"], "title": ref["title"]}
     tail: dict[str, Any] = {"risk": ref["risk"]}
     if approvers:
-        tail["approvers"] = ref["ids"]
+        tail["approvers"] = ref["lines"]
     names = catalog.names
     steps = [
         _member(
@@ -45,29 +52,31 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
                 **tail,
             },
             ["tool", "args"],
+            positional,
         )
         for spec in catalog.tools
     ]
     llm: dict[str, Any] = {
         "kind": {"enum": ["llm"]},
         **head,
-        "instructions": ref["text"],
+        "instructions": ref["words"],
         "depends_on": ref["ids"],
         "tools": {"type": "array", "items": {"enum": names}} if names else {"type": "array", "maxItems": 0},
-        "success_criteria": ref["ids"],
+        "success_criteria": ref["lines"],
         "output_format": {"enum": [f.value for f in OutputFormat]},
         "output_schema": {"type": "object"},
     }
     if tiers:
         llm["tier"] = {"enum": sorted(tiers)}
-    steps.append(_member({**llm, **tail}, ["kind", "instructions"]))
+    steps.append(_member({**llm, **tail}, ["kind", "instructions"], positional))
     human = {
         "kind": {"enum": ["human"]},
         **head,
-        "instructions": ref["text"],
+        "instructions": ref["words"],
         "answer_schema": {"type": "object"},
     }
-    steps.append(_member({**human, **tail}, ["kind", "instructions"]))
+    steps.append(_member({**human, **tail}, ["kind", "instructions"], positional))
+    places = {"enum": [f"step{n}" for n in range(1, most_steps(catalog) + 1)]}
     return {
         "type": "object",
         "properties": {
@@ -78,11 +87,17 @@ def planner_schema(catalog: ToolCatalog, *, tiers: Collection[str] = (), approve
         "required": ["goal", "steps"],
         "additionalProperties": False,
         "$defs": {
-            "id": {"type": "string", "pattern": STEP_ID_PATTERN},
+            **({} if positional else {"id": {"type": "string", "pattern": STEP_ID_PATTERN}}),
             "title": {"type": "string", "minLength": 1, "maxLength": TITLE_LENGTH},
-            "ids": {"type": "array", "maxItems": MOST_DEPENDENCIES, "items": {"type": "string"}},
+            "ids": {
+                "type": "array",
+                "maxItems": MOST_DEPENDENCIES,
+                "items": places if positional else {"type": "string"},
+            },
             "risk": {"enum": [r.value for r in Risk]},
             "text": {"type": "string", "maxLength": TEXT_LENGTH},
+            "words": {"type": "string", "minLength": 1, "maxLength": TEXT_LENGTH},
+            "lines": {"type": "array", "maxItems": MOST_DEPENDENCIES, "items": {"$ref": "#/$defs/title"}},
         },
     }
 
@@ -114,13 +129,13 @@ def _bounded(schema: Any) -> Any:
     return bounded
 
 
-def _member(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def _member(properties: dict[str, Any], required: list[str], positional: bool) -> dict[str, Any]:
     first = [name for name in required if name in ("tool", "kind")]
     rest = [name for name in required if name not in first]
     return {
         "type": "object",
         "properties": properties,
-        "required": [*first, "id", "title", *rest],
+        "required": [*first, *([] if positional else ["id"]), "title", *rest],
         "additionalProperties": False,
     }
 
