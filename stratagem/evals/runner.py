@@ -28,7 +28,7 @@ from stratagem.domain.process import ProcessRecord, planning_goal, render_text
 from stratagem.domain.usage import CallUsage
 from stratagem.evals.cases import EvalCase, EvalSet
 from stratagem.evals.scoring import CheckResult, edge_f1, node_f1, run_checks
-from stratagem.io.planner import PlanningFailed, plan_with_repairs
+from stratagem.io.planner import NAMING, PlanningFailed, plan_with_repairs
 from stratagem.models import ModelCallError, load_model
 from stratagem.models.base import ModelTimeout, request_timeout_default
 from stratagem.tools import ToolRegistry
@@ -49,8 +49,12 @@ class Variant:
         return self.model + (f" + {self.prompt_file}" if self.prompt_file else "")
 
 
+PROMPT_FIELDS = NAMING[True]
+
+
 def read_prompt(path: str | Path) -> str:
-    """A system prompt file: a template with `{tools}` (the catalogue) and `{tiers}`, braces
+    """A system prompt file: a template with `{tools}` (the catalogue), `{tiers}` and the ways
+    steps are named (`{naming}`, `{dependencies}`, `{reference}`: stratagem.io.planner), braces
     meant literally written `{{` and `}}`. ConfigError, one line, when it cannot be used."""
     file = Path(path)
     try:
@@ -60,10 +64,11 @@ def read_prompt(path: str | Path) -> str:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read prompt file '{file}': {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        text.format(tools="", tiers="")
+        text.format(tools="", tiers="", **PROMPT_FIELDS)
     except (KeyError, IndexError, ValueError) as exc:
         raise ConfigError(
-            f"prompt file '{file}' is not a template: it may use {{tools}} and {{tiers}}, "
+            f"prompt file '{file}' is not a template: it may use {{tools}}, {{tiers}}, {{naming}}, "
+            f"{{dependencies}} and {{reference}}, "
             f"and braces meant literally are written {{{{ and }}}} ({type(exc).__name__}: {exc})"
         ) from None
     if not text.strip():

@@ -42,8 +42,8 @@ Tools:
 
 
 # How steps are named: a first plan by their places (the engine makes the ids), a revision by the
-# ids its current plan already gives them (planner_schema's `positional`).
-_NAMING = {
+# ids its current plan already gives them (planner_schema's `positional`). SYSTEM_PROMPT's fields.
+NAMING = {
     True: {
         "naming": 'The steps are step1, step2, ... in the order you write them. Each has a short "title"',
         "dependencies": 'the steps, "step1", "step2"...,',
@@ -106,7 +106,7 @@ def planning_messages(
     system_prompt: str | None = None,
 ) -> list[Message]:
     system = (system_prompt or SYSTEM_PROMPT).format(
-        **_NAMING[progress is None],
+        **NAMING[progress is None],
         tools=render_tools(catalog),
         tiers=f'\nAn llm step may set "tier": {", ".join(sorted(tiers))} (default: the executor).' if tiers else "",
     )
