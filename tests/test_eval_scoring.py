@@ -91,8 +91,8 @@ def verdict(made: PlanDraft, rule: Check, catalog: ToolCatalog | None = None) ->
 def test_uses_and_avoids_look_at_tool_steps_llm_steps_tools_and_kinds():
     assert verdict(REFERENCE, check(uses="pay")) == (True, "step 'd' calls pay")
     assert verdict(REFERENCE, check(uses="refund")) == (False, "no step calls refund")
-    assert verdict(REFERENCE, check(uses="llm")) == (True, "step 'c' calls llm")
-    assert verdict(REFERENCE, check(avoids="human")) == (True, "no step calls human")
+    assert verdict(REFERENCE, check(uses="llm")) == (True, "step 'c' is an llm step")
+    assert verdict(REFERENCE, check(avoids="human")) == (True, "no step is a human step")
     assert verdict(REFERENCE, check(avoids="pay")) == (False, "step 'd' calls pay")
     may_call = plan(llm("a", tools=("send_email",)))
     assert verdict(may_call, check(avoids="send_email")) == (False, "step 'a' calls send_email")

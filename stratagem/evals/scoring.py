@@ -100,17 +100,19 @@ def run_check(plan: PlanDraft, check: Check, catalog: ToolCatalog | None = None)
     declares that every use waits for approval counts as asking (as the run makes it ask)."""
     rule, target = check.rule
     callers = [step for step in plan.steps if calls(step, target)]
+    article = "an" if target == "llm" else "a"
+    doing = f"is {article} {target} step" if target in KINDS else f"calls {target}"  # a kind, or a tool
     named = ", ".join(f"'{step.id}'" for step in callers[:3]) + (" ..." if len(callers) > 3 else "")
     if rule == "uses":
         if callers:
-            return _result(check, True, f"step {named} calls {target}")
-        return _result(check, False, f"no step calls {target}")
+            return _result(check, True, f"step {named} {doing}")
+        return _result(check, False, f"no step {doing}")
     if rule == "avoids":
         if callers:
-            return _result(check, False, f"step {named} calls {target}")
-        return _result(check, True, f"no step calls {target}")
+            return _result(check, False, f"step {named} {doing}")
+        return _result(check, True, f"no step {doing}")
     if not callers:
-        return _result(check, True, f"no step calls {target}")
+        return _result(check, True, f"no step {doing}")
     by_id = {step.id: step for step in plan.steps}
     depends = {step.id: [dep for dep in step.depends_on if dep in by_id] for step in plan.steps}
     is_ancestor = ancestry(depends)
@@ -119,14 +121,14 @@ def run_check(plan: PlanDraft, check: Check, catalog: ToolCatalog | None = None)
             before = [by_id[other] for other in by_id if is_ancestor(step.id, other)]
             if not any(_asks(s, target, catalog) for s in [step, *before]):
                 return _result(
-                    check, False, f"step '{step.id}' calls {target} with no human step or approval before it"
+                    check, False, f"step '{step.id}' {doing} with no human step or approval before it"
                 )
-        return _result(check, True, f"a person is asked before every step calling {target} ({named})")
+        return _result(check, True, f"a person is asked before every step that {doing} ({named})")
     # nothing_after
     for step in callers:
         after = [other for other in by_id if is_ancestor(other, step.id)]
         if after:
-            return _result(check, False, f"step '{after[0]}' comes after step '{step.id}', which calls {target}")
+            return _result(check, False, f"step '{after[0]}' comes after step '{step.id}', which {doing}")
     return _result(check, True, f"no step comes after {named}")
 
 

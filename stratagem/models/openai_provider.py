@@ -237,9 +237,12 @@ class _StreamedAnswer:
                 function = SimpleNamespace(name=entry["name"], arguments=raw)
                 calls.append(_tool_call(SimpleNamespace(id=entry["id"], function=function)))
         usage = _usage(self.usage)
-        if self.usage is None:  # a cut stream ends before its usage, and some servers never send it
-            sent = sum(len(m.content) for m in request.messages) + len(json.dumps(request.response_schema or {}))
-            usage = Usage(input_tokens=sent // 4, output_tokens=self.chunks)
+        if self.usage is None:
+            # A cut stream ends before its usage, and some servers (llama-cpp-python's) never send
+            # it: an estimate, four characters a token and a few a message. The schema is left out:
+            # a server holding the answer to it by a grammar does not put it in the prompt.
+            sent = sum(len(m.content) // 4 + 4 for m in request.messages)
+            usage = Usage(input_tokens=sent, output_tokens=self.chunks)
         return ModelResponse(text=text, model=name, usage=usage, tool_calls=calls, stop_reason=self.finish)
 
 
