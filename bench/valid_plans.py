@@ -160,6 +160,7 @@ async def measure(model_string: str, schema: str, goals: list[str], max_tokens: 
         except (ModelOutputError, ModelCallError, StratagemError) as exc:
             problems = f"call failed: {exc}"
         seconds = time.perf_counter() - started
+        base_url = model.base_url
         calls = model.calls
         tokens_in = sum(c["input_tokens"] for c in calls)
         slowest = max((c["seconds"] for c in calls), default=0.0)

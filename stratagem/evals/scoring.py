@@ -120,9 +120,7 @@ def run_check(plan: PlanDraft, check: Check, catalog: ToolCatalog | None = None)
         for step in callers:
             before = [by_id[other] for other in by_id if is_ancestor(step.id, other)]
             if not any(_asks(s, target, catalog) for s in [step, *before]):
-                return _result(
-                    check, False, f"step '{step.id}' {doing} with no human step or approval before it"
-                )
+                return _result(check, False, f"step '{step.id}' {doing} with no human step or approval before it")
         return _result(check, True, f"a person is asked before every step that {doing} ({named})")
     # nothing_after
     for step in callers:
