@@ -5,6 +5,7 @@ does not allow."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,31 +16,22 @@ from conftest import group_problem
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def collected(markers: list[str | None]) -> list[set[str]]:
-    """The tests each marker selects (None: all), collected at once: each collection imports the
-    whole suite, about ten seconds."""
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
-    processes = [
-        subprocess.Popen(
-            argv + (["-m", marker] if marker else []),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for marker in markers
-    ]
-    found = []
-    for process in processes:
-        out, err = process.communicate(timeout=180)
-        assert process.returncode == 0, out + err
-        found.append({line for line in out.splitlines() if "::" in line})
-    return found
+def collected(markers: list[str | None], scratch: Path) -> list[set[str]]:
+    """The tests each marker selects (None: all), each selection pytest's own `-m`, all collected in
+    one process (tests/support/selections.py): a collection imports the whole suite, about ten
+    seconds, and the later ones find the test modules imported."""
+    out = scratch / "selections.json"
+    code = "import sys; sys.path.insert(0, 'tests'); from support.selections import main; main()"
+    argv = [sys.executable, "-c", code, str(out), *(marker or "" for marker in markers)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads(out.read_text())
+    return [set(found[marker or ""]) for marker in markers]
 
 
 @pytest.mark.system
-def test_the_unit_group_needs_no_server_and_the_groups_cover_the_suite():
-    unit, workflow, system, everything = collected(["unit", "workflow", "system", None])
+def test_the_unit_group_needs_no_server_and_the_groups_cover_the_suite(tmp_path):
+    unit, workflow, system, everything = collected(["unit", "workflow", "system", None], tmp_path)
     assert unit | workflow | system == everything
     assert not (unit & workflow) and not (unit & system) and not (workflow & system)
     # A time-skipping test, a dev-server test, one that starts `stratagem` through a helper, a pure one.
