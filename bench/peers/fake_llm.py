@@ -1,6 +1,6 @@
 """One local OpenAI-compatible model server that answers every framework the same way.
 
-`POST /v1/chat/completions`, not streamed. The job comes from the request's model name
+`POST /v1/chat/completions`, streamed when asked (planning calls are). The job comes from the request's model name
 (bench/peers/jobs.py), the answer from the conversation so far: how many tool results it holds.
 So the replies are deterministic, and a framework that resumes a conversation after a crash gets
 the same next answer it would have got. Usage is reported at 4 characters a token. Standard
@@ -74,6 +74,22 @@ def reply(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     }
 
 
+def stream_events(completion: dict[str, Any]) -> list[bytes]:
+    """The completion as chat.completion.chunk events: the message whole in one delta (its tool
+    calls indexed), the finish reason, then the usage."""
+    choice = completion["choices"][0]
+    message = dict(choice["message"])
+    if "tool_calls" in message:
+        message["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": message, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
+        {**head, "choices": [], "usage": completion["usage"]},
+    ]
+    return [json.dumps(chunk).encode() for chunk in chunks]
+
+
 def _calls(calls: list[tuple[str, Any]], first: int) -> dict[str, Any]:
     return {
         "role": "assistant",
@@ -107,6 +123,16 @@ class FakeLLM:
                         body = {}
                     seen.add(str(body.get("model", "")), size)
                     status, answer = reply(body)
+                if status == 200 and body.get("stream"):  # Stratagem's planning calls stream
+                    self.send_response(status)
+                    self.send_header("content-type", "text/event-stream")
+                    self.send_header("connection", "close")
+                    self.end_headers()
+                    self.close_connection = True
+                    for event in stream_events(answer):
+                        self.wfile.write(b"data: " + event + b"\n\n")
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    return
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
