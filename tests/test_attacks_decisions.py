@@ -455,12 +455,18 @@ async def test_a_cron_start_neither_approves_itself_nor_brings_a_state(dev_harne
                 result_type=RunResult,
             )
         )
-    await asyncio.sleep(5)  # the schedule's second and third runs
     expected = ("may approve itself (auto_approve) only when", "started once: not on a Temporal cron schedule")
     for handle, refusal in zip(handles, expected, strict=True):
-        runs = [r async for r in harness.client.list_workflows(f"WorkflowId = '{handle.id}'")]
-        ended = [r for r in runs if r.status is not None and r.status.name == "FAILED"]
-        later = [r for r in ended if r.run_id != handle.result_run_id]
+        # The schedule's later runs, each failed: polled for, since a loaded machine (CI's two test
+        # processes) can take longer than the schedule's 2 s to start and fail one.
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            runs = [r async for r in harness.client.list_workflows(f"WorkflowId = '{handle.id}'")]
+            ended = [r for r in runs if r.status is not None and r.status.name == "FAILED"]
+            later = [r for r in ended if r.run_id != handle.result_run_id]
+            if later or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.5)
         assert later, runs  # the schedule did start later runs, and each failed at once
         for run in later:
             history = await harness.client.get_workflow_handle(handle.id, run_id=run.run_id).fetch_history()
