@@ -26,6 +26,15 @@ IDS = ["vendor-onboarding", "monthly-report", "employee-onboarding", "expense-cl
 
 
 @pytest.fixture(autouse=True)
+def scripted_folders_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`stratagem eval` allows its scripted files' folders in this process, as `stratagem run`
+    does; later tests in the same process must not inherit them."""
+    from stratagem.models import scripted
+
+    monkeypatch.setattr(scripted, "_allowed_here", list(scripted._allowed_here))
+
+
+@pytest.fixture(autouse=True)
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """The table as a pipe gets it (160 columns), whatever COLUMNS another test in this process left."""
     monkeypatch.setattr(render.console, "width", 160)
