@@ -12,10 +12,8 @@ from typing import Any
 
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowHistory,
-    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -56,6 +54,7 @@ from stratagem.domain.run_types import (
 from stratagem.effect_decisions import EffectDecisions
 from stratagem.event_stream import POLL_SECONDS, stream_events
 from stratagem.io.store import OutputStore, default_store, load_value
+from stratagem.run_queries import NO_WORKER, RunQueries
 
 # Where they always were, for callers: the attribute lives in stratagem.status_attribute.
 from stratagem.status_attribute import AWAITING_QUERY as AWAITING_QUERY
@@ -95,24 +94,15 @@ async def connect(settings: Settings | None = None, *, runtime: Runtime | None =
     )
 
 
-NO_WORKER = "no worker is running its workflow; start one with `stratagem worker`"
 # A decision the server admitted waits for a worker: one that comes up later may still apply it.
 MAY_STILL_APPLY = "(it may still take effect once one does; check the run before deciding again)"
-
-
-def _query_timed_out(exc: RPCError) -> bool:
-    if exc.status is RPCStatusCode.DEADLINE_EXCEEDED:
-        return True
-    # The SDK's own query timeout arrives as CANCELLED "Timeout expired".
-    text = exc.message.lower()
-    return exc.status is RPCStatusCode.CANCELLED and ("timeout" in text or "deadline" in text)
 
 
 def new_run_id() -> str:
     return f"run-{uuid.uuid4().hex[:12]}"
 
 
-class RunHandle(EffectDecisions):
+class RunHandle(EffectDecisions, RunQueries):
     """A handle on one run, with typed decisions and queries. `rpc_timeout` bounds each
     decision and query (None: the SDK's defaults). `store` is where a long run's archived
     events are read from (default: the configured output store, as workers use)."""
@@ -211,14 +201,6 @@ class RunHandle(EffectDecisions):
     def _untaken(self) -> RunUnresponsiveError:
         return RunUnresponsiveError(f"run {self.id} did not take the decision in time: {NO_WORKER} {MAY_STILL_APPLY}")
 
-    async def _closed(self) -> bool:
-        """Whether the run has ended (False if that cannot be told)."""
-        try:
-            description = await self.handle.describe(rpc_timeout=self.rpc_timeout)
-        except RPCError:
-            return False
-        return description.status not in (None, WorkflowExecutionStatus.RUNNING)
-
     async def _gone(self) -> str:
         """Why a run takes no decisions: it ended (and how), or there is no such run."""
         try:
@@ -227,38 +209,6 @@ class RunHandle(EffectDecisions):
             return f"there is no run {self.id} (see `stratagem list`)"
         status = description.status.name.lower() if description.status else "closed"
         return f"run {self.id} has ended ({status}); it takes no decisions"
-
-    async def _query(self, name: str, result_type: Any, *args: Any) -> Any:
-        """A query. One that times out (nobody runs the workflow) raises RunUnresponsiveError;
-        one the workflow cannot answer (a worker with another encryption key) StratagemError."""
-        try:
-            try:
-                return await self._ask(name, result_type, *args)
-            except RPCError as exc:
-                # "context canceled": the worker the query went to dropped it (its process going
-                # away; once, an SDK panic in a command's hosted worker). Asked again, another answers.
-                if exc.status is not RPCStatusCode.CANCELLED:
-                    raise
-                await asyncio.sleep(0.2)
-                return await self._ask(name, result_type, *args)
-        except RunUnresponsiveError:
-            # A query that reaches a worker just as the run ends can be dropped with the run's
-            # cached state; asked again, a closed run answers from its history.
-            if not await self._closed():
-                raise
-            return await self._ask(name, result_type, *args)
-
-    async def _ask(self, name: str, result_type: Any, *args: Any) -> Any:
-        try:
-            return await self.handle.query(name, *args, result_type=result_type, rpc_timeout=self.rpc_timeout)
-        except WorkflowQueryFailedError as exc:
-            raise StratagemError(f"run {self.id} could not answer the {name} query: {exc.message}") from None
-        except RPCError as exc:
-            if _query_timed_out(exc):
-                raise RunUnresponsiveError(
-                    f"run {self.id} did not answer the {name} query in time: {NO_WORKER}"
-                ) from None
-            raise
 
     async def status(self) -> RunStatus:
         return await self._query(handlers.STATUS, RunStatus)

@@ -1,25 +1,31 @@
 """Where a run reads its tool catalogue (RUN_LEVEL 3): the worker running its first workflow task
-answers in a local activity when it serves the tools role too; a workflow-only worker, or a
-command line hosting the workflow for a moment, answers that it has no tools, and the tools role
-answers in an activity. Either way the catalogue is the tools role's, never the workflow's guess."""
+answers in a local activity when it serves the tools role too; a workflow-only worker answers that
+it has no tools, and the tools role answers in an activity; a command line hosting the workflow
+for a moment answers nothing and leaves the task to a worker. Either way the catalogue is the tools role's, never the workflow's guess."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 from conftest import session_approver_keys
 from support import FIXTURE_TOOLS
 from support.plans import step
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from stratagem.client import sign_auto_approval, start_run
 from stratagem.common.signing import Keyring
 from stratagem.domain import activity_io
 from stratagem.domain.plan import Author, AuthorKind, PlanDraft
+from stratagem.domain.process import ProcessRun, ProcessSpec
 from stratagem.domain.roles import Role, role_queue
 from stratagem.domain.run_types import Phase, RunInput, RunOptions
+from stratagem.temporal.interceptors import HOSTED_ONLY
 from stratagem.tools import ToolRegistry
 from stratagem.worker import build_worker
 
@@ -35,6 +41,13 @@ def run_input(plan: dict = PLAN, level: int = 0) -> RunInput:
         options=RunOptions(auto_approve=True),
         level=level,
     )
+
+
+def process_input() -> RunInput:
+    """A process's run: its plan rendered by an activity first, so the catalogue comes in the
+    run's second workflow task, which any worker of the queue may take."""
+    spec = ProcessSpec(name="adds", goal="add twice", steps=PLAN["steps"])
+    return RunInput(process=ProcessRun(spec=spec, inputs={}), options=RunOptions(auto_approve=True))
 
 
 def scheduled(history, activity_type: str) -> list[str]:
@@ -99,15 +112,30 @@ async def test_a_workflow_only_worker_takes_the_catalogue_of_the_tools_role_not_
     assert scheduled(history, activity_io.DESCRIBE_TOOLS) == [role_queue(queue, Role.tools)]
 
 
-async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_worker(dev_env, tmp_path, monkeypatch):
-    """`stratagem status` and the rest host the workflow while they run. If such a process takes
-    a run's first workflow task, the task completes (no failure, no retry elsewhere) and the
-    catalogue waits for a worker with tools."""
-    from stratagem.cli.session import workflow_host
+def hosted_failures(history) -> list[str]:
+    """The messages of the workflow tasks that failed in a command hosting the workflow."""
+    return [
+        e.workflow_task_failed_event_attributes.failure.message
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        and HOSTED_ONLY in e.workflow_task_failed_event_attributes.failure.message
+    ]
 
+
+@pytest.fixture
+def hosting(monkeypatch):
+    """A command hosts the workflow only where it knows the keys the workers trust."""
     Keyring.of_home().signer("ada")  # the author's key, which lets the run approve itself, listed below
     for name, value in session_approver_keys().items():
-        monkeypatch.setenv(name, value)  # the keys the workers trust: a command hosts only then
+        monkeypatch.setenv(name, value)
+
+
+async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_worker(dev_env, tmp_path, hosting):
+    """`stratagem status` and the rest host the workflow while they run. If such a process, alone
+    on its queue, takes a run's first workflow task, the task completes (no failure, no retry
+    elsewhere) and the catalogue waits for a worker with tools."""
+    from stratagem.cli.session import workflow_host
+
     queue = f"catalog-{uuid.uuid4().hex[:8]}"
     async with workflow_host(dev_env.client, queue):
         run = await start_run(dev_env.client, run_input(), task_queue=queue)
@@ -125,6 +153,114 @@ async def test_a_command_line_hosting_the_first_task_leaves_the_catalogue_to_a_w
     async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
         result = await asyncio.wait_for(run.result(), timeout=60)
     assert result.status is Phase.succeeded and result.outputs == {"b": 7}
+
+
+async def test_a_command_line_beside_a_worker_leaves_the_catalogue_to_the_worker(dev_env, tmp_path, hosting):
+    """Beside a worker, a command hosting the workflow answers nothing in the worker's place: a
+    run's first task, taken there, fails at the catalogue, and the worker takes it and reads its
+    own. (The worker stops here once the command has seen it, so that the command takes the task.)"""
+    from stratagem.cli.session import workers_polling, workflow_host
+
+    queue = f"catalog-{uuid.uuid4().hex[:8]}"
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
+    assert not await workers_polling(dev_env.client, queue)
+    async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
+        await _until_polled(dev_env.client, queue)
+        host = workflow_host(await _own_client(dev_env), queue)
+        await host.__aenter__()
+    try:
+        run = await start_run(dev_env.client, run_input(), task_queue=queue)
+        for _ in range(200):
+            history = await run.handle.fetch_history()
+            if hosted_failures(history):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the hosted task never reached the catalogue")
+    finally:
+        await host.__aexit__(None, None, None)
+    assert "stratagem.describe_tools_here needs a Stratagem worker" in hosted_failures(history)[0]
+    assert local_catalogue_markers(history) == 0 and scheduled(history, activity_io.DESCRIBE_TOOLS) == []
+    async with build_worker(dev_env.client, task_queue=queue, registry=registry, workspace=tmp_path / "ws"):
+        result = await asyncio.wait_for(run.result(), timeout=60)
+    assert result.status is Phase.succeeded and result.outputs == {"b": 7}
+    history = await run.handle.fetch_history()
+    assert local_catalogue_markers(history) == 1 and scheduled(history, activity_io.DESCRIBE_TOOLS) == []
+
+
+async def _until_polled(client: Client, queue: str) -> None:
+    """Until the server lists the worker's poller, as a command looks for one before hosting."""
+    from stratagem.cli.session import workers_polling
+
+    for _ in range(100):
+        if await workers_polling(client, queue):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the worker never polled its queue")
+
+
+async def _own_client(dev_env) -> Client:
+    """A command's own connection, as in its own process: one client takes one worker per queue."""
+    target = dev_env.client.service_client.config.target_host
+    return await Client.connect(
+        target, namespace=dev_env.client.namespace, data_converter=dev_env.client.data_converter
+    )
+
+
+class _SlowCatalogue(Interceptor):
+    """The worker's catalogue takes a while: its workflow task is under way all that time."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        class Slow(ActivityInboundInterceptor):
+            async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+                if activity.info().activity_type == activity_io.DESCRIBE_TOOLS_HERE:
+                    await asyncio.sleep(1.5)
+                return await super().execute_activity(input)
+
+        return Slow(next)
+
+
+async def _ask_until(run, ended: asyncio.Future) -> int:
+    """Ask the run for its status until it ends; each query must be answered."""
+    asked = 0
+    while not ended.done():
+        await run.status()  # raises on a query the run cannot answer
+        asked += 1
+    return asked
+
+
+async def test_queries_a_command_answers_while_a_worker_is_mid_task_leave_the_run_whole(dev_env, tmp_path, hosting):
+    """Found by CI: `stratagem run` (which hosts the workflow while it follows the run) failed with
+    "Nondeterminism error: Activity machine does not handle this event" in 1 of 10 runs under load.
+    A query that reached the command while the worker's first task was reading the catalogue ran
+    the host's catalogue ("no tools here") in the worker's place; a later query replayed the
+    worker's catalogue marker into the host's answer. Here the worker's catalogue is slow and a
+    command hosts the workflow and asks for the status all along: every query is answered."""
+    from stratagem.cli.session import workflow_host
+
+    queue = f"catalog-{uuid.uuid4().hex[:8]}"
+    command = await _own_client(dev_env)
+    registry = ToolRegistry.from_modules([FIXTURE_TOOLS])
+    ada = Keyring.of_home().signer("ada")  # a key the command trusts, as the workers do
+    answered = 0
+    for _ in range(2):
+        worker = build_worker(
+            dev_env.client,
+            task_queue=queue,
+            registry=registry,
+            workspace=tmp_path / "ws",
+            interceptors=[_SlowCatalogue()],
+        )
+        async with worker:
+            await _until_polled(dev_env.client, queue)  # as the background worker has, when `run` hosts
+            async with workflow_host(command, queue):
+                run = await start_run(dev_env.client, process_input(), task_queue=queue, signer=ada)
+                ended = asyncio.ensure_future(run.result())
+                answered += sum(await asyncio.gather(*(_ask_until(run, ended) for _ in range(4))))
+                for _ in range(5):
+                    assert (await run.status()).phase is Phase.succeeded
+                assert ended.result().outputs == {"b": 7}
+    assert answered > 3
 
 
 async def test_a_new_run_started_below_level_3_reads_the_catalogue_as_today(dev_harness):

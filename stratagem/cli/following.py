@@ -215,12 +215,14 @@ async def cmd_wait(args: argparse.Namespace) -> int:
     # After `stratagem down` or a reboot, the home's server comes back where it last listened, as `run` starts it.
     client = await open_client(config, start_server=server.served_here(), json_mode=args.json)
     run, task_queue = await find_run(client, args.run_id)
-    if owns_server(server):
+    ensured = owns_server(server)
+    if ensured:
         # After a restart, the background worker may be gone: bring it back with its tools.
         done = await asyncio.to_thread(background_worker(config, task_queue).ensure, [], models=False)
         if done:
             render.note(done, json_mode=args.json)
-    async with workflow_host(client, task_queue), watching_worker(config, run.id, json_mode=args.json):
+    host = workflow_host(client, task_queue, beside_a_worker=ensured)
+    async with host, watching_worker(config, run.id, json_mode=args.json):
         # At a terminal, the same questions as `run` asks: after a Ctrl-C or an `l`, this is how
         # a person gets them back.
         return await follow_attached(run, args, reviewer(args) if at_terminal(args) else "")

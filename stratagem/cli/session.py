@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -15,6 +16,9 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -38,7 +42,7 @@ from stratagem.server import (
     marked_home,
     owns_server,
 )
-from stratagem.temporal.interceptors import HOST_UNAVAILABLE, HostOnly
+from stratagem.temporal.interceptors import HOST_UNAVAILABLE, HOSTED_ONLY, HostOnly, quiet_hosted_failures
 from stratagem.temporal.plugin import worker_plugins
 from stratagem.workflows import StandingApprovals, StratagemRun
 
@@ -243,11 +247,11 @@ async def hosted_run(run_id: str) -> AsyncIterator[RunHandle]:
 def host_activities() -> list[Callable[..., Any]]:
     """What a host registers so that replaying a history with local activities in it passes the
     SDK's registration check; `HostOnly` keeps them from ever running. The catalogue's local
-    activity does run here: it answers that this process has no tools."""
+    activity runs here when no worker is beside this process: it answers that it has no tools."""
 
     def unavailable(name: str) -> Callable[..., Any]:
         async def run(*_args: Any) -> None:
-            raise ApplicationError(f"this process only hosts the workflow; a Stratagem worker runs {name}")
+            raise ApplicationError(f"{HOSTED_ONLY}; a Stratagem worker runs {name}")
 
         return activity.defn(name=name)(run)
 
@@ -269,7 +273,7 @@ def host_policy(config: Settings) -> DecisionPolicy | None:
 
 
 @asynccontextmanager
-async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
+async def workflow_host(client: Client, task_queue: str, *, beside_a_worker: bool = False) -> AsyncIterator[None]:
     """A workflow-only worker for the length of a command.
 
     Queries and update validators run in a workflow worker. Hosting one here means status,
@@ -278,18 +282,21 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
     process when it exits. This process has no tools, so it leaves the work a workflow does
     in its own worker (local activities) to real workers (`HostOnly`). It hosts only where it
     knows which keys the workers trust (`host_policy`); elsewhere the workers answer alone.
+    `beside_a_worker`: the caller knows one runs (this home's background worker, just ensured);
+    otherwise the queue's pollers say (`workers_polling`).
     """
     policy = host_policy(settings())
     if policy is None:
         yield
         return
+    quiet_hosted_failures()
     worker = Worker(
         client,
         task_queue=task_queue,
         workflows=[StratagemRun, StandingApprovals],  # and the queue's standing approvals
         activities=host_activities(),
         no_remote_activities=True,  # registered only to replay local ones: never take a real activity
-        interceptors=[HostOnly()],
+        interceptors=[HostOnly(beside_a_worker=beside_a_worker or await workers_polling(client, task_queue))],
         max_cached_workflows=0,
         # Decisions are checked here as a worker checks them, and a decision taken here moves the
         # run on in this process: its spans (the review's end, say) are exported from here, with
@@ -298,6 +305,47 @@ async def workflow_host(client: Client, task_queue: str) -> AsyncIterator[None]:
     )
     async with worker:
         yield
+
+
+# A worker long-polls its queue for up to a minute, so one that polled within this long runs.
+POLLED_WITHIN = timedelta(seconds=75)
+
+
+async def workers_polling(client: Client, task_queue: str) -> bool:
+    """Whether a worker (or another command's host) polls `task_queue` for workflow tasks: one
+    did lately, and is not a process of this machine that has ended. True when that cannot be
+    told, which only makes a host leave more to workers."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    try:
+        described = await client.workflow_service.describe_task_queue(request, timeout=timedelta(seconds=5))
+    except RPCError:
+        return True
+    now = time.time()
+    recent = POLLED_WITHIN.total_seconds()
+    return any(
+        now - poller.last_access_time.ToSeconds() < recent and not _gone_from_here(poller.identity)
+        for poller in described.pollers
+    )
+
+
+def _gone_from_here(identity: str) -> bool:
+    """Whether a poller named as the SDK names one (`pid@host`) was a process of this machine
+    that has ended: the server lists it for minutes after (a background worker that was just
+    restarted, or died)."""
+    pid, _, host = identity.partition("@")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def connection_lost(exc: BaseException) -> bool:

@@ -385,8 +385,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
         )
 
     if owns_server(embedded(config)):
-        # The embedded setup: one background worker serves every run, so runs go on after this
-        # command ends and decisions from other terminals take effect.
+        # One background worker serves every run: runs go on after this command, decisions come from anywhere.
         done = await asyncio.to_thread(background_worker(config).ensure, args.tools, scripted_dirs=folders)
         if done:
             render.note(done, json_mode=args.json)
@@ -398,9 +397,10 @@ async def cmd_run(args: argparse.Namespace) -> int:
         if args.detach:
             return detached(run, json_mode=args.json)
         render.note(f"run {run.id} started", json_mode=args.json)
-        # Hosting the workflow here too keeps questions and decisions working if the
-        # background worker dies while we follow (steps then wait until it is back; we say so).
-        async with workflow_host(client, config.task_queue), watching_worker(config, run.id, json_mode=args.json):
+        # Hosting the workflow here too keeps questions and decisions working if the background
+        # worker (just ensured: beside us) dies while we follow (steps wait until it is back).
+        host = workflow_host(client, config.task_queue, beside_a_worker=True)
+        async with host, watching_worker(config, run.id, json_mode=args.json):
             return await follow_attached(run, args, by)
 
     if args.detach or batch is not None:

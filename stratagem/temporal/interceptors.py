@@ -5,6 +5,7 @@ tools (HostOnly). Workflow-side code: deterministic, no I/O."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -160,34 +161,72 @@ class _VerifyDecisionsInbound(WorkflowInboundInterceptor):
         return verdict.refused
 
 
-# What a host has no tools to run. The catalogue's local activity is not among them: a host
-# answers it "no tools here", and the run asks the tools role instead, without failing the task.
+# What a host has no tools to run. The catalogue's local activity is answered "no tools here"
+# (the run then asks the tools role) by a host alone on its queue, so that a run started while
+# no worker runs still moves on to wait for one, and its status is answered meanwhile.
 HOST_UNAVAILABLE = (activity_io.DESCRIBE_TOOLS, activity_io.RUN_TOOL)
+# Beside a worker, a host leaves the catalogue to the worker too. A query that reaches a host
+# while a worker's task is under way replays up to that task and runs its local activities: the
+# host's "no tools" then stood in for the catalogue the worker recorded, and the next query
+# replayed into a nondeterminism error (found by CI: `stratagem run` failed 1 in 10 under load).
+BESIDE_A_WORKER = (*HOST_UNAVAILABLE, activity_io.DESCRIBE_TOOLS_HERE)
 
 
 class HostOnly(Interceptor):
     """For a process that hosts the run workflow without its activities (the command line, for
     the length of a command): a workflow task that would run a tool here (HOST_UNAVAILABLE) fails,
     and Temporal gives it to another worker, one with the tools. Replaying history (to answer a
-    query, say) reads local activities' results from it and runs nothing, so it goes on."""
+    query, say) reads local activities' results from it and runs nothing, so it goes on.
+    Beside a worker (`beside_a_worker`), BESIDE_A_WORKER instead of HOST_UNAVAILABLE: then a
+    query that comes while the worker's task is under way fails the same way (HOSTED_ONLY), and
+    the client asks again (stratagem.run_queries); `quiet_hosted_failures` keeps the SDK's
+    traceback for such a task out of the command's output."""
+
+    def __init__(self, beside_a_worker: bool = False) -> None:
+        self.beside_a_worker = beside_a_worker
 
     def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
-        return _HostOnlyInbound
+        return _BesideAWorkerInbound if self.beside_a_worker else _HostOnlyInbound
 
 
 class _HostOnlyInbound(WorkflowInboundInterceptor):
+    unavailable = frozenset(HOST_UNAVAILABLE)
+
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-        super().init(_HostOnlyOutbound(outbound))
+        super().init(_HostOnlyOutbound(outbound, self.unavailable))
+
+
+class _BesideAWorkerInbound(_HostOnlyInbound):
+    unavailable = frozenset(BESIDE_A_WORKER)
+
+
+HOSTED_ONLY = "this process only hosts the workflow"
 
 
 class HostedWorkflowError(RuntimeError):
     """Not an ApplicationError: it fails the workflow task (retried elsewhere), not the run."""
 
 
+class _HostedFailures(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], HostedWorkflowError))
+
+
+_QUIET = _HostedFailures()
+
+
+def quiet_hosted_failures() -> None:
+    """Drop the SDK's warning, with its traceback, for a workflow task this host leaves to a
+    worker: it is how hosting works, not a fault, and it printed on a command's output."""
+    logging.getLogger("temporalio.worker._workflow_instance").addFilter(_QUIET)  # idempotent: one filter object
+
+
 class _HostOnlyOutbound(WorkflowOutboundInterceptor):
+    def __init__(self, next: WorkflowOutboundInterceptor, unavailable: frozenset[str]) -> None:
+        super().__init__(next)
+        self._unavailable = unavailable
+
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
-        if input.activity in HOST_UNAVAILABLE and not workflow.unsafe.is_replaying():
-            raise HostedWorkflowError(
-                f"this process only hosts the workflow; {input.activity} needs a Stratagem worker"
-            )
+        if input.activity in self._unavailable and not workflow.unsafe.is_replaying():
+            raise HostedWorkflowError(f"{HOSTED_ONLY}; {input.activity} needs a Stratagem worker")
         return super().start_local_activity(input)
