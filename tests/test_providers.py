@@ -34,6 +34,7 @@ from stratagem.models import (
     load_model,
 )
 from stratagem.models._http import PLACEHOLDER_KEY, split_base_url
+from stratagem.models.base import ModelTimeout
 
 pytestmark = pytest.mark.unit
 
@@ -447,7 +448,9 @@ async def test_request_timeout(wire: Wire) -> None:
 async def test_timeout_from_the_environment(wire: Wire, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STRATAGEM_REQUEST_TIMEOUT", "0.3")
     wire.fake.enqueue(Reply.delay(5, Reply.text("too late")))
-    with pytest.raises(ModelCallError, match=r"timed out after 0\.3 s"):
+    # The SDK's own timeout names a silent server; the bound on the whole call, 0.03 s later,
+    # answers instead when a loaded machine runs the SDK's late (seen in a CI dry run).
+    with pytest.raises(ModelTimeout, match=r"(timed out after|within) 0\.3 s"):
         await wire.model().complete(ask())
 
 
