@@ -339,12 +339,14 @@ def _gone_from_here(identity: str) -> bool:
     pid, _, host = identity.partition("@")
     if host != socket.gethostname() or not pid.isdigit():
         return False
+    # Not stratagem.server.processes.alive: another user's process (a worker run as a service
+    # account) answers PermissionError, and it runs.
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
     except PermissionError:
-        return False
+        pass
     return False
 
 
