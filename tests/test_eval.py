@@ -13,7 +13,8 @@ import yaml
 from stratagem.cli import main, render
 from stratagem.common.errors import ConfigError, ModelRequestError
 from stratagem.evals.cases import load_eval_set
-from stratagem.models import ModelRequest, ModelResponse, register_provider
+from stratagem.models import ModelRequest, ModelResponse
+from stratagem.models.base import _providers as providers
 from stratagem.tools import ToolRegistry
 
 pytestmark = pytest.mark.unit
@@ -320,8 +321,15 @@ class Refusing:
         raise ModelRequestError("the server refused the request (404): model 'tiny' not found", status=404)
 
 
-def test_a_refused_request_is_a_one_line_reason_per_case_and_the_eval_goes_on(capsys, tmp_path):
-    register_provider("refusing", Refusing)
+def provide(monkeypatch: pytest.MonkeyPatch, name: str, factory: type) -> None:
+    """`name:` models from `factory` for this test only: the provider table is the process's,
+    and a `slow` left behind here once replaced conftest's own for every later test in the
+    same xdist worker (a workflow test's steps then timed out; found by the CI dry run)."""
+    monkeypatch.setitem(providers, name, factory)
+
+
+def test_a_refused_request_is_a_one_line_reason_per_case_and_the_eval_goes_on(capsys, tmp_path, monkeypatch):
+    provide(monkeypatch, "refusing", Refusing)
     code, out, _ = run(capsys, small_set(tmp_path), "--model", "refusing:tiny")
     assert code == 0
     for case in ("one", "two", "three"):
@@ -359,7 +367,7 @@ class Slow:
     limits: list[float | None] = []
 
     def __init__(self, name: str) -> None:
-        self.name = f"slow:{name}"
+        self.name = f"timing-out:{name}"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         from stratagem.models.base import ModelTimeout
@@ -371,10 +379,10 @@ class Slow:
         return ModelResponse(text=json.dumps(plan), model=self.name)
 
 
-def test_time_limit_reaches_every_call_and_a_timed_out_call_is_repaired(capsys, tmp_path):
-    register_provider("slow", Slow)
+def test_time_limit_reaches_every_call_and_a_timed_out_call_is_repaired(capsys, tmp_path, monkeypatch):
+    provide(monkeypatch, "timing-out", Slow)
     Slow.limits.clear()
-    code, out, _ = run(capsys, small_set(tmp_path), "--model", "slow:cpu", "--time-limit", "7.5", "--json")
+    code, out, _ = run(capsys, small_set(tmp_path), "--model", "timing-out:cpu", "--time-limit", "7.5", "--json")
     assert code == 0 and Slow.limits == [7.5] * 6
     cases = json.loads(out)["variants"][0]["cases"]
     assert [(c["valid"], c["calls"], c["repairs"]) for c in cases] == [(True, 2, 1)] * 3
